@@ -1,0 +1,3 @@
+from semdup.cli import main
+
+main()

@@ -1,0 +1,104 @@
+"""The ``semdup`` command: one sub-command per part, loaded lazily so ``--help`` never imports torch.
+
+Each part owns one module here (``opensearch_cmd``, ``eval_cmd`` ...) exposing a click command
+or group under the name listed in ``_COMMANDS``. Runtime errors print "Error: ..." and exit 1;
+usage errors exit 2 (click's convention).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from semdup import __version__
+from semdup.errors import SemdupError
+
+__all__ = ["main", "cli"]
+
+# command name -> (module under semdup.cli, attribute, one-line help shown by `semdup --help`)
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "opensearch": ("opensearch_cmd", "opensearch", "Start, stop or check the embedded local OpenSearch."),
+    "broker": ("broker_cmd", "broker", "Start, stop or check the embedded local Redis broker."),
+    "eval": ("eval_cmd", "eval_group", "Measure a method on SemEval, Travel Stack Exchange or AskUbuntu pairs."),
+    "train": ("train_cmd", "train", "Train an encoder (bow-cnn, cnn, scqa, rcnn, bow-minilm) on real data."),
+    "export": ("export_cmd", "export", "Export a trained checkpoint to a verified ONNX model bundle."),
+    "worker": ("indexer_cmd", "worker", "Run a Celery indexing worker (ONNX encoder -> OpenSearch)."),
+    "index-posts": ("indexer_cmd", "index_posts", "Enqueue posts from a file for indexing and wait for them."),
+    "backfill": ("indexer_cmd", "backfill", "Fill semdup fields of posts indexed by an older or no model."),
+    "enable": ("indexer_cmd", "enable", "Add semdup to an existing index that semdup did not create."),
+    "rerank": ("reranker_cmd", "rerank", "Rank duplicate candidates for one post from the command line."),
+    "serve": ("reranker_cmd", "serve", "Run the query-time reranking HTTP service."),
+    "demo": ("demo_cmd", "demo", "Run the whole job on the embedded default and print the quality table."),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in _COMMANDS:
+            return None
+        module, attr, _ = _COMMANDS[name]
+        try:
+            mod = importlib.import_module(f"semdup.cli.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("semdup.cli"):
+                return _unavailable(name)
+            raise
+        return getattr(mod, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help from the table, so listing commands imports nothing heavy.
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, _COMMANDS[n][2]) for n in self.list_commands(ctx)])
+
+
+def _unavailable(name: str) -> click.Command:
+    @click.command(name=name, help=_COMMANDS[name][2] + " (not built yet in this version)")
+    def _cmd() -> None:
+        raise click.ClickException(f"'semdup {name}' is not available in this version of semdup")
+
+    return _cmd
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="semdup")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """semdup: semantic duplicate-question detection for OpenSearch clusters.
+
+    \b
+    Typical flow on the embedded default (no Docker needed):
+      semdup opensearch start            # local OpenSearch from Maven Central
+      semdup eval semeval --method bm25  # lexical baseline, official SemEval measure
+      semdup train --arch bow-cnn ...    # train an encoder
+      semdup export --checkpoint DIR --out BUNDLE
+      semdup worker / semdup index-posts # Celery indexing into OpenSearch
+      semdup rerank / semdup serve       # query-time reranking
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: semdup errors become one "Error: ..." line and exit 1."""
+    try:
+        cli.main(args=argv, prog_name="semdup", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except SemdupError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
