@@ -137,7 +137,9 @@ def semeval_scores(
     if missing_q:
         logger.warning(
             "%d of %d questions have no prediction at all (e.g. %s); their candidates keep the gold order.",
-            len(missing_q), len(gold), missing_q[0],
+            len(missing_q),
+            len(gold),
+            missing_q[0],
         )
     ap = rr = p1 = p5 = 0.0
     found_at = np.zeros(cutoff)
@@ -283,7 +285,9 @@ def precision_recall_f1_accuracy(pred_bool: Sequence[bool], gold_bool: Sequence[
     p = np.asarray(pred_bool, dtype=bool)
     g = np.asarray(gold_bool, dtype=bool)
     if p.shape != g.shape or p.ndim != 1 or p.size == 0:
-        raise ValueError(f"pred_bool and gold_bool must be two non-empty flat sequences of one length; found {p.shape} and {g.shape}.")
+        raise ValueError(
+            f"pred_bool and gold_bool must be two non-empty flat sequences of one length; found {p.shape}, {g.shape}."
+        )
     tp = int(np.sum(p & g))
     precision = tp / int(p.sum()) if p.any() else 0.0
     recall = tp / int(g.sum()) if g.any() else 0.0

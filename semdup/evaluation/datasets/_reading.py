@@ -37,7 +37,9 @@ def require_file(path: str | Path, what: str) -> Path:
     """
     p = Path(path)
     if not p.exists():
-        raise DataError(f"{p}: file not found; expected {what}. Check the path (the shared data lives in /work/shared/data).")
+        raise DataError(
+            f"{p}: file not found; expected {what}. Check the path (the shared data lives in /work/shared/data)."
+        )
     if not p.is_file():
         raise DataError(f"{p}: is not a regular file; expected {what}.")
     if p.stat().st_size == 0:
@@ -90,9 +92,7 @@ def iter_jsonl(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
                 f"expected one JSON object per line ({what})."
             ) from exc
         if not isinstance(obj, dict):
-            raise DataError(
-                f"{path}: line {line_no}: expected a JSON object ({what}), found {type(obj).__name__}."
-            )
+            raise DataError(f"{path}: line {line_no}: expected a JSON object ({what}), found {type(obj).__name__}.")
         seen += 1
         yield line_no, obj
     if seen == 0:
@@ -140,7 +140,11 @@ def iter_xml_elements(path: Path, tag: str, what: str) -> Iterator[ET.Element]:
     """
     require_file(path, what)
     size = path.stat().st_size
-    bar = tqdm(total=size, unit="B", unit_scale=True, desc=path.name, leave=False) if size >= _PROGRESS_MIN_BYTES else None
+    bar = (
+        tqdm(total=size, unit="B", unit_scale=True, desc=path.name, leave=False)
+        if size >= _PROGRESS_MIN_BYTES
+        else None
+    )
     try:
         with path.open("rb") as fh:
             root: ET.Element | None = None
@@ -169,5 +173,6 @@ def require_attr(elem: ET.Element, name: str, path: Path, context: str) -> str:
     """Return a required attribute of an XML element, or raise ``DataError`` naming it."""
     value = elem.get(name)
     if value is None or value == "":
-        raise DataError(f"{path}: <{elem.tag}> {context} lacks the required attribute {name}.")
+        where = f" {context}" if context else ""
+        raise DataError(f"{path}: a <{elem.tag}> element{where} lacks the required attribute {name}.")
     return value

@@ -118,7 +118,9 @@ class SemEvalSet:
                 if r.post.id in seen and seen[r.post.id] != r.post:
                     logger.warning(
                         "SemEval set %r: related question %s appears twice with different text; the first "
-                        "is kept. Check the source file.", self.name, r.post.id,
+                        "is kept. Check the source file.",
+                        self.name,
+                        r.post.id,
                     )
                 seen.setdefault(r.post.id, r.post)
         return list(seen.values())
@@ -150,11 +152,15 @@ def load_relevancy(path: str | Path) -> dict[str, dict[str, tuple[float, bool]]]
         try:
             score = float(score_text)
         except ValueError as exc:
-            raise DataError(f"{p}: line {line_no}: SCORE {score_text!r} is not a number; expected {_RELEVANCY_FORMAT}.") from exc
+            raise DataError(
+                f"{p}: line {line_no}: SCORE {score_text!r} is not a number; expected {_RELEVANCY_FORMAT}."
+            ) from exc
         if math.isnan(score):
             raise DataError(f"{p}: line {line_no}: SCORE is NaN; a ranking needs comparable scores.")
         if label not in ("true", "false"):
-            raise DataError(f"{p}: line {line_no}: label {label!r} is not true or false; expected {_RELEVANCY_FORMAT}.")
+            raise DataError(
+                f"{p}: line {line_no}: label {label!r} is not true or false; expected {_RELEVANCY_FORMAT}."
+            )
         row = out.setdefault(orgq, {})
         if relq in row:
             raise DataError(f"{p}: line {line_no}: pair ({orgq}, {relq}) is listed twice; each pair must appear once.")
@@ -200,13 +206,17 @@ def _parse_threads(path: Path) -> Iterator[tuple[Post, RelatedQuestion]]:
         for thread in org.iter("Thread"):
             rel = thread.find("RelQuestion")
             if rel is None:
-                raise DataError(f"{path}: a Thread of OrgQuestion {orgq_id} has no <RelQuestion>; expected one per Thread.")
+                raise DataError(
+                    f"{path}: a Thread of OrgQuestion {orgq_id} has no <RelQuestion>; expected one per Thread."
+                )
             relq_id = require_attr(rel, "RELQ_ID", path, f"in OrgQuestion {orgq_id}")
             rank_text = require_attr(rel, "RELQ_RANKING_ORDER", path, f"{relq_id}")
             try:
                 rank = int(rank_text)
             except ValueError as exc:
-                raise DataError(f"{path}: RelQuestion {relq_id} has RELQ_RANKING_ORDER={rank_text!r}; expected an integer.") from exc
+                raise DataError(
+                    f"{path}: RelQuestion {relq_id} has RELQ_RANKING_ORDER={rank_text!r}; expected an integer."
+                ) from exc
             relevant, label = _relevance(rel.get("RELQ_RELEVANCE2ORGQ"), path, relq_id)
             comments = tuple(_comment(c, path, relq_id) for c in thread.iter("RelComment"))
             related = RelatedQuestion(
@@ -219,9 +229,7 @@ def _parse_threads(path: Path) -> Iterator[tuple[Post, RelatedQuestion]]:
             yield post, related
 
 
-def _group(
-    pairs: Iterator[tuple[Post, RelatedQuestion]], path: Path, where: str
-) -> tuple[OriginalQuestion, ...]:
+def _group(pairs: Iterator[tuple[Post, RelatedQuestion]], path: Path, where: str) -> tuple[OriginalQuestion, ...]:
     """Group (original, related) pairs by original id, keeping first-appearance order."""
     posts: dict[str, Post] = {}
     related: dict[str, list[RelatedQuestion]] = {}
@@ -234,7 +242,9 @@ def _group(
         posts.setdefault(post.id, post)
         group = related.setdefault(post.id, [])
         if any(r.post.id == rel.post.id for r in group):
-            raise DataError(f"{path}: pair ({post.id}, {rel.post.id}) appears twice ({where}); expected each pair once.")
+            raise DataError(
+                f"{path}: pair ({post.id}, {rel.post.id}) appears twice ({where}); expected each pair once."
+            )
         group.append(rel)
     if not posts:
         raise DataError(f"{path}: holds no original question; expected {where}.")
@@ -276,7 +286,9 @@ def _merge_relevancy(
     if not_in_gold:
         logger.warning(
             "%d pairs of %s are absent from %s and keep the XML label (None if the XML has none).",
-            not_in_gold, xml, rel,
+            not_in_gold,
+            xml,
+            rel,
         )
     return tuple(merged)
 
@@ -303,7 +315,9 @@ def load_semeval_xml(
         rel = Path(relevancy_path)
         questions = _merge_relevancy(questions, load_relevancy(rel), xml, rel)
     out = SemEvalSet(name=name or xml.stem, questions=questions)
-    logger.info("Loaded SemEval set %r: %d questions, %d pairs from %s", out.name, len(questions), out.pairs_count(), xml)
+    logger.info(
+        "Loaded SemEval set %r: %d questions, %d pairs from %s", out.name, len(questions), out.pairs_count(), xml
+    )
     return out
 
 
@@ -325,11 +339,14 @@ def load_semeval_pairs_jsonl(path: str | Path, name: str | None = None) -> SemEv
             rank = obj.get("search_rank")
             if isinstance(rank, bool) or not isinstance(rank, int):
                 raise DataError(f"{p}: line {line_no}: search_rank {rank!r} is missing or not an integer.")
-            yield query, RelatedQuestion(
-                post=candidate, rank=rank, relevant=PAIR_LABELS[label], label=label, comments=()
+            yield (
+                query,
+                RelatedQuestion(post=candidate, rank=rank, relevant=PAIR_LABELS[label], label=label, comments=()),
             )
 
     questions = _group(records(), p, "SemEval pairs JSONL")
     out = SemEvalSet(name=name or p.name.split(".")[0], questions=questions)
-    logger.info("Loaded SemEval set %r: %d questions, %d pairs from %s", out.name, len(questions), out.pairs_count(), p)
+    logger.info(
+        "Loaded SemEval set %r: %d questions, %d pairs from %s", out.name, len(questions), out.pairs_count(), p
+    )
     return out

@@ -26,7 +26,14 @@ from semdup.errors import DataError
 from semdup.evaluation.datasets._reading import iter_xml_elements, read_utf8_lines, require_attr
 from semdup.posts import Post
 
-__all__ = ["StackExchangeDump", "RetrievalQuery", "load_stackexchange_dump", "SPLITS", "DUPLICATE_LINK", "RELATED_LINK"]
+__all__ = [
+    "StackExchangeDump",
+    "RetrievalQuery",
+    "load_stackexchange_dump",
+    "SPLITS",
+    "DUPLICATE_LINK",
+    "RELATED_LINK",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +132,9 @@ def _load_posts(path: Path) -> tuple[dict[str, Post], int, int]:
             continue
         posts[post_id] = Post(id=post_id, title=title, body=body)
     if skipped:
-        logger.warning("%s: %d questions with neither title nor body were skipped (counted in skipped_posts).", path, skipped)
+        logger.warning(
+            "%s: %d questions with neither title nor body were skipped (counted in skipped_posts).", path, skipped
+        )
     if not posts:
         raise DataError(f"{path}: holds no usable question (PostTypeId=1 with a title or body).")
     return posts, skipped, other
@@ -152,7 +161,9 @@ def _load_links(path: Path, posts: dict[str, Post]) -> tuple[list[tuple[str, str
             repeats += 1
         target[(a, b)] = None
     if skipped:
-        logger.info("%s: %d links name a post absent from Posts.xml; skipped (counted in skipped_links).", path, skipped)
+        logger.info(
+            "%s: %d links name a post absent from Posts.xml; skipped (counted in skipped_links).", path, skipped
+        )
     if self_links:
         logger.warning("%s: %d links join a post to itself; skipped (counted in self_links).", path, self_links)
     if repeats:
@@ -190,7 +201,9 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
     """
     d = Path(dump_dir)
     if not d.is_dir():
-        raise DataError(f"{d}: not a directory; expected a Stack Exchange dump directory with Posts.xml and PostLinks.xml.")
+        raise DataError(
+            f"{d}: not a directory; expected a Stack Exchange dump directory with Posts.xml and PostLinks.xml."
+        )
     posts, skipped_posts, other = _load_posts(d / "Posts.xml")
     dup, rel, skipped_links, self_links = _load_links(d / "PostLinks.xml", posts)
     split_file = Path(splits_path) if splits_path is not None else d / "splits.tsv"
@@ -199,7 +212,9 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
         splits = _load_splits(split_file)
         absent = sum(1 for p in splits if p not in posts)
         if absent:
-            logger.warning("%s: %d split entries name posts absent from Posts.xml; they cannot be queries.", split_file, absent)
+            logger.warning(
+                "%s: %d split entries name posts absent from Posts.xml; they cannot be queries.", split_file, absent
+            )
     dump = StackExchangeDump(
         posts=posts,
         duplicate_links=tuple(dup),
@@ -212,6 +227,12 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
     )
     logger.info(
         "Loaded %s: %d questions (%d skipped, %d non-question rows), %d duplicate + %d related links (%d skipped)",
-        d, len(posts), skipped_posts, other, len(dup), len(rel), skipped_links,
+        d,
+        len(posts),
+        skipped_posts,
+        other,
+        len(dup),
+        len(rel),
+        skipped_links,
     )
     return dump
