@@ -10,7 +10,7 @@ Files are written to a temporary sibling and renamed into place, so a crash neve
 
 Example::
 
-    >>> write_semeval_pred("dev.pred", {"Q1": {"Q1_R1": 0.3}}, {"Q1": ["Q1_R1"]})
+    >>> path = write_semeval_pred("dev.pred", {"Q1": {"Q1_R1": 0.3}}, {"Q1": ["Q1_R1"]})
     >>> read_semeval_pred("dev.pred")
     {'Q1': {'Q1_R1': 0.3}}
 """
