@@ -1,0 +1,98 @@
+"""``semdup train``: train an encoder on one of the three real data sets and write a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import click
+
+from semdup.errors import ConfigError
+
+__all__ = ["train"]
+
+logger = logging.getLogger(__name__)
+
+ARCH_CHOICES = ["bow-cnn", "cnn", "scqa", "rcnn", "minilm", "bow-minilm"]
+
+
+def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` pairs; values read as JSON when they parse (numbers, true/false), else strings."""
+    out: dict[str, Any] = {}
+    for item in values:
+        if "=" not in item:
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="--set")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except ValueError:
+            out[k.strip()] = v
+    return out
+
+
+@click.command(name="train")
+@click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="Architecture to train.")
+@click.option("--data", "data_set", required=True, type=click.Choice(["semeval", "travel", "askubuntu"]),
+              help="Real data set (its official train/dev/test protocol).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Checkpoint directory.")
+@click.option("--data-dir", default="/work/shared/data", show_default=True, type=click.Path(file_okay=False),
+              help="Root of the shared data sets.")
+@click.option("--train", "train_paths", multiple=True, type=click.Path(exists=True),
+              help="Override training file(s) (semeval: JSONL/XML files; travel: dump dir; askubuntu: JSONL).")
+@click.option("--dev", "dev_path", type=click.Path(exists=True), help="Override the dev file (semeval XML).")
+@click.option("--test", "test_path", type=click.Path(exists=True), help="Override the test file.")
+@click.option("--epochs", type=int, help="Maximum epochs (early stopping on dev).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of sampling, init and order.")
+@click.option("--lr", type=float, help="Learning rate.")
+@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), help="Optimizer.")
+@click.option("--batch-size", type=int, help="Groups or pairs per step.")
+@click.option("--negatives", type=int, help="Negatives per positive (ranking losses).")
+@click.option("--patience", type=int, help="Epochs without dev improvement before stopping.")
+@click.option("--max-tokens", type=int, help="Tokens kept per post (title + body).")
+@click.option("--min-df", type=int, help="Vocabulary minimum document frequency.")
+@click.option("--max-steps", type=int, help="Cap on steps per epoch (quick runs).")
+@click.option("--lexical-negatives", type=int, default=30, show_default=True,
+              help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none).")
+@click.option("--threads", type=int, default=2, show_default=True, help="torch CPU threads.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Model hyper-parameter, e.g. --set word_vectors=none --set conv_units=200.")
+def train(arch: str, data_set: str, out_dir: str, data_dir: str, train_paths: tuple[str, ...], dev_path: str | None,
+          test_path: str | None, epochs: int | None, seed: int, lr: float | None, optimizer: str | None,
+          batch_size: int | None, negatives: int | None, patience: int | None, max_tokens: int | None,
+          min_df: int | None, max_steps: int | None, lexical_negatives: int, threads: int,
+          sets: tuple[str, ...]) -> None:
+    """Train an encoder on real data; write config.json, vocab.json, model.pt and metrics.json to --out.
+
+    Early stopping uses dev (SemEval: dev MAP; Travel: dev MAP; AskUbuntu: accuracy on a held-out
+    20% slice of train). Dev and test figures of the best epoch are printed and saved.
+
+    \b
+    Example:
+      semdup train --arch bow-cnn --data travel --out artifacts/bow-cnn-travel --epochs 8
+      semdup train --arch cnn --data askubuntu --out artifacts/cnn-askubuntu --set word_vectors=glove
+    """
+    try:
+        from semdup.encoders.training.recipes import DataPaths, build_recipe
+        from semdup.encoders.training.trainer import TrainSettings
+        from semdup.encoders.training.trainer import train as run_training
+    except ImportError as exc:
+        raise ConfigError(f'training needs the training extras ({exc}); install: pip install "semdup[train]"') from exc
+
+    settings = TrainSettings.for_arch(
+        arch, epochs=epochs, seed=seed, lr=lr, optimizer=optimizer, batch_size=batch_size, negatives=negatives,
+        patience=patience, max_tokens=max_tokens, min_df=min_df, max_steps_per_epoch=max_steps, threads=threads,
+        hparams=_parse_set(sets),
+    )
+    paths = DataPaths.defaults(data_set, data_dir).override(train_paths, dev_path, test_path)
+    recipe = build_recipe(data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives)
+    result = run_training(settings, recipe.data, recipe.evaluate_dev, recipe.dev_metric, out_dir,
+                          recipe.evaluate_final, recipe.extra_config)
+    click.echo(f"checkpoint: {result.out_dir} (best epoch {result.best_epoch}, dev {recipe.dev_metric} "
+               f"{result.best_dev:.2f})")
+    for part in ("train", "dev", "test"):
+        if part in result.metrics:
+            figures = {k: round(v, 2) for k, v in result.metrics[part].items() if isinstance(v, float)}
+            click.echo(f"{part}: {json.dumps(figures)}")
+    if result.metrics.get("threshold") is not None:
+        click.echo(f"threshold: {result.metrics['threshold']:.4f} ({result.metrics.get('threshold_source', '')})")

@@ -1,0 +1,179 @@
+"""Per-data-set training recipes: which files train, which tune, which test, and how each is scored.
+
+Torch-free. Each recipe follows the data set's official protocol (``/work/shared/data/*/README.md``):
+
+* ``semeval``: train = part 1 (JSONL) + part 2 (XML); early stopping on dev MAP; dev and test
+  reported with the official measure; a duplicate threshold chosen on dev accuracy (for serving).
+* ``travel``: train = duplicate links inside the train split (plus related links and BM25
+  hard negatives); early stopping on dev MAP over the whole corpus; test reported once.
+* ``askubuntu``: train pairs minus a held-out 20 % slice (by query id hash) that serves as dev
+  (accuracy at its own best threshold); the final threshold is chosen on all train pairs and
+  applied to test (Bogdanova et al. 2015 protocol).
+
+Example::
+
+    recipe = build_recipe("travel", DataPaths.defaults("travel"), negatives=20, seed=0)
+    train(settings, recipe.data, recipe.evaluate_dev, recipe.dev_metric, out, recipe.evaluate_final)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from semdup.encoders.lexical_scores import LexicalIndex
+from semdup.encoders.scorer import PostScorer
+from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings
+from semdup.encoders.training.offline_eval import eval_pairs, eval_semeval, eval_travel, pair_scores
+from semdup.encoders.training.pairs import (
+    TrainingData,
+    pair_training_data,
+    semeval_training_data,
+    split_held_out,
+    travel_training_data,
+)
+from semdup.errors import ConfigError, DataError
+from semdup.evaluation.metrics import best_threshold
+
+__all__ = ["DATA_SETS", "DEFAULT_DATA_DIR", "DataPaths", "Recipe", "build_recipe"]
+
+logger = logging.getLogger(__name__)
+
+DATA_SETS = ("semeval", "travel", "askubuntu")
+DEFAULT_DATA_DIR = Path("/work/shared/data")
+_SEMEVAL = "semeval2016-task3"
+_OFFICIAL = "semeval2016-task3/official/SemEval2016-Task3-CQA-QL"
+
+
+@dataclass(frozen=True)
+class DataPaths:
+    """Files of one data set: ``train`` (one or more), ``dev`` and ``test`` (may be None where derived)."""
+
+    train: tuple[Path, ...]
+    dev: Path | None = None
+    test: Path | None = None
+
+    @classmethod
+    def defaults(cls, data: str, root: str | Path = DEFAULT_DATA_DIR) -> DataPaths:
+        r = Path(root)
+        if data == "semeval":
+            return cls(
+                (r / _SEMEVAL / "train-part1.pairs.jsonl", r / f"{_OFFICIAL}-train-part2.xml"),
+                r / f"{_OFFICIAL}-dev.xml",
+                r / f"{_OFFICIAL}-test-input.xml",
+            )
+        if data == "travel":
+            return cls((r / "travel-stackexchange",), None, None)
+        if data == "askubuntu":
+            return cls((r / "askubuntu-pairs" / "train.pairs.jsonl",), None, r / "askubuntu-pairs" / "test.pairs.jsonl")
+        raise ConfigError(f"unknown data set {data!r}; known: {DATA_SETS}")
+
+    def override(self, train: Sequence[str] = (), dev: str | None = None, test: str | None = None) -> DataPaths:
+        return DataPaths(
+            tuple(Path(p) for p in train) or self.train,
+            Path(dev) if dev else self.dev,
+            Path(test) if test else self.test,
+        )
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Training data plus the dev and final evaluations of one data set."""
+
+    data: TrainingData
+    evaluate_dev: Callable[[PostScorer], Mapping[str, float]]
+    dev_metric: str
+    evaluate_final: Callable[[PostScorer], dict[str, Any]]
+    extra_config: dict[str, Any]
+
+
+def _semeval_gold_path(xml: Path) -> Path:
+    """The official gold file beside an XML (the test input's gold is named after ``-test.xml``)."""
+    name = xml.name.replace("-test-input.xml", "-test.xml")
+    return xml.with_name(name + ".subtaskB.relevancy")
+
+
+def _load_semeval(path: Path, gold: bool) -> Any:
+    from semdup.evaluation.datasets import load_semeval_pairs_jsonl, load_semeval_xml
+
+    if path.suffix == ".jsonl":
+        return load_semeval_pairs_jsonl(path)
+    rel = _semeval_gold_path(path)
+    if gold and not rel.exists():
+        raise DataError(f"no gold file {rel} beside {path}; SemEval dev/test need their .subtaskB.relevancy file")
+    return load_semeval_xml(path, rel if rel.exists() else None)
+
+
+def _semeval_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
+    train_sets = [_load_semeval(p, gold=False) for p in paths.train]
+    dev = _load_semeval(paths.dev, gold=True)
+    test = _load_semeval(paths.test, gold=True)
+    data = semeval_training_data(train_sets, negatives=negatives, seed=seed)
+
+    def final(scorer: PostScorer) -> dict[str, Any]:
+        from semdup.evaluation.datasets import PostPair
+
+        dev_pairs = [PostPair(q.post, r.post, bool(r.relevant), r.label or "") for q in dev.questions for r in q.related]
+        thr, acc = best_threshold(pair_scores(scorer, dev_pairs), [p.duplicate for p in dev_pairs])
+        return {"dev": eval_semeval(scorer, dev), "test": eval_semeval(scorer, test), "threshold": thr,
+                "threshold_source": "dev accuracy", "dev_pair_accuracy": acc}
+
+    extra = {"data_set": "semeval", "data_paths": {"train": [str(p) for p in paths.train], "dev": str(paths.dev),
+                                                   "test": str(paths.test)}}
+    return Recipe(data, lambda s: eval_semeval(s, dev), "MAP", final, extra)
+
+
+def _travel_recipe(paths: DataPaths, negatives: int, seed: int, lexical_negatives: int) -> Recipe:
+    from semdup.evaluation.datasets import load_stackexchange_dump
+
+    dump = load_stackexchange_dump(paths.train[0])
+    lex: dict[str, list[str]] = {}
+    if lexical_negatives > 0:
+        pipe = TextPipeline(TextPipelineSettings())
+        index = LexicalIndex.build(pipe, dump.corpus(), kind="bm25")
+        ids = sorted({x for a, b in dump.duplicate_links for x in (a, b) if dump.splits.get(x) == "train"
+                      and dump.splits.get(a) == dump.splits.get(b) == "train"})
+        tops = index.top_k(pipe, [dump.posts[i] for i in ids], lexical_negatives)
+        lex = dict(zip(ids, tops))
+    data = travel_training_data(dump, "train", negatives=negatives, lexical_negatives=lex, seed=seed)
+
+    def final(scorer: PostScorer) -> dict[str, Any]:
+        return {"dev": eval_travel(scorer, dump, "dev"), "test": eval_travel(scorer, dump, "test"), "threshold": None}
+
+    extra = {"data_set": "travel", "data_paths": {"dump": str(paths.train[0])}, "lexical_negatives": lexical_negatives}
+    return Recipe(data, lambda s: eval_travel(s, dump, "dev"), "MAP", final, extra)
+
+
+def _askubuntu_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
+    from semdup.evaluation.datasets import load_pairs_jsonl
+
+    all_train = [p for path in paths.train for p in load_pairs_jsonl(path)]
+    fit, held = split_held_out(all_train, key=lambda p: p.query.id, share=0.2)
+    if not held or not fit:
+        raise DataError(f"the AskUbuntu train file has too few pairs ({len(all_train)}) for a held-out dev slice")
+    test = load_pairs_jsonl(paths.test)
+    data = pair_training_data(fit, negatives=negatives, seed=seed)
+
+    def final(scorer: PostScorer) -> dict[str, Any]:
+        train_eval = eval_pairs(scorer, all_train)  # threshold chosen on all train pairs
+        thr = train_eval["threshold"]
+        return {"train": train_eval, "dev": eval_pairs(scorer, held, thr), "test": eval_pairs(scorer, test, thr),
+                "threshold": thr, "threshold_source": "train accuracy (fit + held-out slice)"}
+
+    extra = {"data_set": "askubuntu", "data_paths": {"train": [str(p) for p in paths.train], "test": str(paths.test)},
+             "dev_slice": {"share": 0.2, "pairs": len(held), "key": "crc32(dev:query.id)"}}
+    return Recipe(data, lambda s: eval_pairs(s, held), "accuracy", final, extra)
+
+
+def build_recipe(data: str, paths: DataPaths, negatives: int = 20, seed: int = 0, lexical_negatives: int = 30) -> Recipe:
+    """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``."""
+    if data == "semeval":
+        return _semeval_recipe(paths, negatives, seed)
+    if data == "travel":
+        return _travel_recipe(paths, negatives, seed, lexical_negatives)
+    if data == "askubuntu":
+        return _askubuntu_recipe(paths, negatives, seed)
+    raise ConfigError(f"unknown data set {data!r}; known: {DATA_SETS}")

@@ -1,0 +1,278 @@
+"""The training loop every architecture shares: seeds, batches, early stopping on dev, best checkpoint.
+
+One epoch walks the training groups (ranking losses) or labelled pairs (pair losses) in a seeded
+random order; after each epoch the model is scored on dev through the same
+:class:`~semdup.encoders.checkpoint.CheckpointScorer` serving-side code path, and the best epoch's
+weights are kept. At the end the best weights are reloaded, the final evaluation (dev and test,
+threshold choice) runs once, and the checkpoint plus ``metrics.json`` are written.
+
+Example::
+
+    settings = TrainSettings(arch="bow-cnn", epochs=10, lr=1e-3)
+    result = train(settings, data, evaluate_dev=lambda s: eval_travel(s, dump, "dev"),
+                   dev_metric="MAP", out_dir="artifacts/bow-cnn-travel")
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from semdup.encoders.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
+from semdup.encoders.inputs import build_inputs
+from semdup.encoders.models._base import EncoderModel
+from semdup.encoders.registry import ArchSpec, get_arch
+from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
+from semdup.encoders.training.pairs import TrainingData
+from semdup.errors import ConfigError, DataError
+from semdup.posts import Post
+
+__all__ = ["TrainSettings", "TrainResult", "CachedTextPipeline", "set_seeds", "build_pipeline", "train"]
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything that changes a training run (saved in the checkpoint's config).
+
+    Args:
+        arch: registered architecture name.
+        epochs: maximum epochs.
+        lr: learning rate.
+        optimizer: ``"adam"`` or ``"sgd"`` (the paper's choice for BOW-CNN/CNN).
+        batch_size: groups or pairs per step.
+        negatives: K negatives per group (ranking losses).
+        patience: epochs without dev improvement before stopping.
+        seed: seed of Python, numpy and torch.
+        weight_decay: L2 penalty.
+        max_grad_norm: gradient clipping (0 disables).
+        hparams: model hyper-parameter overrides on top of the arch's defaults.
+        max_tokens: tokens per post (pipeline ``max_tokens``); None keeps the arch/pipeline default.
+        min_df: vocabulary minimum document frequency.
+        max_steps_per_epoch: cap on steps per epoch (tests, quick runs); None = all.
+        threads: torch intra-op threads.
+    """
+
+    arch: str
+    epochs: int = 10
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    batch_size: int = 16
+    negatives: int = 20
+    patience: int = 3
+    seed: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 5.0
+    hparams: Mapping[str, Any] = field(default_factory=dict)
+    max_tokens: int | None = None
+    min_df: int = 1
+    max_steps_per_epoch: int | None = None
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ConfigError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
+
+    @classmethod
+    def for_arch(cls, arch: str, **overrides: Any) -> TrainSettings:
+        """Settings from the arch's ``train_defaults``, then ``overrides`` (None values ignored)."""
+        spec = get_arch(arch)
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in spec.train_defaults.items() if k in known}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - known
+        if unknown:
+            raise ConfigError(f"unknown training settings {sorted(unknown)}; known: {sorted(known)}")
+        return cls(arch=arch, **{k: v for k, v in values.items() if k != "arch"})
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a run produced: the checkpoint directory, the best epoch, its dev figure and the curve."""
+
+    out_dir: Path
+    best_epoch: int
+    best_dev: float
+    curve: list[dict[str, Any]]
+    metrics: dict[str, Any]
+
+
+class CachedTextPipeline(TextPipeline):
+    """The shared pipeline with per-post token caches, so each post is tokenised once per run.
+
+    Same methods, same results: ``build_inputs`` reads tokens through ``text_tokens``/``post_tokens``.
+    """
+
+    def __init__(self, settings: TextPipelineSettings, vocab: Vocabulary | None = None) -> None:
+        super().__init__(settings, vocab)
+        self._post_cache: dict[Post, tuple[list[str], list[str]]] = {}
+        self._text_cache: dict[Post, list[str]] = {}
+
+    def post_tokens(self, post: Post) -> tuple[list[str], list[str]]:
+        got = self._post_cache.get(post)
+        if got is None:
+            got = self._post_cache[post] = super().post_tokens(post)
+        return got
+
+    def text_tokens(self, post: Post) -> list[str]:
+        got = self._text_cache.get(post)
+        if got is None:
+            got = self._text_cache[post] = super().text_tokens(post)
+        return got
+
+
+def set_seeds(seed: int) -> None:
+    """Seed Python, numpy and torch (CPU) so a run repeats."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_pipeline(spec: ArchSpec, settings: TrainSettings, vocab_posts: Sequence[Post]) -> CachedTextPipeline:
+    """The arch's pipeline settings plus a vocabulary built from ``vocab_posts`` (training side only)."""
+    ps = dict(spec.pipeline_defaults)
+    if settings.max_tokens is not None:
+        ps["max_tokens"] = settings.max_tokens
+    pipe = CachedTextPipeline(TextPipelineSettings.from_dict(ps))
+    docs = [pipe.text_tokens(p) for p in tqdm(vocab_posts, desc="vocabulary", unit="post", leave=False)]
+    vocab = Vocabulary.build(docs, min_df=settings.min_df)
+    if len(vocab) <= 2:
+        raise DataError("the training posts gave an empty vocabulary; check the training data paths")
+    logger.info("vocabulary: %d tokens from %d posts (min_df=%d)", len(vocab), len(docs), settings.min_df)
+    out = CachedTextPipeline(pipe.settings, vocab)
+    out._post_cache, out._text_cache = pipe._post_cache, pipe._text_cache
+    return out
+
+
+def _tensors(kind: str, pipeline: TextPipeline, posts: Sequence[Post], bow: bool) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v) for k, v in build_inputs(kind, pipeline, posts, with_bow=bow).items()}
+
+
+def _group_loss(model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]) -> torch.Tensor:
+    k = min(len(g.negatives) for g in batch)
+    if k == 0:
+        raise DataError("a training group has no negative; the data set is too small to sample negatives from")
+    queries = [g.query for g in batch]
+    cands = [p for g in batch for p in (g.positive, *g.negatives[:k])]
+    q = model.encode(_tensors(model.input_kind, pipeline, queries, model.uses_bow))  # B rows
+    c = model.encode(_tensors(model.input_kind, pipeline, cands, model.uses_bow))  # B*(1+k) rows
+    scores = model.score_encoded(q.repeat_rows(1 + k), c).view(len(batch), 1 + k)  # (B, 1+k)
+    return loss_fn(scores)
+
+
+def _pair_loss(model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]) -> torch.Tensor:
+    q = _tensors(model.input_kind, pipeline, [p.query for p in batch], model.uses_bow)
+    c = _tensors(model.input_kind, pipeline, [p.candidate for p in batch], model.uses_bow)
+    labels = torch.tensor([p.label for p in batch], dtype=torch.float32)
+    return loss_fn(model.score(q, c), labels)
+
+
+def train(
+    settings: TrainSettings,
+    data: TrainingData,
+    evaluate_dev: Callable[[CheckpointScorer], Mapping[str, float]],
+    dev_metric: str,
+    out_dir: str | Path,
+    evaluate_final: Callable[[CheckpointScorer], dict[str, Any]] | None = None,
+    extra_config: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    """Train ``settings.arch`` on ``data`` with early stopping on ``evaluate_dev(scorer)[dev_metric]``.
+
+    Args:
+        settings: the run's settings.
+        data: training groups/pairs and the vocabulary posts.
+        evaluate_dev: dev figures of a scorer (higher ``dev_metric`` is better).
+        dev_metric: the key of ``evaluate_dev``'s result to maximise.
+        out_dir: checkpoint directory (written at the end, best epoch's weights).
+        evaluate_final: run once on the best model; returns ``{"dev": ..., "test": ..., "threshold": ...}``.
+        extra_config: more entries for config.json (data paths, ...).
+    """
+    torch.set_num_threads(settings.threads)
+    set_seeds(settings.seed)
+    spec = get_arch(settings.arch)
+    pipeline = build_pipeline(spec, settings, data.vocab_posts)
+    model = spec.model_class.from_hparams({**spec.defaults, **dict(settings.hparams)}, pipeline)
+    loss_fn = spec.loss_class(**spec.loss_defaults)
+    items = list(data.groups if spec.batch_format == "groups" else data.pairs)
+    if not items:
+        raise DataError(f"no training {spec.batch_format} for {settings.arch}; check the training data")
+    step_fn = _group_loss if spec.batch_format == "groups" else _pair_loss
+    params = [p for p in model.parameters() if p.requires_grad]
+    if settings.optimizer == "adam":
+        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    else:
+        opt = torch.optim.SGD(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    rng = random.Random(settings.seed)
+    curve: list[dict[str, Any]] = []
+    best_dev, best_epoch, best_state, bad = -float("inf"), 0, None, 0
+    logger.info("training %s on %d %s, %d parameters", settings.arch, len(items), spec.batch_format,
+                sum(p.numel() for p in params))
+    for epoch in range(1, settings.epochs + 1):
+        t0 = time.monotonic()
+        model.train()
+        rng.shuffle(items)
+        batches = [items[i : i + settings.batch_size] for i in range(0, len(items), settings.batch_size)]
+        if settings.max_steps_per_epoch:
+            batches = batches[: settings.max_steps_per_epoch]
+        losses = []
+        bar = tqdm(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="step", leave=False)
+        for batch in bar:
+            opt.zero_grad()
+            loss = step_fn(model, loss_fn, pipeline, batch)
+            loss.backward()
+            if settings.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+            opt.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+        model.eval()
+        with torch.no_grad():
+            dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
+        if dev_metric not in dev:
+            raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
+        row = {"epoch": epoch, "loss": float(np.mean(losses)), "dev": dev, "seconds": round(time.monotonic() - t0, 1)}
+        curve.append(row)
+        logger.info("epoch %d: loss %.4f dev %s %.2f (%.0fs)", epoch, row["loss"], dev_metric, dev[dev_metric], row["seconds"])
+        if dev[dev_metric] > best_dev:
+            best_dev, best_epoch, bad = float(dev[dev_metric]), epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+            if bad >= settings.patience:
+                logger.info("early stop after epoch %d (best %d: %s %.2f)", epoch, best_epoch, dev_metric, best_dev)
+                break
+    model.load_state_dict(best_state)
+    model.eval()
+    final: dict[str, Any] = {}
+    if evaluate_final is not None:
+        with torch.no_grad():
+            final = dict(evaluate_final(CheckpointScorer(model, pipeline)))
+    config = {
+        "loss": {"class": spec.loss_class.__name__, **loss_fn.get_config_dict()},
+        "batch_format": spec.batch_format,
+        "train": {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(settings).items()},
+        "seed": settings.seed,
+        "data": data.summary,
+        "best_epoch": best_epoch,
+        "threshold": final.get("threshold"),
+        **dict(extra_config or {}),
+    }
+    out = save_checkpoint(out_dir, model, settings.arch, pipeline, config)
+    metrics = {"arch": settings.arch, "best_epoch": best_epoch, f"best_dev_{dev_metric}": best_dev, "curve": curve, **final}
+    write_metrics(out, metrics)
+    return TrainResult(out, best_epoch, best_dev, curve, metrics)
