@@ -1,0 +1,149 @@
+"""``semdup eval``: quality on the real data sets with their official measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from semdup.evaluation.methods import METHOD_HELP, Method, parse_method
+from semdup.indexer.schema import LEXICAL_MODELS
+
+__all__ = ["eval_group"]
+
+
+def _methods(values: tuple[str, ...]) -> list[Method]:
+    names: list[str] = []
+    for v in values:
+        for part in v.split(","):
+            names.extend(LEXICAL_MODELS if part == "lexical" else [part])
+    try:
+        return [parse_method(n) for n in names]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--method") from exc
+
+
+def _client(url: str | None, needed: bool):
+    if not needed:
+        return None
+    from semdup.config import OpenSearchSettings, connect
+
+    settings = OpenSearchSettings.from_env()
+    if url:
+        import dataclasses
+
+        settings = dataclasses.replace(settings, url=url)
+    return connect(settings)
+
+
+def _print_table(rows: list[tuple[str, dict[str, float]]], columns: list[str], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({name: m for name, m in rows}, indent=2))
+        return
+    width = max(12, *(len(n) for n, _ in rows))
+    click.echo(f"{'method':<{width}}  " + "  ".join(f"{c:>7}" for c in columns))
+    for name, m in rows:
+        click.echo(f"{name:<{width}}  " + "  ".join(f"{m[c]:7.2f}" for c in columns))
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Measure a method on a real data set with its official measure."""
+
+
+@eval_group.command("semeval")
+@click.option("--set", "set_name", type=click.Choice(["dev", "test"]), help="A shipped SemEval-2016 set (or --xml/--relevancy).")
+@click.option("--xml", type=click.Path(dir_okay=False, path_type=Path), help="SemEval XML (e.g. the test input).")
+@click.option("--relevancy", type=click.Path(dir_okay=False, path_type=Path), help="Gold .relevancy file.")
+@click.option("--method", "methods", multiple=True, required=True, help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
+@click.option("--mode", type=click.Choice(["rerank", "retrieve"]), default="rerank", show_default=True,
+              help="rerank: the 10 candidates only; retrieve: from all of the set's related questions.")
+@click.option("--fields", type=click.Choice(["text", "title"]), default="text", show_default=True,
+              help="Lexical matching on title + body, or on titles only.")
+@click.option("--k", type=int, default=20, show_default=True, help="Candidates retrieved per question in retrieve mode.")
+@click.option("--pred", type=click.Path(path_type=Path), help="Write official-format predictions here (one method: a file; several: a directory).")
+@click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
+@click.option("--keep-index", is_flag=True, help="Keep the evaluation index for inspection.")
+@click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
+def semeval(set_name, xml, relevancy, methods, mode, fields, k, pred, url, keep_index, as_json) -> None:
+    """Rank SemEval-2016 Task 3 subtask B candidates; print MAP, MRR, P@1 (official rules).
+
+    \b
+    Example:
+      semdup eval semeval --set test --method lexical
+      semdup eval semeval --xml SemEval2016-Task3-CQA-QL-test-input.xml \\
+          --relevancy SemEval2016-Task3-CQA-QL-test.xml.subtaskB.relevancy --method bm25 --mode retrieve --pred bm25.pred
+    """
+    from semdup.evaluation.data_paths import semeval_files
+    from semdup.evaluation.datasets import load_semeval_xml
+    from semdup.evaluation.run_files import write_semeval_pred
+    from semdup.evaluation.semeval_eval import run_semeval
+
+    if set_name:
+        xml, relevancy = semeval_files(set_name)
+    if xml is None or relevancy is None:
+        raise click.UsageError("give --set dev|test, or both --xml and --relevancy")
+    ms = _methods(methods)
+    sem = load_semeval_xml(xml, relevancy, name=set_name or xml.stem)
+    needs_os = any(m.lexical for m in ms) or mode == "retrieve" or url is not None
+    runs = run_semeval(sem, ms, client=_client(url, needs_os), mode=mode, variant=fields, k=k, keep_index=keep_index)
+    if pred:
+        gold = sem.gold()
+        for run in runs:
+            path = pred if len(runs) == 1 else pred / f"{run.method.replace(':', '_').replace('/', '_')}.{mode}.pred"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # lexical methods have no duplicate threshold: true = in the top half of the question's candidates
+            threshold = run.threshold
+            if threshold is None:
+                write_semeval_pred(path, _top_half_scores(run.predictions), gold, threshold=0.5)
+            else:
+                write_semeval_pred(path, run.predictions, gold, threshold=threshold)
+    _print_table([(f"{r.method} ({mode})", r.metrics) for r in runs], ["MAP", "MRR", "P@1"], as_json)
+
+
+def _top_half_scores(preds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Keep the ranking, but map scores so the top half of each question's candidates is >= 0.5.
+
+    Monotone per question: ranks, and so MAP/MRR/P@1, are unchanged."""
+    out = {}
+    for q, row in preds.items():
+        order = sorted(row, key=lambda c: -row[c])
+        n = len(order)
+        ranks = {c: i for i, c in enumerate(order)}
+        out[q] = {c: 1.0 - ranks[c] / max(n, 1) for c in row}
+    return out
+
+
+@eval_group.command("stackexchange")
+@click.option("--dump", type=click.Path(file_okay=False, path_type=Path), help="Dump folder with Posts.xml, PostLinks.xml, splits.tsv (default: the shipped Travel dump).")
+@click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
+@click.option("--method", "methods", multiple=True, required=True, help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
+@click.option("--fields", type=click.Choice(["text", "title"]), default="text", show_default=True)
+@click.option("--run", "run_out", type=click.Path(path_type=Path), help="Write a run file (QID DOCID RANK SCORE, top 100); several methods: a directory.")
+@click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
+@click.option("--keep-index", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def stackexchange(dump, split, methods, fields, run_out, url, keep_index, as_json) -> None:
+    """Retrieve duplicates from a whole Stack Exchange community; print Accuracy@1/5/10, MAP, MRR.
+
+    \b
+    Example:
+      semdup eval stackexchange --split test --method lexical
+      semdup eval stackexchange --dump ../shared/data/travel-stackexchange --split dev --method bm25 --run bm25.run
+    """
+    from semdup.evaluation.data_paths import travel_dir
+    from semdup.evaluation.datasets import load_stackexchange_dump
+    from semdup.evaluation.run_files import write_trec_run
+    from semdup.evaluation.stackexchange_eval import run_stackexchange
+
+    ms = _methods(methods)
+    d = load_stackexchange_dump(dump or travel_dir())
+    runs = run_stackexchange(d, split, ms, client=_client(url, any(m.lexical for m in ms)), variant=fields,
+                             keep_index=keep_index)
+    if run_out:
+        for run in runs:
+            path = run_out if len(runs) == 1 else run_out / f"{run.method.replace(':', '_').replace('/', '_')}.{split}.run"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_trec_run(path, run.ranked)
+    _print_table([(f"{r.method} ({split})", r.metrics) for r in runs], ["Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"], as_json)

@@ -1,0 +1,111 @@
+"""Bulk writes that report every document's fate: written, retried, or failed with its error.
+
+Built on ``opensearchpy.helpers.streaming_bulk`` with ``raise_on_error=False`` and ``max_retries`` set, because
+with the default ``raise_on_error=True`` an item rejected with 429 raises instead of being retried
+(opensearch-py#964). Chunks close by count or by bytes, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+from opensearchpy.helpers import streaming_bulk
+from tqdm.auto import tqdm
+
+from semdup.errors import OpenSearchUnavailable
+
+__all__ = ["BulkReport", "bulk_write", "chunked"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BulkReport:
+    """What happened to each document of a bulk write; failures keep the id and the server's error."""
+
+    written: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def merge(self, other: BulkReport) -> BulkReport:
+        return BulkReport(self.written + other.written, self.failed + other.failed)
+
+
+def bulk_write(
+    client: OpenSearch,
+    actions: Iterable[dict[str, Any]],
+    *,
+    total: int | None = None,
+    chunk_size: int = 500,
+    max_chunk_bytes: int = 10 * 1024 * 1024,
+    max_retries: int = 5,
+    initial_backoff: float = 1.0,
+    max_backoff: float = 30.0,
+    progress: bool = False,
+    description: str = "indexing",
+    request_timeout: float = 60.0,
+) -> BulkReport:
+    """Send ``actions`` and return a report; never drops a failed document silently.
+
+    Args:
+        actions: bulk actions with ``_index``, ``_id`` and ``_source`` (or ``doc`` for updates).
+        total: number of actions, for the progress bar.
+        max_retries: retries of items rejected with 429, with back-off doubling from ``initial_backoff`` seconds.
+
+    Raises:
+        OpenSearchUnavailable: the cluster stopped answering (nothing of the failed chunk is marked written).
+    """
+    report = BulkReport()
+    bar = tqdm(total=total, desc=description, unit="doc", disable=not progress)
+    try:
+        for ok, item in streaming_bulk(
+            client,
+            actions,
+            chunk_size=chunk_size,
+            max_chunk_bytes=max_chunk_bytes,
+            max_retries=max_retries,
+            initial_backoff=initial_backoff,
+            max_backoff=max_backoff,
+            raise_on_error=False,
+            raise_on_exception=True,
+            yield_ok=True,
+            request_timeout=request_timeout,
+        ):
+            bar.update(1)
+            op, result = next(iter(item.items()))
+            if ok:
+                report.written += 1
+            else:
+                error = result.get("error", result)
+                report.failed.append((str(result.get("_id")), str(error)[:500]))
+                logger.warning("bulk %s of %s failed: %s", op, result.get("_id"), str(error)[:200])
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(
+            f"OpenSearch stopped answering during a bulk write after {report.written} documents: {exc}; "
+            "nothing unconfirmed is counted as written - run the same job again (writes are idempotent)"
+        ) from exc
+    finally:
+        bar.close()
+    if report.failed:
+        logger.warning("bulk write: %d written, %d failed", report.written, len(report.failed))
+    return report
+
+
+def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Fixed-size batches of an iterable (the last one shorter)."""
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,77 @@
+"""Create a semdup index from code and load posts into it: the lexical half of indexing."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+from semdup.encoders.text_pipeline import TextPipelineSettings
+from semdup.errors import BulkWriteError, OpenSearchUnavailable, PostError, SemdupError
+from semdup.indexer.bulk import BulkReport, bulk_write
+from semdup.indexer.documents import index_action
+from semdup.indexer.schema import index_body
+from semdup.posts import Post
+
+__all__ = ["create_index", "load_posts", "delete_index"]
+
+logger = logging.getLogger(__name__)
+
+
+def create_index(
+    client: OpenSearch, index: str, *, dimension: int | None = None, knn: bool = False, recreate: bool = False
+) -> None:
+    """Create ``index`` with semdup's schema; ``recreate`` drops an existing one first."""
+    try:
+        if recreate:
+            client.indices.delete(index=index, ignore_unavailable=True)
+        client.indices.create(index=index, body=index_body(dimension=dimension, knn=knn))
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(
+            f"OpenSearch did not answer while creating {index!r}; start the embedded one with "
+            "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
+        ) from exc
+    except os_exc.RequestError as exc:
+        raise SemdupError(f"cannot create index {index!r}: {exc.error}: {exc.info}") from exc
+
+
+def load_posts(
+    client: OpenSearch,
+    index: str,
+    posts: Sequence[Post],
+    *,
+    settings: TextPipelineSettings | None = None,
+    progress: bool = True,
+    refresh: bool = True,
+    strict: bool = True,
+) -> BulkReport:
+    """Bulk-load posts with their ids as ``_id``. Posts that cannot be indexed are reported, never dropped silently.
+
+    Raises:
+        BulkWriteError: with ``strict``, when any post failed (all failures listed on the error).
+    """
+    skipped: list[tuple[str, str]] = []
+
+    def actions():
+        for p in posts:
+            try:
+                yield index_action(index, p, settings)
+            except PostError as exc:
+                skipped.append((p.id, str(exc)))
+
+    report = bulk_write(client, actions(), total=len(posts), progress=progress, description=f"indexing {index}")
+    report.failed.extend(skipped)
+    if refresh:
+        client.indices.refresh(index=index)
+    if report.failed:
+        logger.warning("%d of %d posts were not indexed into %s", len(report.failed), len(posts), index)
+        if strict:
+            first = "; ".join(f"{i}: {e}" for i, e in report.failed[:3])
+            raise BulkWriteError(f"{len(report.failed)} posts were not indexed into {index!r} ({first})", report.failed)
+    return report
+
+
+def delete_index(client: OpenSearch, index: str) -> None:
+    client.indices.delete(index=index, ignore_unavailable=True)

@@ -1,0 +1,138 @@
+"""The index schema: one index serves all six lexical models of BOW-CNN's Tables 3–4, plus semdup's fields.
+
+Each text field (``title``, ``body``, and ``text`` = title + body through ``copy_to``) is analysed once per
+similarity: the main field scores with BM25 and each sub-field carries one other similarity, so a
+search template picks a model by picking a sub-field (``title.lmj``, ``text.dfr`` ...)::
+
+    bm25   BM25 (k1 1.2, b 0.75)                          Robertson & Zaragoza 2009
+    lmj    LMJelinekMercer (lambda 0.7)                    Zhai & Lafferty 2001
+    lmd    LMDirichlet (mu 2000)                           Zhai & Lafferty 2001
+    dfr    DFR G-L-H2 (basic model g, after-effect l, normalisation h2 c=1)   Amati & van Rijsbergen 2002
+    ib     IB LL-DF-H2 (distribution ll, lambda df, normalisation h2)         Clinchant & Gaussier 2010
+    tfidf  Lucene's classic TF-IDF, as a ``scripted`` similarity (tf = sqrt(freq), idf = 1 + ln((N+1)/(df+1)),
+           norm = 1/sqrt(length); score = boost·tf·idf²·norm, the query norm left out as it does not change ranks)
+
+semdup's own fields live under ``semdup``: ``terms`` (rank_features: the learned BOW weights tf·t, L2-normalised,
+so a bool of linear rank_feature clauses boosted by the query's weights is exactly cos_bow), ``vector`` (the dense
+vector: a lucene-engine ``knn_vector`` with cosinesimil when the k-NN plugin is there, else stored and not indexed),
+``model`` (the bundle version id, so two models' vectors are never mixed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "LEXICAL_MODELS",
+    "TEXT_FIELDS",
+    "index_body",
+    "semdup_fields_mapping",
+    "lexical_field",
+    "feature_name",
+]
+
+# model name -> sub-field suffix ("" = the main field, BM25)
+LEXICAL_MODELS: dict[str, str] = {"bm25": "", "lmj": "lmj", "lmd": "lmd", "dfr": "dfr", "ib": "ib", "tfidf": "tfidf"}
+TEXT_FIELDS = ("title", "body", "text")
+
+_TFIDF_WEIGHT = "double idf = Math.log((field.docCount + 1.0) / (term.docFreq + 1.0)) + 1.0; return query.boost * idf;"
+_TFIDF_SCORE = (
+    "double idf = Math.log((field.docCount + 1.0) / (term.docFreq + 1.0)) + 1.0;"
+    " double tf = Math.sqrt(doc.freq); double norm = 1.0 / Math.sqrt(doc.length);"
+    " return weight * tf * idf * norm;"
+)
+
+SIMILARITIES: dict[str, dict[str, Any]] = {
+    "semdup_bm25": {"type": "BM25", "k1": 1.2, "b": 0.75},
+    "semdup_lmj": {"type": "LMJelinekMercer", "lambda": 0.7},
+    "semdup_lmd": {"type": "LMDirichlet", "mu": 2000},
+    "semdup_dfr": {"type": "DFR", "basic_model": "g", "after_effect": "l", "normalization": "h2", "normalization.h2.c": 1.0},
+    "semdup_ib": {"type": "IB", "distribution": "ll", "lambda": "df", "normalization": "h2", "normalization.h2.c": 1.0},
+    "semdup_tfidf": {
+        "type": "scripted",
+        "weight_script": {"source": _TFIDF_WEIGHT},
+        "script": {"source": _TFIDF_SCORE},
+    },
+}
+
+ANALYZER = "english"  # standard tokenizer, lower-case, english stop words and Porter stemming
+
+
+def lexical_field(model: str, field: str) -> str:
+    """The field a lexical model scores: ``lexical_field("dfr", "title") == "title.dfr"``."""
+    if model not in LEXICAL_MODELS:
+        raise ValueError(f"unknown lexical model {model!r}; known: {', '.join(LEXICAL_MODELS)}")
+    if field not in TEXT_FIELDS:
+        raise ValueError(f"unknown text field {field!r}; known: {', '.join(TEXT_FIELDS)}")
+    suffix = LEXICAL_MODELS[model]
+    return f"{field}.{suffix}" if suffix else field
+
+
+def feature_name(token: str) -> str:
+    """A rank_features key for a token: OpenSearch reads dots in feature names as object paths
+    (``semdup.terms.12.04`` finds nothing), so '.' becomes U+00B7, which the tokenizer never puts in a word."""
+    return token.replace(".", "\u00b7")
+
+
+def _text_field(copy_to: str | None) -> dict[str, Any]:
+    sub = {
+        suffix: {"type": "text", "analyzer": ANALYZER, "similarity": f"semdup_{model}"}
+        for model, suffix in LEXICAL_MODELS.items()
+        if suffix
+    }
+    field: dict[str, Any] = {"type": "text", "analyzer": ANALYZER, "similarity": "semdup_bm25", "fields": sub}
+    if copy_to:
+        field["copy_to"] = copy_to
+    return field
+
+
+def semdup_fields_mapping(dimension: int | None = None, knn: bool = False) -> dict[str, Any]:
+    """The ``semdup`` object mapping; ``dimension`` is known once a model bundle is chosen."""
+    props: dict[str, Any] = {
+        "terms": {"type": "rank_features"},
+        "model": {"type": "keyword"},
+        "indexed_at": {"type": "date"},
+    }
+    if dimension is not None:
+        if knn:
+            props["vector"] = {
+                "type": "knn_vector",
+                "dimension": int(dimension),
+                "method": {"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil"},
+            }
+        else:
+            # Without the k-NN plugin the vector is kept in _source for the reranker, not searched.
+            props["vector"] = {"type": "float", "index": False, "doc_values": False}
+    return {"properties": props}
+
+
+def index_body(
+    *,
+    shards: int = 1,
+    replicas: int = 0,
+    dimension: int | None = None,
+    knn: bool = False,
+    refresh_interval: str = "1s",
+) -> dict[str, Any]:
+    """Settings and mappings for a semdup-created index (create it with ``client.indices.create``)."""
+    settings: dict[str, Any] = {
+        "number_of_shards": shards,
+        "number_of_replicas": replicas,
+        "refresh_interval": refresh_interval,
+        "similarity": SIMILARITIES,
+    }
+    if knn and dimension is not None:
+        settings["knn"] = True
+    return {
+        "settings": {"index": settings},
+        "mappings": {
+            "dynamic": "strict",
+            "properties": {
+                "post_id": {"type": "keyword"},
+                "title": _text_field("text"),
+                "body": _text_field("text"),
+                "text": _text_field(None),
+                "semdup": semdup_fields_mapping(dimension, knn),
+            },
+        },
+    }

@@ -1,0 +1,89 @@
+"""Register the templates as stored scripts and run them (opensearch-py's ``put_script`` / ``msearch_template``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
+from semdup.search_templates.templates import all_templates
+
+__all__ = ["register_templates", "render_template", "Hit", "msearch_templates", "MAX_QUERY_TERMS", "query_text"]
+
+logger = logging.getLogger(__name__)
+
+# A post of thousands of words would become thousands of match clauses (and hit the clause limit);
+# its first words carry the subject anyway.
+MAX_QUERY_TERMS = 300
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One candidate: the post id and the lexical model's score."""
+
+    id: str
+    score: float
+
+
+def query_text(title: str, body: str = "", max_terms: int = MAX_QUERY_TERMS) -> str:
+    words = f"{title} {body}".split()
+    return " ".join(words[:max_terms])
+
+
+def register_templates(client: OpenSearch) -> list[str]:
+    """Store every template (idempotent: the same id is overwritten with the same source)."""
+    ids = []
+    for tid, source in all_templates().items():
+        _call(client.put_script, id=tid, body={"script": {"lang": "mustache", "source": source}})
+        ids.append(tid)
+    logger.info("registered %d search templates", len(ids))
+    return ids
+
+
+def render_template(client: OpenSearch, template_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The query a stored template produces (``_render/template``): for tests and for operators' eyes."""
+    out = _call(client.render_search_template, id=template_id, body={"params": params})
+    return out["template_output"]
+
+
+def msearch_templates(
+    client: OpenSearch, index: str, requests: Sequence[tuple[str, dict[str, Any]]], batch: int = 100
+) -> list[list[Hit]]:
+    """Run (template id, params) pairs with ``_msearch/template``; one hit list per request, in order.
+
+    Raises:
+        IndexError_: the index does not exist. SemdupError: a request failed (its error is named).
+    """
+    results: list[list[Hit]] = []
+    for start in range(0, len(requests), batch):
+        body: list[dict[str, Any]] = []
+        for tid, params in requests[start : start + batch]:
+            body.append({"index": index})
+            body.append({"id": tid, "params": params})
+        resp = _call(client.msearch_template, body=body)
+        for r in resp["responses"]:
+            if "error" in r:
+                err = r["error"]
+                reason = err.get("root_cause", [{}])[0].get("reason") if isinstance(err, dict) else err
+                if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
+                    raise IndexError_(f"index {index!r} does not exist; index posts into it first")
+                raise SemdupError(f"search template request failed: {reason}")
+            results.append([Hit(h["_id"], float(h["_score"])) for h in r["hits"]["hits"]])
+    return results
+
+
+def _call(fn, **kwargs):
+    try:
+        return fn(**kwargs)
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(
+            f"OpenSearch did not answer ({exc.__class__.__name__}); start the embedded one with "
+            "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
+        ) from exc
+    except os_exc.NotFoundError as exc:
+        raise IndexError_(f"not found: {exc.info if hasattr(exc, 'info') else exc}") from exc

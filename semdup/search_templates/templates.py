@@ -1,0 +1,71 @@
+"""Stored mustache templates for candidate retrieval: one per lexical model and query variant.
+
+Template ids are ``semdup-<model>-<variant>``: ``model`` is one of ``bm25 lmj lmd dfr ib tfidf`` (the six
+lexical models of BOW-CNN, dos Santos et al. 2015, Tables 3–4) and ``variant`` is ``title`` (match the query
+text against titles) or ``text`` (against title + body). Parameters:
+
+    text         the query text (JSON-escaped by OpenSearch's mustache engine)
+    size         how many candidates (default 10)
+    exclude_id   optional: leave this post out (the query itself, when it is indexed)
+    ids          optional: restrict candidates to these post ids (SemEval's 10 candidates); pass
+                 ``has_ids: true`` beside it, since a mustache section over a list repeats per element
+
+Rendered with ``_render/template`` and run with ``_search/template`` / ``_msearch/template``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from semdup.indexer.schema import LEXICAL_MODELS, lexical_field
+
+__all__ = ["VARIANTS", "template_id", "template_source", "all_templates", "template_params"]
+
+VARIANTS = ("title", "text")
+
+_SOURCE = """{
+  "size": {{size}}{{^size}}10{{/size}},
+  "_source": false,
+  "track_total_hits": false,
+  "query": {
+    "bool": {
+      "must": [{"match": {"FIELD": {"query": "{{text}}"}}}],
+      "filter": [{{#has_ids}}{"ids": {"values": {{#toJson}}ids{{/toJson}}}}{{/has_ids}}],
+      "must_not": [{{#exclude_id}}{"ids": {"values": ["{{exclude_id}}"]}}{{/exclude_id}}]
+    }
+  }
+}"""
+
+
+def template_id(model: str, variant: str = "text") -> str:
+    if model not in LEXICAL_MODELS:
+        raise ValueError(f"unknown lexical model {model!r}; known: {', '.join(LEXICAL_MODELS)}")
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown template variant {variant!r}; known: {', '.join(VARIANTS)}")
+    return f"semdup-{model}-{variant}"
+
+
+def template_source(model: str, variant: str = "text") -> str:
+    """The mustache source of one template (a string: its sections make it invalid JSON before rendering)."""
+    template_id(model, variant)  # validates both names
+    return _SOURCE.replace("FIELD", lexical_field(model, variant))
+
+
+def all_templates() -> dict[str, str]:
+    """Every template id with its source."""
+    return {template_id(m, v): template_source(m, v) for m in LEXICAL_MODELS for v in VARIANTS}
+
+
+def template_params(
+    text: str, size: int = 10, exclude_id: str | None = None, ids: list[str] | None = None
+) -> dict[str, Any]:
+    """Parameters for a template call; ``ids`` also sets ``has_ids``."""
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size}")
+    params: dict[str, Any] = {"text": text, "size": int(size)}
+    if exclude_id is not None:
+        params["exclude_id"] = str(exclude_id)
+    if ids is not None:
+        params["ids"] = [str(i) for i in ids]
+        params["has_ids"] = True
+    return params
