@@ -1,0 +1,69 @@
+"""The shared text pipeline: the papers' preprocessing, deterministic vocabulary, refusals of bad posts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from semdup.encoders.text_pipeline import (
+    UNK_ID,
+    TextPipeline,
+    TextPipelineSettings,
+    Vocabulary,
+    check_post,
+    clean_text,
+)
+from semdup.errors import DataError, PostError
+from semdup.posts import Post
+
+
+def test_html_code_and_urls_are_handled_as_the_papers_do() -> None:
+    p = TextPipeline(TextPipelineSettings())
+    text = "How do I <b>mount</b> it?<pre><code>sudo rm -rf /</code></pre> See https://askubuntu.com/q/1 &amp; more"
+    assert p.tokens(text) == ["how", "do", "i", "mount", "it", "?", "see", "urltoken", "&", "more"]
+    assert "sudo" not in clean_text(text, p.settings)
+
+
+def test_words_with_inner_punctuation_stay_whole() -> None:
+    assert TextPipeline(TextPipelineSettings()).tokens("Don't upgrade 12.04 wi-fi") == ["don't", "upgrade", "12.04", "wi-fi"]
+
+
+def test_max_tokens_cuts_title_plus_body() -> None:
+    p = TextPipeline(TextPipelineSettings(max_tokens=3))
+    assert p.text_tokens(Post("1", "a b", "c d e")) == ["a", "b", "c"]
+
+
+def test_vocabulary_is_deterministic_and_idf_follows_the_paper(tmp_path: Path) -> None:
+    docs = [["b", "a"], ["a"], ["c", "a"]]
+    v = Vocabulary.build(docs)
+    assert v.itos == ["<pad>", "<unk>", "a", "b", "c"]
+    assert v.idf()[2] == pytest.approx(0.0) and v.idf()[3] == pytest.approx(math.log(3))
+    v.save(tmp_path / "v.json")
+    assert Vocabulary.load(tmp_path / "v.json").itos == v.itos
+    assert v.ids(["a", "zzz"]) == [2, UNK_ID]
+
+
+def test_term_frequencies_leave_out_unknown_words() -> None:
+    v = Vocabulary.build([["usb", "mount"]])
+    p = TextPipeline(TextPipelineSettings(), v)
+    assert p.term_frequencies(["usb", "usb", "zzz"]) == {v.stoi["usb"]: 2}
+
+
+def test_bad_posts_and_files_are_refused_with_a_reason(tmp_path: Path) -> None:
+    with pytest.raises(PostError, match="neither title nor body"):
+        check_post(Post("e", " ", ""))
+    with pytest.raises(PostError, match="binary"):
+        check_post(Post("b", "", "\x00\x01\x02" * 50))
+    bad = tmp_path / "v.json"
+    bad.write_bytes(b"\xff\xfe not json")
+    with pytest.raises(DataError, match="cannot read vocabulary"):
+        Vocabulary.load(bad)
+    with pytest.raises(DataError, match="trigram"):
+        TextPipeline(TextPipelineSettings()).trigram_ids(["a"])
+
+
+def test_huge_field_is_cut_not_stalled() -> None:
+    p = TextPipeline(TextPipelineSettings(max_tokens=5))
+    assert len(p.tokens("word " * 500_000)) == 5
