@@ -51,14 +51,29 @@ def test_tiny_bow_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
     from semdup.evaluation.datasets import load_semeval_xml
 
     train_set = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-train-part2.xml")
-    dev = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy")
+    dev = load_semeval_xml(
+        DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"
+    )
     data = semeval_training_data([train_set], negatives=5, seed=0)
     settings = TrainSettings(
-        arch="bow-cnn", epochs=3, lr=3e-3, batch_size=16, negatives=5, patience=5, max_tokens=40, threads=1,
+        arch="bow-cnn",
+        epochs=3,
+        lr=3e-3,
+        batch_size=16,
+        negatives=5,
+        patience=5,
+        max_tokens=40,
+        threads=1,
         hparams={"word_vectors": "none", "emb_dim": 16, "conv_units": 32},
     )
-    result = train(settings, data, lambda s: eval_semeval(s, dev), "MAP", tmp_path / "ckpt",
-                   lambda s: {"dev": eval_semeval(s, dev)})
+    result = train(
+        settings,
+        data,
+        lambda s: eval_semeval(s, dev),
+        "MAP",
+        tmp_path / "ckpt",
+        lambda s: {"dev": eval_semeval(s, dev)},
+    )
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
     assert result.metrics["dev"]["MAP"] > random_semeval_map(dev) + 5.0
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_encoders_bow_cnn import DATA, random_semeval_map
 
 from semdup.encoders.losses.mse_cosine import MSECosineLoss, compute_mse_loss_from_scores
 from semdup.encoders.models.cnn import ConvSumEncoder
 from semdup.encoders.training.offline_eval import eval_semeval
 from semdup.encoders.training.pairs import semeval_training_data
 from semdup.encoders.training.trainer import TrainSettings, train
-
-from test_encoders_bow_cnn import DATA, random_semeval_map
 
 
 def test_mse_cosine_loss_on_hand_built_scores() -> None:
@@ -39,13 +38,27 @@ def test_tiny_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
     from semdup.evaluation.datasets import load_semeval_xml
 
     train_set = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-train-part2.xml")
-    dev = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy")
+    dev = load_semeval_xml(
+        DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"
+    )
     data = semeval_training_data([train_set], seed=0)
     settings = TrainSettings(
-        arch="cnn", epochs=4, lr=3e-3, batch_size=32, patience=5, max_tokens=40, threads=1,
+        arch="cnn",
+        epochs=4,
+        lr=3e-3,
+        batch_size=32,
+        patience=5,
+        max_tokens=40,
+        threads=1,
         hparams={"word_vectors": "none", "emb_dim": 16, "conv_units": 32},
     )
-    result = train(settings, data, lambda s: eval_semeval(s, dev), "MAP", tmp_path / "ckpt",
-                   lambda s: {"dev": eval_semeval(s, dev)})
+    result = train(
+        settings,
+        data,
+        lambda s: eval_semeval(s, dev),
+        "MAP",
+        tmp_path / "ckpt",
+        lambda s: {"dev": eval_semeval(s, dev)},
+    )
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
     assert result.metrics["dev"]["MAP"] > random_semeval_map(dev)

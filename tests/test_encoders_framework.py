@@ -41,7 +41,7 @@ def test_text_ids_equal_direct_pipeline_calls(pipeline: TextPipeline) -> None:
     ids = arrays["ids"]
     assert ids.dtype == np.int64
     assert ids.shape[1] == max(len(pipeline.text_tokens(p)) for p in POSTS)
-    for row, post in zip(ids, POSTS):
+    for row, post in zip(ids, POSTS, strict=True):
         direct = pipeline.ids(pipeline.text_tokens(post))
         assert row[: len(direct)].tolist() == direct
         assert (row[len(direct) :] == PAD_ID).all()
@@ -81,8 +81,12 @@ def test_unknown_input_kind_and_arch_are_refused(pipeline: TextPipeline) -> None
 
 
 def test_fused_scores_and_minmax() -> None:
-    s = fused_scores(np.array([0.5, 0.0]), np.array([1.0, 0.2]), np.array([1.0, 0.0]),
-                     {"beta_bow": 2.0, "beta_dense": 1.0, "alpha": 0.5})
+    s = fused_scores(
+        np.array([0.5, 0.0]),
+        np.array([1.0, 0.2]),
+        np.array([1.0, 0.0]),
+        {"beta_bow": 2.0, "beta_dense": 1.0, "alpha": 0.5},
+    )
     np.testing.assert_allclose(s, [2.5, 0.2])
     np.testing.assert_allclose(minmax_normalise([3.0, 1.0, 2.0]), [1.0, 0.0, 0.5])
     np.testing.assert_allclose(minmax_normalise([2.0, 2.0]), [0.0, 0.0])
@@ -106,14 +110,16 @@ def test_numpy_bow_cosine_equals_torch_bow_cosine(pipeline: TextPipeline) -> Non
 
 
 @pytest.mark.parametrize("arch", ["bow-cnn", "cnn"])
-def test_checkpoint_round_trip_and_scorer_match_the_torch_model(arch: str, pipeline: TextPipeline, tmp_path: Path) -> None:
+def test_checkpoint_round_trip_and_scorer_match_the_torch_model(
+    arch: str, pipeline: TextPipeline, tmp_path: Path
+) -> None:
     model = get_arch(arch).model_class.from_hparams({"word_vectors": "none", "conv_units": 16, "emb_dim": 8}, pipeline)
     model.eval()
     save_checkpoint(tmp_path, model, arch, pipeline, {"threshold": 0.25})
     loaded, pipe2, config = load_checkpoint(tmp_path)
     assert config["arch"] == arch and config["threshold"] == 0.25 and config["vocab_size"] == len(pipeline.vocab)
     assert pipe2.settings == pipeline.settings and pipe2.vocab.itos == pipeline.vocab.itos
-    for a, b in zip(model.state_dict().values(), loaded.state_dict().values()):
+    for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     scorer = CheckpointScorer.from_dir(tmp_path)
     assert isinstance(scorer, PostScorer) and scorer.threshold == 0.25

@@ -27,7 +27,12 @@ def test_html_code_and_urls_are_handled_as_the_papers_do() -> None:
 
 
 def test_words_with_inner_punctuation_stay_whole() -> None:
-    assert TextPipeline(TextPipelineSettings()).tokens("Don't upgrade 12.04 wi-fi") == ["don't", "upgrade", "12.04", "wi-fi"]
+    assert TextPipeline(TextPipelineSettings()).tokens("Don't upgrade 12.04 wi-fi") == [
+        "don't",
+        "upgrade",
+        "12.04",
+        "wi-fi",
+    ]
 
 
 def test_max_tokens_cuts_title_plus_body() -> None:

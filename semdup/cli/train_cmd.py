@@ -33,13 +33,28 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 
 @click.command(name="train")
 @click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="Architecture to train.")
-@click.option("--data", "data_set", required=True, type=click.Choice(["semeval", "travel", "askubuntu"]),
-              help="Real data set (its official train/dev/test protocol).")
+@click.option(
+    "--data",
+    "data_set",
+    required=True,
+    type=click.Choice(["semeval", "travel", "askubuntu"]),
+    help="Real data set (its official train/dev/test protocol).",
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Checkpoint directory.")
-@click.option("--data-dir", default="/work/shared/data", show_default=True, type=click.Path(file_okay=False),
-              help="Root of the shared data sets.")
-@click.option("--train", "train_paths", multiple=True, type=click.Path(exists=True),
-              help="Override training file(s) (semeval: JSONL/XML files; travel: dump dir; askubuntu: JSONL).")
+@click.option(
+    "--data-dir",
+    default="/work/shared/data",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Root of the shared data sets.",
+)
+@click.option(
+    "--train",
+    "train_paths",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Override training file(s) (semeval: JSONL/XML files; travel: dump dir; askubuntu: JSONL).",
+)
 @click.option("--dev", "dev_path", type=click.Path(exists=True), help="Override the dev file (semeval XML).")
 @click.option("--test", "test_path", type=click.Path(exists=True), help="Override the test file.")
 @click.option("--epochs", type=int, help="Maximum epochs (early stopping on dev).")
@@ -52,16 +67,43 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--max-tokens", type=int, help="Tokens kept per post (title + body).")
 @click.option("--min-df", type=int, help="Vocabulary minimum document frequency.")
 @click.option("--max-steps", type=int, help="Cap on steps per epoch (quick runs).")
-@click.option("--lexical-negatives", type=int, default=30, show_default=True,
-              help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none).")
+@click.option(
+    "--lexical-negatives",
+    type=int,
+    default=30,
+    show_default=True,
+    help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none).",
+)
 @click.option("--threads", type=int, default=2, show_default=True, help="torch CPU threads.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Model hyper-parameter, e.g. --set word_vectors=none --set conv_units=200.")
-def train(arch: str, data_set: str, out_dir: str, data_dir: str, train_paths: tuple[str, ...], dev_path: str | None,
-          test_path: str | None, epochs: int | None, seed: int, lr: float | None, optimizer: str | None,
-          batch_size: int | None, negatives: int | None, patience: int | None, max_tokens: int | None,
-          min_df: int | None, max_steps: int | None, lexical_negatives: int, threads: int,
-          sets: tuple[str, ...]) -> None:
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Model hyper-parameter, e.g. --set word_vectors=none --set conv_units=200.",
+)
+def train(
+    arch: str,
+    data_set: str,
+    out_dir: str,
+    data_dir: str,
+    train_paths: tuple[str, ...],
+    dev_path: str | None,
+    test_path: str | None,
+    epochs: int | None,
+    seed: int,
+    lr: float | None,
+    optimizer: str | None,
+    batch_size: int | None,
+    negatives: int | None,
+    patience: int | None,
+    max_tokens: int | None,
+    min_df: int | None,
+    max_steps: int | None,
+    lexical_negatives: int,
+    threads: int,
+    sets: tuple[str, ...],
+) -> None:
     """Train an encoder on real data; write config.json, vocab.json, model.pt and metrics.json to --out.
 
     Early stopping uses dev (SemEval: dev MAP; Travel: dev MAP; AskUbuntu: accuracy on a held-out
@@ -80,16 +122,36 @@ def train(arch: str, data_set: str, out_dir: str, data_dir: str, train_paths: tu
         raise ConfigError(f'training needs the training extras ({exc}); install: pip install "semdup[train]"') from exc
 
     settings = TrainSettings.for_arch(
-        arch, epochs=epochs, seed=seed, lr=lr, optimizer=optimizer, batch_size=batch_size, negatives=negatives,
-        patience=patience, max_tokens=max_tokens, min_df=min_df, max_steps_per_epoch=max_steps, threads=threads,
+        arch,
+        epochs=epochs,
+        seed=seed,
+        lr=lr,
+        optimizer=optimizer,
+        batch_size=batch_size,
+        negatives=negatives,
+        patience=patience,
+        max_tokens=max_tokens,
+        min_df=min_df,
+        max_steps_per_epoch=max_steps,
+        threads=threads,
         hparams=_parse_set(sets),
     )
     paths = DataPaths.defaults(data_set, data_dir).override(train_paths, dev_path, test_path)
-    recipe = build_recipe(data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives)
-    result = run_training(settings, recipe.data, recipe.evaluate_dev, recipe.dev_metric, out_dir,
-                          recipe.evaluate_final, recipe.extra_config)
-    click.echo(f"checkpoint: {result.out_dir} (best epoch {result.best_epoch}, dev {recipe.dev_metric} "
-               f"{result.best_dev:.2f})")
+    recipe = build_recipe(
+        data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives
+    )
+    result = run_training(
+        settings,
+        recipe.data,
+        recipe.evaluate_dev,
+        recipe.dev_metric,
+        out_dir,
+        recipe.evaluate_final,
+        recipe.extra_config,
+    )
+    click.echo(
+        f"checkpoint: {result.out_dir} (best epoch {result.best_epoch}, dev {recipe.dev_metric} {result.best_dev:.2f})"
+    )
     for part in ("train", "dev", "test"):
         if part in result.metrics:
             figures = {k: round(v, 2) for k, v in result.metrics[part].items() if isinstance(v, float)}

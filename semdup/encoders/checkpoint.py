@@ -119,7 +119,9 @@ def read_config(ckpt_dir: str | Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise BundleError(f"{ckpt_dir} is not a semdup checkpoint: no {CONFIG_FILE}; train one with 'semdup train'") from exc
+        raise BundleError(
+            f"{ckpt_dir} is not a semdup checkpoint: no {CONFIG_FILE}; train one with 'semdup train'"
+        ) from exc
     except ValueError as exc:
         raise BundleError(f"{path} is not valid JSON: {exc}") from exc
 
@@ -146,7 +148,9 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[EncoderModel, TextPipeline, d
     except FileNotFoundError as exc:
         raise BundleError(f"{d} has no {WEIGHTS_FILE}; the checkpoint is incomplete") from exc
     except RuntimeError as exc:
-        raise BundleError(f"{d / WEIGHTS_FILE} does not fit a {config['arch']} model built from config.json: {exc}") from exc
+        raise BundleError(
+            f"{d / WEIGHTS_FILE} does not fit a {config['arch']} model built from config.json: {exc}"
+        ) from exc
     model.eval()
     return model, pipeline, config
 

@@ -45,8 +45,10 @@ def _term_counts(tokens_list: Sequence[Sequence[str]], stoi: dict[str, int]) -> 
         indices.extend(counts.keys())
         data.extend(counts.values())
         indptr.append(len(indices))
-    return sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr),
-                         shape=(len(tokens_list), len(stoi)))
+    return sp.csr_matrix(
+        (np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr),
+        shape=(len(tokens_list), len(stoi)),
+    )
 
 
 def _l2_rows(m: sp.csr_matrix) -> sp.csr_matrix:
@@ -118,5 +120,3 @@ class LexicalIndex:
             order = np.argsort(-scores[qi], kind="stable")[: k + 1]
             out.append([self.ids[j] for j in order if self.ids[j] != q.id][:k])
         return out
-
-

@@ -76,7 +76,11 @@ class CNN(EncoderModel):
     uses_bow = False
 
     def __init__(
-        self, vocab_size: int, emb_dim: int = 50, conv_units: int = 300, window: int = 3,
+        self,
+        vocab_size: int,
+        emb_dim: int = 50,
+        conv_units: int = 300,
+        window: int = 3,
         embeddings: np.ndarray | None = None,
     ) -> None:
         super().__init__()

@@ -1,4 +1,5 @@
-"""Training: data builders (``pairs``), the loop (``trainer``, imports torch), offline evaluation (``offline_eval``)."""
+"""Training: data builders (``pairs``), recipes per data set (``recipes``), offline evaluation
+(``offline_eval``) and the loop (``trainer``, the only one that imports torch)."""
 
 from __future__ import annotations
 

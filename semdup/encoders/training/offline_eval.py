@@ -37,7 +37,7 @@ def semeval_predictions(scorer: PostScorer, semeval_set: Any) -> dict[str, dict[
     for q in semeval_set.questions:
         cands = [r.post for r in q.related]
         scores = scorer.score(q.post, cands) if cands else np.zeros(0)
-        out[q.post.id] = {r.post.id: float(s) for r, s in zip(q.related, scores)}
+        out[q.post.id] = {r.post.id: float(s) for r, s in zip(q.related, scores, strict=True)}
     return out
 
 

@@ -96,7 +96,9 @@ def _fill(
     return tuple(chosen)
 
 
-def semeval_training_data(sets: Sequence[Any], negatives: int = 20, pair_negatives: int = 2, seed: int = 0) -> TrainingData:
+def semeval_training_data(
+    sets: Sequence[Any], negatives: int = 20, pair_negatives: int = 2, seed: int = 0
+) -> TrainingData:
     """Groups and pairs from SemEval sets (``SemEvalSet`` of part 1 and part 2).
 
     Args:
@@ -228,7 +230,9 @@ def pair_training_data(pairs_in: Sequence[Any], negatives: int = 20, seed: int =
     for p in pairs_in:
         if p.duplicate:
             exclude = {p.query.id, p.candidate.id}
-            groups.append(TrainingGroup(p.query, p.candidate, _fill(rng, non_dup.get(p.query.id, []), pool, negatives, exclude)))
+            groups.append(
+                TrainingGroup(p.query, p.candidate, _fill(rng, non_dup.get(p.query.id, []), pool, negatives, exclude))
+            )
     pairs = tuple(LabelledPair(p.query, p.candidate, 1.0 if p.duplicate else 0.0) for p in pairs_in)
     vocab_posts = tuple({x.id: x for x in pool}.values())
     summary = {

@@ -68,7 +68,9 @@ class DataPaths:
         if data == "travel":
             return cls((r / "travel-stackexchange",), None, None)
         if data == "askubuntu":
-            return cls((r / "askubuntu-pairs" / "train.pairs.jsonl",), None, r / "askubuntu-pairs" / "test.pairs.jsonl")
+            return cls(
+                (r / "askubuntu-pairs" / "train.pairs.jsonl",), None, r / "askubuntu-pairs" / "test.pairs.jsonl"
+            )
         raise ConfigError(f"unknown data set {data!r}; known: {DATA_SETS}")
 
     def override(self, train: Sequence[str] = (), dev: str | None = None, test: str | None = None) -> DataPaths:
@@ -116,13 +118,22 @@ def _semeval_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
     def final(scorer: PostScorer) -> dict[str, Any]:
         from semdup.evaluation.datasets import PostPair
 
-        dev_pairs = [PostPair(q.post, r.post, bool(r.relevant), r.label or "") for q in dev.questions for r in q.related]
+        dev_pairs = [
+            PostPair(q.post, r.post, bool(r.relevant), r.label or "") for q in dev.questions for r in q.related
+        ]
         thr, acc = best_threshold(pair_scores(scorer, dev_pairs), [p.duplicate for p in dev_pairs])
-        return {"dev": eval_semeval(scorer, dev), "test": eval_semeval(scorer, test), "threshold": thr,
-                "threshold_source": "dev accuracy", "dev_pair_accuracy": acc}
+        return {
+            "dev": eval_semeval(scorer, dev),
+            "test": eval_semeval(scorer, test),
+            "threshold": thr,
+            "threshold_source": "dev accuracy",
+            "dev_pair_accuracy": acc,
+        }
 
-    extra = {"data_set": "semeval", "data_paths": {"train": [str(p) for p in paths.train], "dev": str(paths.dev),
-                                                   "test": str(paths.test)}}
+    extra = {
+        "data_set": "semeval",
+        "data_paths": {"train": [str(p) for p in paths.train], "dev": str(paths.dev), "test": str(paths.test)},
+    }
     return Recipe(data, lambda s: eval_semeval(s, dev), "MAP", final, extra)
 
 
@@ -134,10 +145,16 @@ def _travel_recipe(paths: DataPaths, negatives: int, seed: int, lexical_negative
     if lexical_negatives > 0:
         pipe = TextPipeline(TextPipelineSettings())
         index = LexicalIndex.build(pipe, dump.corpus(), kind="bm25")
-        ids = sorted({x for a, b in dump.duplicate_links for x in (a, b) if dump.splits.get(x) == "train"
-                      and dump.splits.get(a) == dump.splits.get(b) == "train"})
+        ids = sorted(
+            {
+                x
+                for a, b in dump.duplicate_links
+                for x in (a, b)
+                if dump.splits.get(x) == "train" and dump.splits.get(a) == dump.splits.get(b) == "train"
+            }
+        )
         tops = index.top_k(pipe, [dump.posts[i] for i in ids], lexical_negatives)
-        lex = dict(zip(ids, tops))
+        lex = dict(zip(ids, tops, strict=True))
     data = travel_training_data(dump, "train", negatives=negatives, lexical_negatives=lex, seed=seed)
 
     def final(scorer: PostScorer) -> dict[str, Any]:
@@ -160,15 +177,25 @@ def _askubuntu_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
     def final(scorer: PostScorer) -> dict[str, Any]:
         train_eval = eval_pairs(scorer, all_train)  # threshold chosen on all train pairs
         thr = train_eval["threshold"]
-        return {"train": train_eval, "dev": eval_pairs(scorer, held, thr), "test": eval_pairs(scorer, test, thr),
-                "threshold": thr, "threshold_source": "train accuracy (fit + held-out slice)"}
+        return {
+            "train": train_eval,
+            "dev": eval_pairs(scorer, held, thr),
+            "test": eval_pairs(scorer, test, thr),
+            "threshold": thr,
+            "threshold_source": "train accuracy (fit + held-out slice)",
+        }
 
-    extra = {"data_set": "askubuntu", "data_paths": {"train": [str(p) for p in paths.train], "test": str(paths.test)},
-             "dev_slice": {"share": 0.2, "pairs": len(held), "key": "crc32(dev:query.id)"}}
+    extra = {
+        "data_set": "askubuntu",
+        "data_paths": {"train": [str(p) for p in paths.train], "test": str(paths.test)},
+        "dev_slice": {"share": 0.2, "pairs": len(held), "key": "crc32(dev:query.id)"},
+    }
     return Recipe(data, lambda s: eval_pairs(s, held), "accuracy", final, extra)
 
 
-def build_recipe(data: str, paths: DataPaths, negatives: int = 20, seed: int = 0, lexical_negatives: int = 30) -> Recipe:
+def build_recipe(
+    data: str, paths: DataPaths, negatives: int = 20, seed: int = 0, lexical_negatives: int = 30
+) -> Recipe:
     """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``."""
     if data == "semeval":
         return _semeval_recipe(paths, negatives, seed)

@@ -86,7 +86,9 @@ class TrainSettings:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ConfigError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
+            raise ConfigError(
+                f"need epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}"
+            )
 
     @classmethod
     def for_arch(cls, arch: str, **overrides: Any) -> TrainSettings:
@@ -163,7 +165,9 @@ def _tensors(kind: str, pipeline: TextPipeline, posts: Sequence[Post], bow: bool
     return {k: torch.from_numpy(v) for k, v in build_inputs(kind, pipeline, posts, with_bow=bow).items()}
 
 
-def _group_loss(model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]) -> torch.Tensor:
+def _group_loss(
+    model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]
+) -> torch.Tensor:
     k = min(len(g.negatives) for g in batch)
     if k == 0:
         raise DataError("a training group has no negative; the data set is too small to sample negatives from")
@@ -175,7 +179,9 @@ def _group_loss(model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPip
     return loss_fn(scores)
 
 
-def _pair_loss(model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]) -> torch.Tensor:
+def _pair_loss(
+    model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]
+) -> torch.Tensor:
     q = _tensors(model.input_kind, pipeline, [p.query for p in batch], model.uses_bow)
     c = _tensors(model.input_kind, pipeline, [p.candidate for p in batch], model.uses_bow)
     labels = torch.tensor([p.label for p in batch], dtype=torch.float32)
@@ -220,8 +226,13 @@ def train(
     rng = random.Random(settings.seed)
     curve: list[dict[str, Any]] = []
     best_dev, best_epoch, best_state, bad = -float("inf"), 0, None, 0
-    logger.info("training %s on %d %s, %d parameters", settings.arch, len(items), spec.batch_format,
-                sum(p.numel() for p in params))
+    logger.info(
+        "training %s on %d %s, %d parameters",
+        settings.arch,
+        len(items),
+        spec.batch_format,
+        sum(p.numel() for p in params),
+    )
     for epoch in range(1, settings.epochs + 1):
         t0 = time.monotonic()
         model.train()
@@ -247,7 +258,9 @@ def train(
             raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
         row = {"epoch": epoch, "loss": float(np.mean(losses)), "dev": dev, "seconds": round(time.monotonic() - t0, 1)}
         curve.append(row)
-        logger.info("epoch %d: loss %.4f dev %s %.2f (%.0fs)", epoch, row["loss"], dev_metric, dev[dev_metric], row["seconds"])
+        logger.info(
+            "epoch %d: loss %.4f dev %s %.2f (%.0fs)", epoch, row["loss"], dev_metric, dev[dev_metric], row["seconds"]
+        )
         if dev[dev_metric] > best_dev:
             best_dev, best_epoch, bad = float(dev[dev_metric]), epoch, 0
             best_state = copy.deepcopy(model.state_dict())
@@ -273,6 +286,12 @@ def train(
         **dict(extra_config or {}),
     }
     out = save_checkpoint(out_dir, model, settings.arch, pipeline, config)
-    metrics = {"arch": settings.arch, "best_epoch": best_epoch, f"best_dev_{dev_metric}": best_dev, "curve": curve, **final}
+    metrics = {
+        "arch": settings.arch,
+        "best_epoch": best_epoch,
+        f"best_dev_{dev_metric}": best_dev,
+        "curve": curve,
+        **final,
+    }
     write_metrics(out, metrics)
     return TrainResult(out, best_epoch, best_dev, curve, metrics)
