@@ -80,3 +80,50 @@ def cached_embeddings(tag: str, posts: Sequence[Post], embed) -> np.ndarray:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, vec, allow_pickle=False)
     return vec
+
+
+def travel_dump():
+    from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
+
+    return load_stackexchange_dump(DATA / "travel-stackexchange", DATA / "travel-stackexchange" / "splits.tsv")
+
+
+def retrieval_metrics(scores: np.ndarray, corpus_ids: Sequence[str], queries, top: int = 100) -> dict[str, float]:
+    """Travel protocol: the query itself is removed; Acc@1/5/10 and MAP, MRR over the top 100 (in %)."""
+    ids = np.asarray(corpus_ids)
+    pos = {cid: i for i, cid in enumerate(corpus_ids)}
+    acc = {1: [], 5: [], 10: []}
+    aps, rrs = [], []
+    for qi, q in enumerate(queries):
+        s = scores[qi].astype(np.float64).copy()
+        s[pos[q.post.id]] = -np.inf
+        order = np.argsort(-s, kind="stable")[:top]
+        labels = [cid in q.relevant for cid in ids[order]]
+        for k in acc:
+            acc[k].append(any(labels[:k]))
+        hits, ap, rr = 0, 0.0, 0.0
+        for i, rel in enumerate(labels, 1):
+            if rel:
+                hits += 1
+                ap += hits / i
+                rr = rr or 1.0 / i
+        aps.append(ap / max(1, len(q.relevant)))  # trec_eval: divided by all relevant posts
+        rrs.append(rr)
+    out = {f"Acc@{k}": 100 * float(np.mean(v)) for k, v in acc.items()}
+    out.update({"MAP": 100 * float(np.mean(aps)), "MRR": 100 * float(np.mean(rrs))})
+    return out
+
+
+def askubuntu_pairs(split: str):
+    from semdup.evaluation.datasets.pairs import load_pairs_jsonl
+
+    return load_pairs_jsonl(DATA / "askubuntu-pairs" / f"{split}.pairs.jsonl")
+
+
+def best_threshold(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Threshold maximising accuracy (midpoint between neighbouring scores); returns (threshold, accuracy %)."""
+    order = np.sort(np.unique(scores))
+    cands = np.concatenate([[order[0] - 1e-6], (order[:-1] + order[1:]) / 2, [order[-1] + 1e-6]])
+    accs = [float(np.mean((scores >= t) == labels)) for t in cands]
+    i = int(np.argmax(accs))
+    return float(cands[i]), 100 * accs[i]
