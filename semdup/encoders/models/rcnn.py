@@ -103,9 +103,17 @@ class GatedRecurrence(nn.Module):
         h = h0
         c = c0
         total = torch.zeros_like(h0)
-        for t in range(x.shape[1]):
-            m = mask[:, t].unsqueeze(1)  # (B, 1)
-            h, c = self.step(gate_in[:, t], feats[:, t], m, h, c)
+        if torch.jit.is_scripting():
+            # Exported path (inference only): plain indexing becomes Gather inside one ONNX Loop.
+            for t in range(x.shape[1]):
+                m = mask[:, t].unsqueeze(1)  # (B, 1)
+                h, c = self.step(gate_in[:, t], feats[:, t], m, h, c)
+                total = total + m * h
+            return total, h
+        # Eager path (training): unbind once, because the backward of x[:, t] allocates a full-size
+        # zero tensor per step, which makes training time quadratic in the length.
+        for g, f, m in zip(gate_in.unbind(1), feats.unbind(1), mask.unsqueeze(2).unbind(1)):
+            h, c = self.step(g, f, m, h, c)
             total = total + m * h
         return total, h
 
@@ -114,8 +122,8 @@ class GatedRecurrence(nn.Module):
         gate_in, feats = self.project(x)
         h, c = h0, c0
         states = []
-        for t in range(x.shape[1]):
-            h, c = self.step(gate_in[:, t], feats[:, t], mask[:, t].unsqueeze(1), h, c)
+        for g, f, m in zip(gate_in.unbind(1), feats.unbind(1), mask.unsqueeze(2).unbind(1)):
+            h, c = self.step(g, f, m, h, c)
             states.append(h)
         return torch.stack(states, dim=1) if states else x.new_zeros((x.shape[0], 0, self.hidden_dim))
 
@@ -295,7 +303,7 @@ register(
         loss_defaults={"margin": 0.2},
         batch_format="groups",
         train_defaults={"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "negatives": 20, "epochs": 8},
-        pipeline_defaults={"max_tokens": 100},
+        pipeline_defaults={"max_tokens": 60},
         description="RCNN (Lei et al. 2016): gated non-consecutive convolution over title and body, max-margin loss",
     )
 )

@@ -206,7 +206,7 @@ SCQA_DEFAULTS: dict[str, Any] = {
 }
 T_SCQA_DEFAULTS: dict[str, Any] = {**SCQA_DEFAULTS, "tscqa_alpha": 0.8}
 
-_SCQA_TRAIN = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.05, "batch_size": 100, "negatives": 1, "epochs": 10}
+_SCQA_TRAIN = {"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "epochs": 10}
 _SCQA_PIPELINE = {"trigram_buckets": 16384, "max_trigrams_per_word": 16}
 
 register(
