@@ -1,0 +1,106 @@
+"""Backfill: find posts whose ``semdup.model`` is missing or not the current bundle's, and enqueue them.
+
+Resumable by construction: it keeps no checkpoint of its own, it asks the index what is still missing.
+After a crash (of the CLI, a worker, or the cluster) running it again enqueues only what is left, and a
+post enqueued twice is written twice with the same content.
+
+The ids are listed with a scroll over ``bool.must_not(term semdup.model = version)`` with ``_source``
+off, so listing costs little even on a large index.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+from opensearchpy.helpers import scan
+from tqdm.auto import tqdm
+
+from semdup.errors import IndexError_, OpenSearchUnavailable
+from semdup.indexer.bulk import chunked
+from semdup.indexer.semantic import index_model
+
+__all__ = ["pending_query", "count_pending", "iter_pending_ids", "enqueue_backfill", "check_backfill_target"]
+
+logger = logging.getLogger(__name__)
+
+_TIMEOUT = 60.0
+
+
+def pending_query(version: str) -> dict[str, Any]:
+    """Posts not yet holding ``version``'s fields (missing ``semdup.model`` or another value)."""
+    return {"bool": {"must_not": [{"term": {"semdup.model": version}}]}}
+
+
+def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
+    """Refuse early, before enqueueing anything, when the index cannot take this model's fields.
+
+    Raises:
+        IndexError_: missing index, no ``semdup`` mapping (run ``semdup enable``), or another model's vectors.
+    """
+    for name, current in index_model(client, index).items():
+        if current not in (None, version):
+            raise IndexError_(
+                f"index {name!r} holds vectors of model {current}; backfilling model {version} would mix two "
+                "models. Index into a new index behind an alias instead, or run the backfill with bundle "
+                f"{current}"
+            )
+    try:
+        mapping = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
+    for name, m in mapping.items():
+        if "semdup" not in (m.get("mappings", {}).get("properties") or {}):
+            raise IndexError_(
+                f"index {name!r} has no semdup fields in its mapping; add them first with "
+                f"`semdup enable --index {index} --bundle PATH`"
+            )
+
+
+def count_pending(client: OpenSearch, index: str, version: str) -> int:
+    try:
+        return int(
+            client.count(index=index, body={"query": pending_query(version)}, request_timeout=_TIMEOUT)["count"]
+        )
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while counting posts of {index!r}") from exc
+
+
+def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1000) -> Iterator[str]:
+    """Ids of posts still missing ``version``'s fields, streamed with a scroll."""
+    try:
+        for hit in scan(
+            client,
+            index=index,
+            query={"query": pending_query(version), "_source": False},
+            size=page,
+            scroll="5m",
+            request_timeout=_TIMEOUT,
+        ):
+            yield str(hit["_id"])
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(
+            f"OpenSearch stopped answering while listing posts to backfill in {index!r}; run the backfill again "
+            "when it is back (it resumes with what is still missing)"
+        ) from exc
+
+
+def enqueue_backfill(
+    client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True
+) -> list[str]:
+    """Enqueue ``backfill_batch`` tasks for every pending post; returns the ids enqueued."""
+    from semdup.indexer.tasks import backfill_batch
+
+    check_backfill_target(client, index, version)
+    total = count_pending(client, index, version)
+    enqueued: list[str] = []
+    with tqdm(total=total, desc=f"enqueue backfill {index}", unit="post", disable=not progress) as bar:
+        for ids in chunked(iter_pending_ids(client, index, version), batch_size):
+            backfill_batch.apply_async(args=[index, ids, version])
+            enqueued.extend(ids)
+            bar.update(len(ids))
+    logger.info("enqueued %d posts of %s for backfill with model %s", len(enqueued), index, version)
+    return enqueued

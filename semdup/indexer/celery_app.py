@@ -1,0 +1,182 @@
+"""The Celery app of the indexing workers, and the per-process state (ONNX bundle, OpenSearch client).
+
+Settings come from the environment only at the edge: ``semdup worker`` (or ``celery -A
+semdup.indexer.celery_app worker``) reads ``SEMDUP_BROKER_URL`` (via ``BrokerSettings.from_env``),
+``SEMDUP_BUNDLE`` and the OpenSearch settings when the worker starts. Nothing connects at import time:
+the app object is lazy, and each worker process loads its bundle once, after fork, in
+``worker_process_init`` (an onnxruntime session must not cross a fork).
+
+Delivery guarantees, and why they are safe here:
+
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a worker killed mid-batch (SIGKILL, OOM) gets its
+  message redelivered instead of losing the batch. This would be dangerous for a task with side effects
+  that add up, but every indexer write is idempotent: documents use ``_id = post id`` and their content
+  is a pure function of (post, bundle version), so running a batch twice writes the same documents.
+  A batch that kills its worker every time cannot loop for ever on Redis either: its payload is small
+  (64 posts) and text is cut to a bounded length by the text pipeline before encoding.
+* Redis ``visibility_timeout``: a message not acknowledged within it (its worker died with the whole
+  process group) is handed to another worker. It must exceed the longest batch plus the longest retry
+  countdown (``retry_backoff_max`` = 600 s), so the default is 3600 s; tests lower it with
+  ``SEMDUP_VISIBILITY_TIMEOUT``. RabbitMQ ignores it (it redelivers on a closed channel).
+* JSON only (``accept_content=["json"]``): a broker message can never run code (pickle could).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from semdup.errors import ConfigError
+
+__all__ = [
+    "app",
+    "celery_config",
+    "configure_app",
+    "WorkerSettings",
+    "WorkerRuntime",
+    "runtime",
+    "QUEUE",
+    "DEFAULT_VISIBILITY_TIMEOUT",
+]
+
+logger = logging.getLogger(__name__)
+
+QUEUE = "semdup.indexer"
+DEFAULT_VISIBILITY_TIMEOUT = 3600
+_BROKER_SOCKET_TIMEOUT = 30.0
+_BROKER_CONNECT_TIMEOUT = 10.0
+
+
+def celery_config(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> dict[str, Any]:
+    """Celery settings for the indexer; the broker URL may be ``redis://`` or ``amqp://``."""
+    if visibility_timeout < 10:
+        raise ValueError(f"visibility_timeout must be at least 10 seconds, got {visibility_timeout}")
+    restore_every = max(1, min(10, visibility_timeout // 4))
+    return {
+        "broker_url": broker_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_timeout": _BROKER_CONNECT_TIMEOUT,
+        # Redis-only keys; other transports ignore unknown transport options.
+        "broker_transport_options": {
+            "visibility_timeout": visibility_timeout,
+            "unacked_restore_interval": restore_every,
+            "unacked_restore_throttle": 1,
+            "socket_timeout": _BROKER_SOCKET_TIMEOUT,
+            "socket_connect_timeout": _BROKER_CONNECT_TIMEOUT,
+        },
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_default_queue": QUEUE,
+        "task_routes": {"semdup.indexer.*": {"queue": QUEUE}},
+        "worker_hijack_root_logger": False,
+        "worker_send_task_events": False,
+    }
+
+
+app = Celery("semdup.indexer", include=["semdup.indexer.tasks"], set_as_current=False)
+_configured = threading.Lock()
+_explicit = False
+
+
+def configure_app(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> Celery:
+    """Point the app at a broker (the CLI and tests call this; workers started by ``celery -A`` use the env)."""
+    global _explicit
+    with _configured:
+        _explicit = True
+        app.conf.update(celery_config(broker_url, visibility_timeout=visibility_timeout))
+    return app
+
+
+@app.on_configure.connect
+def _configure_from_env(sender: Celery, **_: Any) -> None:
+    """Default configuration from the environment, read when the app is first used."""
+    if _explicit:
+        return
+    from semdup.config import BrokerSettings
+
+    sender.conf.update(celery_config(BrokerSettings.from_env().url, visibility_timeout=_visibility_from_env()))
+
+
+def _visibility_from_env() -> int:
+    raw = os.environ.get("SEMDUP_VISIBILITY_TIMEOUT", str(DEFAULT_VISIBILITY_TIMEOUT))
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"SEMDUP_VISIBILITY_TIMEOUT must be whole seconds, found {raw!r}; e.g. 3600") from exc
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What one worker process needs: the bundle to run. OpenSearch settings come from ``semdup.config``."""
+
+    bundle_path: str
+
+    @classmethod
+    def from_env(cls) -> WorkerSettings:
+        path = os.environ.get("SEMDUP_BUNDLE", "").strip()
+        if not path:
+            raise ConfigError(
+                "no model bundle for the worker: set SEMDUP_BUNDLE=/path/to/bundle or run "
+                "`semdup worker --bundle /path/to/bundle`"
+            )
+        return cls(bundle_path=path)
+
+
+@dataclass
+class WorkerRuntime:
+    """The per-process bundle (one onnxruntime session) and OpenSearch client."""
+
+    bundle: Any
+    client: Any
+
+
+_runtime: WorkerRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def _load_runtime() -> WorkerRuntime:
+    from semdup.config import OpenSearchSettings, connect
+    from semdup.export.bundle import Bundle
+
+    settings = WorkerSettings.from_env()
+    bundle = Bundle.load(settings.bundle_path)
+    client = connect(OpenSearchSettings.from_env())
+    logger.info(
+        "worker process %d loaded bundle %s (arch %s, dimension %s) from %s",
+        os.getpid(),
+        bundle.version,
+        getattr(bundle, "arch", "?"),
+        getattr(bundle, "dimension", "?"),
+        settings.bundle_path,
+    )
+    return WorkerRuntime(bundle=bundle, client=client)
+
+
+def runtime() -> WorkerRuntime:
+    """This process's bundle and client, loaded on first use (the solo pool sends no ``worker_process_init``)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = _load_runtime()
+        return _runtime
+
+
+@worker_process_init.connect
+def _init_worker_process(**_: Any) -> None:
+    """Load the bundle in each pool process after fork, before the first task arrives."""
+    global _runtime
+    with _runtime_lock:
+        _runtime = None  # never reuse a session inherited from the parent
+    runtime()

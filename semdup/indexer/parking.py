@@ -1,0 +1,207 @@
+"""Parked documents: posts that could not be indexed, kept for operators to see and replay. Never dropped.
+
+The store is an OpenSearch index, ``semdup-parked`` (one per cluster), rather than a Redis list: it lives
+beside the data it is about, survives broker restarts and broker swaps (RabbitMQ works the same), and
+operators can search it with the tools they already use. A parked record's ``_id`` is
+``<index>/<post id>``, so parking the same post twice keeps one record (the latest error).
+
+A record holds ``index``, ``post_id``, ``task`` (``index_posts`` or ``backfill_batch``), ``error``,
+``model_version``, ``payload`` (the post as JSON for ``index_posts``; ``None`` for backfill, whose text is
+in the index) and ``parked_at``. Replay re-enqueues each record and deletes it only if it did not change
+meanwhile (``if_seq_no``), so a post that fails again is parked again, never lost.
+
+Parking happens only when OpenSearch answers (a per-document failure, or a bad post); a cluster that is
+down is a transient error, and the task is retried instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+from semdup.errors import OpenSearchUnavailable
+from semdup.indexer.bulk import bulk_write
+
+__all__ = ["PARKED_INDEX", "ParkedPost", "park", "iter_parked", "count_parked", "forget_parked", "parked_id"]
+
+logger = logging.getLogger(__name__)
+
+PARKED_INDEX = "semdup-parked"
+_TIMEOUT = 30.0
+
+_MAPPING: dict[str, Any] = {
+    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
+    "mappings": {
+        "dynamic": "strict",
+        "properties": {
+            "index": {"type": "keyword"},
+            "post_id": {"type": "keyword"},
+            "task": {"type": "keyword"},
+            "error": {"type": "text"},
+            "model_version": {"type": "keyword"},
+            "payload": {"type": "object", "enabled": False},
+            "parked_at": {"type": "date", "format": "epoch_second"},
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class ParkedPost:
+    """One parked post; ``seq_no``/``primary_term`` identify the version read, for a safe delete."""
+
+    index: str
+    post_id: str
+    task: str
+    error: str
+    model_version: str
+    payload: dict[str, Any] | None
+    parked_at: int
+    seq_no: int = -1
+    primary_term: int = -1
+
+
+def parked_id(index: str, post_id: str) -> str:
+    return f"{index}/{post_id}"
+
+
+def _ensure_index(client: OpenSearch) -> None:
+    try:
+        if not client.indices.exists(index=PARKED_INDEX, request_timeout=_TIMEOUT):
+            client.indices.create(index=PARKED_INDEX, body=_MAPPING, request_timeout=_TIMEOUT)
+    except os_exc.RequestError as exc:
+        if exc.error != "resource_already_exists_exception":  # another worker created it first
+            raise
+
+
+def park(
+    client: OpenSearch,
+    index: str,
+    failures: list[tuple[str, str]],
+    *,
+    task: str,
+    model_version: str,
+    payloads: dict[str, dict[str, Any]] | None = None,
+) -> int:
+    """Keep ``(post id, error)`` failures in ``semdup-parked``; returns how many records were written.
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer (the caller's task is retried, nothing is lost).
+    """
+    if not failures:
+        return 0
+    payloads = payloads or {}
+    now = int(time.time())
+    actions = [
+        {
+            "_op_type": "index",
+            "_index": PARKED_INDEX,
+            "_id": parked_id(index, post_id),
+            "_source": {
+                "index": index,
+                "post_id": post_id,
+                "task": task,
+                "error": error[:2000],
+                "model_version": model_version,
+                "payload": payloads.get(post_id),
+                "parked_at": now,
+            },
+        }
+        for post_id, error in failures
+    ]
+    try:
+        _ensure_index(client)
+        report = bulk_write(client, actions)
+        client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while parking {len(failures)} posts: {exc}") from exc
+    if report.failed:
+        # The park store itself refused them: raise so the task is retried rather than losing the posts.
+        raise OpenSearchUnavailable(
+            f"could not park {len(report.failed)} posts in {PARKED_INDEX!r} ({report.failed[0][1][:200]}); "
+            "check the cluster's health and disk space"
+        )
+    for post_id, error in failures:
+        logger.warning("parked post %s of index %s (%s): %s", post_id, index, task, error[:200])
+    return report.written
+
+
+def _query(index: str | None) -> dict[str, Any]:
+    return {"term": {"index": index}} if index else {"match_all": {}}
+
+
+def count_parked(client: OpenSearch, index: str | None = None, ids: list[str] | None = None) -> int:
+    """Parked records of ``index`` (all when None), optionally only those of ``ids``."""
+    try:
+        if not client.indices.exists(index=PARKED_INDEX, request_timeout=_TIMEOUT):
+            return 0
+        query: dict[str, Any] = _query(index)
+        if ids is not None:
+            query = {"bool": {"filter": [query, {"terms": {"post_id": ids}}]}}
+        return int(client.count(index=PARKED_INDEX, body={"query": query}, request_timeout=_TIMEOUT)["count"])
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while counting parked posts: {exc}") from exc
+
+
+def iter_parked(client: OpenSearch, index: str | None = None, page: int = 500) -> Iterator[ParkedPost]:
+    """Every parked record of ``index`` (all indices when None), oldest first."""
+    try:
+        if not client.indices.exists(index=PARKED_INDEX, request_timeout=_TIMEOUT):
+            return
+        client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+        after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {
+                "query": _query(index),
+                "size": page,
+                "sort": [{"parked_at": "asc"}, {"_id": "asc"}],
+                "seq_no_primary_term": True,
+            }
+            if after:
+                body["search_after"] = after
+            hits = client.search(index=PARKED_INDEX, body=body, request_timeout=_TIMEOUT)["hits"]["hits"]
+            if not hits:
+                return
+            for hit in hits:
+                s = hit["_source"]
+                yield ParkedPost(
+                    index=s["index"],
+                    post_id=s["post_id"],
+                    task=s["task"],
+                    error=s["error"],
+                    model_version=s["model_version"],
+                    payload=s.get("payload"),
+                    parked_at=int(s["parked_at"]),
+                    seq_no=hit.get("_seq_no", -1),
+                    primary_term=hit.get("_primary_term", -1),
+                )
+            after = hits[-1]["sort"]
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading parked posts: {exc}") from exc
+
+
+def forget_parked(client: OpenSearch, records: list[ParkedPost]) -> int:
+    """Delete records that were replayed, unless they changed since they were read (parked again)."""
+    deleted = 0
+    for r in records:
+        try:
+            client.delete(
+                index=PARKED_INDEX,
+                id=parked_id(r.index, r.post_id),
+                if_seq_no=r.seq_no,
+                if_primary_term=r.primary_term,
+                request_timeout=_TIMEOUT,
+            )
+            deleted += 1
+        except (os_exc.ConflictError, os_exc.NotFoundError):
+            continue  # parked again meanwhile, or already gone: keep the newer record
+        except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+            raise OpenSearchUnavailable(f"OpenSearch did not answer while clearing parked posts: {exc}") from exc
+    client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+    return deleted

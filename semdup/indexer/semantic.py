@@ -1,0 +1,283 @@
+"""A post batch → index documents with the lexical fields and semdup's fields, and the model-mixing guard.
+
+This is the work of the Celery tasks without Celery, so it can be run and tested directly:
+
+* ``index_batch``: posts (JSON) → ``index`` actions with ``_id = post id`` holding ``post_id``, ``title``,
+  ``body`` (cleaned by the shared text pipeline) and ``semdup.{model, terms, vector}`` from the bundle.
+  Content is a pure function of (post, bundle), so writing a batch twice writes the same documents.
+* ``backfill_batch``: ids → reads the posts' text from the index and replaces only ``semdup`` (a scripted
+  partial update: ``ctx._source.semdup = params.semdup``, so another model's term keys cannot linger by
+  object merging). The index's other fields are untouched.
+* ``delete_batch``: ids → deletes; ids already gone count as deleted.
+
+Model-mixing guard: the index's mapping ``_meta.semdup_model`` names the one bundle version whose vectors
+it holds. The first write claims it; a write with another version is refused before anything is written
+(``IndexError_``). The mapping ``_meta`` was chosen over looking at existing documents' ``semdup.model``
+because it is one cheap read, is set before the first document lands (no race with an empty index), and
+holds for indices semdup did not create (``semdup enable`` sets it there too). Rolling out a new model
+means a new index behind an alias, as DESIGN.md says.
+
+Bad posts (no text, binary, malformed JSON) and documents OpenSearch refuses for good are returned as
+failures for the caller to park; 429 rejections left after the bulk retries and connection errors raise
+``OpenSearchUnavailable`` so the task is retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
+from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
+from semdup.indexer.bulk import BulkReport, bulk_write
+from semdup.indexer.documents import lexical_document
+from semdup.posts import Post
+
+__all__ = [
+    "DocumentEncoder",
+    "BatchResult",
+    "MODEL_META_KEY",
+    "TEXT_FIELDS_META_KEY",
+    "semdup_source",
+    "index_batch",
+    "backfill_batch",
+    "delete_batch",
+    "index_model",
+    "ensure_index_model",
+    "text_fields",
+]
+
+logger = logging.getLogger(__name__)
+
+MODEL_META_KEY = "semdup_model"
+TEXT_FIELDS_META_KEY = "semdup_text_fields"  # set by `semdup enable` on indices with other field names
+_TIMEOUT = 30.0
+_REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "circuit_breaking_exception")
+
+
+class DocumentEncoder(Protocol):
+    """What the indexer needs from a model bundle (``semdup.export.bundle.Bundle``)."""
+
+    version: str
+
+    def document_fields(self, posts: Sequence[Post]) -> list[dict[str, Any]]: ...
+
+
+@dataclass
+class BatchResult:
+    """Counts of one batch; ``failed`` are (post id, error) to park, ``payloads`` their posts as JSON."""
+
+    written: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def semdup_source(fields: dict[str, Any]) -> dict[str, Any]:
+    """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry."""
+    out: dict[str, Any] = {"model": fields["model"], "terms": dict(fields["terms"])}
+    if fields.get("vector") is not None:
+        out["vector"] = [float(x) for x in fields["vector"]]
+    return out
+
+
+def _payload_id(obj: Any) -> str:
+    raw = json.dumps(obj, sort_keys=True, default=str).encode("utf-8", "replace")
+    return "malformed-" + hashlib.sha1(raw).hexdigest()[:16]
+
+
+def _parse_posts(batch: Sequence[Any], result: BatchResult) -> list[Post]:
+    posts: list[Post] = []
+    for obj in batch:
+        try:
+            if not isinstance(obj, dict) or "id" not in obj:
+                raise PostError("expected a JSON object with 'id', 'title' and 'body'")
+            post = Post.from_json(obj)
+            check_post(post)
+        except PostError as exc:
+            pid = str(obj["id"]) if isinstance(obj, dict) and "id" in obj else _payload_id(obj)
+            result.failed.append((pid, f"PostError: {exc}"))
+            result.payloads[pid] = obj if isinstance(obj, dict) else {"raw": str(obj)[:10_000]}
+            continue
+        posts.append(post)
+    return posts
+
+
+def _encode(bundle: DocumentEncoder, posts: list[Post], result: BatchResult) -> list[tuple[Post, dict[str, Any]]]:
+    """Encode a batch; if the bundle refuses it, encode post by post so only the bad posts fail."""
+    if not posts:
+        return []
+    try:
+        return list(zip(posts, bundle.document_fields(posts), strict=True))
+    except PostError:
+        pass
+    out = []
+    for post in posts:
+        try:
+            out.append((post, bundle.document_fields([post])[0]))
+        except PostError as exc:
+            result.failed.append((post.id, f"PostError: {exc}"))
+            result.payloads[post.id] = post.to_json()
+    return out
+
+
+def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
+    """Per-document failures: 429s left after bulk retries are transient (raise), the rest are parked."""
+    rejected = [(i, e) for i, e in report.failed if any(mark in e for mark in _REJECTED)]
+    if rejected:
+        raise OpenSearchUnavailable(
+            f"OpenSearch rejected {len(rejected)} documents of a {what} batch as overloaded (429) after the bulk "
+            f"retries (first: {rejected[0][0]}); the batch is retried later"
+        )
+    result.written += report.written
+    result.failed.extend(report.failed)
+
+
+def index_model(client: OpenSearch, index: str) -> dict[str, str | None]:
+    """``concrete index -> _meta.semdup_model`` (None when unclaimed) for an index or alias."""
+    try:
+        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
+    except os_exc.NotFoundError as exc:
+        raise IndexError_(
+            f"index {index!r} does not exist; create it with `semdup index-posts --index {index} ...` "
+            f"or add semdup to an existing one with `semdup enable --index {index}`"
+        ) from exc
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
+    return {name: (m.get("mappings", {}).get("_meta") or {}).get(MODEL_META_KEY) for name, m in mappings.items()}
+
+
+def text_fields(client: OpenSearch, index: str) -> tuple[str, str]:
+    """The (title, body) source fields of an index: ``title``/``body`` unless ``semdup enable`` named others."""
+    try:
+        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
+    for m in mappings.values():
+        names = (m.get("mappings", {}).get("_meta") or {}).get(TEXT_FIELDS_META_KEY)
+        if names:
+            return str(names["title"]), str(names["body"])
+    return "title", "body"
+
+
+def ensure_index_model(client: OpenSearch, index: str, version: str) -> None:
+    """Claim ``index`` for bundle ``version``, or refuse if it holds another model's vectors.
+
+    Raises:
+        IndexError_: the index is missing, or its ``_meta.semdup_model`` is another version.
+    """
+    for name, current in index_model(client, index).items():
+        if current == version:
+            continue
+        if current is not None:
+            raise IndexError_(
+                f"index {name!r} holds vectors of model {current}, not {version}; vectors of two models are never "
+                f"mixed: index into a new index and switch an alias, or run workers with bundle {current}"
+            )
+        meta = client.indices.get_mapping(index=name, request_timeout=_TIMEOUT)[name]["mappings"].get("_meta") or {}
+        # put_mapping replaces _meta as a whole: keep the keys the index's owner put there.
+        client.indices.put_mapping(
+            index=name, body={"_meta": {**meta, MODEL_META_KEY: version}}, request_timeout=_TIMEOUT
+        )
+        logger.info("index %s claimed for model %s", name, version)
+
+
+def index_batch(
+    client: OpenSearch,
+    index: str,
+    batch: Sequence[Any],
+    bundle: DocumentEncoder,
+    *,
+    settings: TextPipelineSettings | None = None,
+) -> BatchResult:
+    """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects."""
+    result = BatchResult()
+    posts = _parse_posts(batch, result)
+    encoded = _encode(bundle, posts, result)
+    actions = []
+    for post, fields in encoded:
+        source = lexical_document(post, settings)
+        source["semdup"] = semdup_source(fields)
+        actions.append({"_op_type": "index", "_index": index, "_id": post.id, "_source": source})
+        result.payloads[post.id] = post.to_json()
+    report = bulk_write(client, actions, total=len(actions))
+    _split_failures(report, result, "index_posts")
+    failed = {i for i, _ in result.failed}
+    result.payloads = {k: v for k, v in result.payloads.items() if k in failed}
+    return result
+
+
+def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
+    title_field, body_field = text_fields(client, index)
+    try:
+        docs = client.mget(
+            index=index,
+            body={"ids": list(ids)},
+            _source_includes=[title_field, body_field],
+            request_timeout=_TIMEOUT,
+        )["docs"]
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading {len(ids)} posts of {index!r}") from exc
+    posts = []
+    for doc in docs:
+        if not doc.get("found"):
+            result.missing.append(str(doc["_id"]))  # deleted since the backfill listed it: nothing to fill
+            continue
+        src = doc.get("_source") or {}
+        post = Post(id=str(doc["_id"]), title=_as_text(src.get(title_field)), body=_as_text(src.get(body_field)))
+        try:
+            check_post(post)
+        except PostError as exc:
+            result.failed.append((post.id, f"PostError: {exc}"))
+            continue
+        posts.append(post)
+    return posts
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+_SET_SEMDUP = "ctx._source.semdup = params.semdup"
+
+
+def backfill_batch(client: OpenSearch, index: str, ids: Sequence[str], bundle: DocumentEncoder) -> BatchResult:
+    """Fill only the ``semdup`` fields of posts already in ``index``, from the text stored there."""
+    result = BatchResult()
+    posts = _fetch_posts(client, index, ids, result)
+    encoded = _encode(bundle, posts, result)
+    actions = [
+        {
+            "_op_type": "update",
+            "_index": index,
+            "_id": post.id,
+            "script": {"source": _SET_SEMDUP, "lang": "painless", "params": {"semdup": semdup_source(fields)}},
+        }
+        for post, fields in encoded
+    ]
+    report = bulk_write(client, actions, total=len(actions))
+    _split_failures(report, result, "backfill")
+    return result
+
+
+def delete_batch(client: OpenSearch, index: str, ids: Sequence[str]) -> BatchResult:
+    """Delete posts by id; an id that is already gone counts as deleted (deleting twice is harmless)."""
+    result = BatchResult()
+    actions = [{"_op_type": "delete", "_index": index, "_id": str(i)} for i in ids]
+    report = bulk_write(client, actions, total=len(actions))
+    gone = [(i, e) for i, e in report.failed if "not_found" in e or "'result': 'not_found'" in e]
+    report.failed = [f for f in report.failed if f not in gone]
+    report.written += len(gone)
+    _split_failures(report, result, "delete")
+    return result
