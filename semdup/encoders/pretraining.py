@@ -226,13 +226,15 @@ def pretrain_rcnn(
             continue
         break
     bar.close()
+    window = max(1, min(50, step // 4))
     held_loss = _held_out_loss(model, decoder, held, pipeline, settings, out_vocab)
     figures = {
         "steps": step,
         "epochs": round(step * settings.batch_size / max(1, len(train_posts)), 2),
         "minutes": round((time.monotonic() - t0) / 60.0, 2),
-        "train_loss_first50": float(np.mean(losses[:50])),
-        "train_loss_last50": float(np.mean(losses[-50:])),
+        "train_loss_first": float(np.mean(losses[:window])),  # mean over the first `window` steps
+        "train_loss_last": float(np.mean(losses[-window:])),
+        "loss_window_steps": window,
         "held_out_questions": len(held),
         "held_out_perplexity": float(math.exp(held_loss)),
         "questions": len(posts),
