@@ -74,6 +74,8 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
     show_default=True,
     help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none).",
 )
+@click.option("--qa-pairs", is_flag=True,
+              help="SemEval: add question-answer pairs from the training comments (SCQA's signal; pair losses).")
 @click.option("--threads", type=int, default=2, show_default=True, help="torch CPU threads.")
 @click.option(
     "--set",
@@ -101,6 +103,7 @@ def train(
     min_df: int | None,
     max_steps: int | None,
     lexical_negatives: int,
+    qa_pairs: bool,
     threads: int,
     sets: tuple[str, ...],
 ) -> None:
@@ -138,7 +141,7 @@ def train(
     )
     paths = DataPaths.defaults(data_set, data_dir).override(train_paths, dev_path, test_path)
     recipe = build_recipe(
-        data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives
+        data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs
     )
     result = run_training(
         settings,

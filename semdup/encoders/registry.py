@@ -35,6 +35,7 @@ MODEL_MODULES: dict[str, str] = {
     "bow-cnn": "semdup.encoders.models.bow_cnn",
     "cnn": "semdup.encoders.models.cnn",
     "scqa": "semdup.encoders.models.scqa",
+    "t-scqa": "semdup.encoders.models.scqa",
     "rcnn": "semdup.encoders.models.rcnn",
     "minilm": "semdup.encoders.models.minilm",
     "bow-minilm": "semdup.encoders.models.bow_minilm",

@@ -38,6 +38,7 @@ __all__ = [
     "travel_training_data",
     "pair_training_data",
     "split_held_out",
+    "semeval_qa_pairs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -243,3 +244,27 @@ def pair_training_data(pairs_in: Sequence[Any], negatives: int = 20, seed: int =
     }
     logger.info("pair training data: %s", summary)
     return TrainingData(tuple(groups), pairs, vocab_posts, summary)
+
+
+def semeval_qa_pairs(sets: Sequence[Any], random_negatives: int = 1, seed: int = 0) -> tuple[LabelledPair, ...]:
+    """Question–answer pairs from SemEval comments, SCQA's training signal (Das et al. 2016, §3.1).
+
+    (related question, Good comment) → 1.0; (related question, Bad comment) → 0.0; plus
+    ``random_negatives`` comments of other threads per Good comment → 0.0. PotentiallyUseful
+    comments are left out. A comment becomes ``Post(id, title="", body=text)``. Only sets with
+    comments (the official XML) give pairs; training sets only, never dev or test.
+    """
+    rng = random.Random(seed)
+    threads = [(r.post, r.comments) for s in sets for q in s.questions for r in q.related if r.comments]
+    pool = [Post(c.id, "", c.text) for _, cs in threads for c in cs if c.text.strip()]
+    out: list[LabelledPair] = []
+    for question, comments in threads:
+        own = {c.id for c in comments}
+        for c in comments:
+            if not c.text.strip() or c.label not in ("Good", "Bad"):
+                continue
+            out.append(LabelledPair(question, Post(c.id, "", c.text), 1.0 if c.label == "Good" else 0.0))
+            if c.label == "Good":
+                out.extend(LabelledPair(question, p, 0.0) for p in _fill(rng, [], pool, random_negatives, own))
+    logger.info("SemEval question-answer pairs: %d (%d positive)", len(out), sum(p.label > 0 for p in out))
+    return tuple(out)

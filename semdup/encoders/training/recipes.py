@@ -31,6 +31,7 @@ from semdup.encoders.training.offline_eval import eval_pairs, eval_semeval, eval
 from semdup.encoders.training.pairs import (
     TrainingData,
     pair_training_data,
+    semeval_qa_pairs,
     semeval_training_data,
     split_held_out,
     travel_training_data,
@@ -109,11 +110,16 @@ def _load_semeval(path: Path, gold: bool) -> Any:
     return load_semeval_xml(path, rel if rel.exists() else None)
 
 
-def _semeval_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
+def _semeval_recipe(paths: DataPaths, negatives: int, seed: int, qa_pairs: bool = False) -> Recipe:
     train_sets = [_load_semeval(p, gold=False) for p in paths.train]
     dev = _load_semeval(paths.dev, gold=True)
     test = _load_semeval(paths.test, gold=True)
     data = semeval_training_data(train_sets, negatives=negatives, seed=seed)
+    if qa_pairs:  # SCQA's question–answer pairs (train-side comments) added to the pair losses' data
+        qa = semeval_qa_pairs(train_sets, seed=seed)
+        answers = tuple({p.candidate.id: p.candidate for p in qa}.values())
+        summary = {**data.summary, "qa_pairs": len(qa), "qa_positive": sum(p.label > 0 for p in qa)}
+        data = TrainingData(data.groups, data.pairs + qa, data.vocab_posts + answers, summary)
 
     def final(scorer: PostScorer) -> dict[str, Any]:
         from semdup.evaluation.datasets import PostPair
@@ -197,11 +203,19 @@ def _askubuntu_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
 
 
 def build_recipe(
-    data: str, paths: DataPaths, negatives: int = 20, seed: int = 0, lexical_negatives: int = 30
+    data: str,
+    paths: DataPaths,
+    negatives: int = 20,
+    seed: int = 0,
+    lexical_negatives: int = 30,
+    qa_pairs: bool = False,
 ) -> Recipe:
-    """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``."""
+    """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``.
+
+    ``qa_pairs`` (SemEval only) adds question–answer pairs from the training comments (SCQA).
+    """
     if data == "semeval":
-        return _semeval_recipe(paths, negatives, seed)
+        return _semeval_recipe(paths, negatives, seed, qa_pairs)
     if data == "travel":
         return _travel_recipe(paths, negatives, seed, lexical_negatives)
     if data == "askubuntu":
