@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_export_parity import tiny_checkpoint  # tests/ is on sys.path (pytest prepend mode)
 
 from semdup.encoders.scorer import bow_matrix
 from semdup.errors import BundleError, PostError
@@ -20,7 +21,6 @@ from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts
 from semdup.indexer.schema import feature_name
 from semdup.posts import Post
-from test_export_parity import tiny_checkpoint  # tests/ is on sys.path (pytest prepend mode)
 
 
 @pytest.fixture(scope="module")
