@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import click
@@ -94,7 +95,7 @@ def status(state_dir: Path | None, as_json: bool) -> None:
     info = LocalOpenSearch(state_dir=state_dir).status()
     if info is None:
         click.echo(json.dumps(None) if as_json else "not running")
-        raise click.exceptions.Exit(1)
+        sys.exit(1)  # click.exceptions.Exit would be swallowed by semdup.cli.main's non-standalone mode
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
