@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 @click.command(name="export")
 @click.option("--checkpoint", "checkpoint_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Checkpoint directory written by 'semdup train'.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", required=True, type=click.Path(),
               help="Bundle directory to write (replaced if it exists).")
 @click.option("--archive", is_flag=True, help="Also write OUT.tar.gz (reproducible: same bundle, same bytes).")
 @click.option("--quantize", type=click.Choice(["int8"]), default=None,
@@ -26,8 +26,10 @@ logger = logging.getLogger(__name__)
               help="How many real posts the parity check uses.")
 @click.option("--opset", type=click.IntRange(17, 23), default=17, show_default=True, help="ONNX opset.")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="torch CPU threads.")
+@click.option("--parity-only", is_flag=True,
+              help="Export nothing: compare the existing bundle OUT (dir or .tar.gz) with the checkpoint.")
 def export(checkpoint_dir: str, out_dir: str, archive: bool, quantize: str | None, parity_file: str | None,
-           parity_count: int, opset: int, threads: int) -> None:
+           parity_count: int, opset: int, threads: int, parity_only: bool) -> None:
     """Export a trained checkpoint to a verified ONNX model bundle.
 
     The bundle holds encoder.onnx, vocab.json, term_weights.npy (BOW models), tokenizer.json
@@ -37,6 +39,7 @@ def export(checkpoint_dir: str, out_dir: str, archive: bool, quantize: str | Non
     \b
     Example:
       semdup export --checkpoint artifacts/bow-cnn-travel --out artifacts/bundles/bow-cnn-travel --archive
+      semdup export --checkpoint artifacts/bow-cnn-travel --out artifacts/bundles/bow-cnn-travel.tar.gz --parity-only
     """
     import torch
 
@@ -45,6 +48,15 @@ def export(checkpoint_dir: str, out_dir: str, archive: bool, quantize: str | Non
 
     torch.set_num_threads(threads)
     posts = sample_posts(parity_count, parity_file)
+    if parity_only:
+        from semdup.export.parity import parity_report
+
+        report = parity_report(checkpoint_dir, out_dir, posts)
+        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+        if not report.ok:
+            limit = report.tolerance
+            raise click.ClickException(f"bundle {out_dir} differs from {checkpoint_dir} by more than {limit:g}")
+        return
     result = export_checkpoint(checkpoint_dir, out_dir, archive=archive, quantize=quantize, parity_posts=posts,
                                opset=opset)
     click.echo(f"version      {result.version}")
