@@ -48,7 +48,7 @@ def _reference_states(rec: GatedRecurrence, xs: list[list[float]], mask: list[fl
     h = [0.0] * hid
     c = [[0.0] * hid for _ in range(n)]
     out = []
-    for x, m in zip(xs, mask):
+    for x, m in zip(xs, mask, strict=True):
         proj = [sum(w[r][j] * x[j] for j in range(len(x))) + b[r] for r in range(hid * (n + 1))]
         new_c = [[0.0] * hid for _ in range(n)]
         new_h = [0.0] * hid
@@ -79,7 +79,7 @@ def test_recurrence_matches_a_plain_python_reference() -> None:
         states = rec.all_states(x, m, h0, c0)[0].tolist()
         total, last = rec(x, m, h0, c0)
         scripted_total, scripted_last = torch.jit.script(rec)(x, m, h0, c0)
-    for got_row, want_row in zip(states, want):
+    for got_row, want_row in zip(states, want, strict=True):
         assert got_row == pytest.approx(want_row, abs=1e-6)
     assert last[0].tolist() == pytest.approx(want[2], abs=1e-6)
     assert total[0].tolist() == pytest.approx([sum(r[i] for r in want[:3]) for i in range(2)], abs=1e-6)
@@ -117,7 +117,11 @@ def test_onnx_export_matches_torch_with_dynamic_batch_and_length(tmp_path: Path,
             dynamo=False,
             input_names=["title_ids", "body_ids"],
             output_names=["vector"],
-            dynamic_axes={"title_ids": {0: "batch", 1: "lt"}, "body_ids": {0: "batch", 1: "lb"}, "vector": {0: "batch"}},
+            dynamic_axes={
+                "title_ids": {0: "batch", 1: "lt"},
+                "body_ids": {0: "batch", 1: "lb"},
+                "vector": {0: "batch"},
+            },
         )
     session = ort.InferenceSession(str(tmp_path / "rcnn.onnx"), providers=["CPUExecutionProvider"])
     for batch, lt, lb in [(1, 3, 3), (5, 7, 30), (3, 1, 50)]:
@@ -151,8 +155,9 @@ def test_pretrained_encoder_loads_weights_and_shared_words(tmp_path: Path) -> No
     assert torch.equal(target.encoder.embedding.weight[3], grub_before)
     assert torch.equal(target.encoder.recurrence.state_proj.weight, source.encoder.recurrence.state_proj.weight)
     with pytest.raises(ConfigError, match="hidden_dim=5"):
-        load_pretrained_encoder(RCNN.from_hparams({"emb_dim": 3, "hidden_dim": 7, "word_vectors": "none"}, pipe),
-                                pipe, tmp_path / "pt.pt")
+        load_pretrained_encoder(
+            RCNN.from_hparams({"emb_dim": 3, "hidden_dim": 7, "word_vectors": "none"}, pipe), pipe, tmp_path / "pt.pt"
+        )
     with pytest.raises(ConfigError, match="cannot read"):
         load_pretrained_encoder(target, pipe, tmp_path / "missing.pt")
 
@@ -192,8 +197,14 @@ def test_tiny_rcnn_training_on_semeval_learns(tmp_path: Path) -> None:
         threads=1,
         hparams={"word_vectors": "none", "emb_dim": 16, "hidden_dim": 24, "freeze_embeddings": False},
     )
-    result = train(settings, data, lambda s: eval_semeval(s, dev), "MAP", tmp_path / "ckpt",
-                   lambda s: {"dev": eval_semeval(s, dev)})
+    result = train(
+        settings,
+        data,
+        lambda s: eval_semeval(s, dev),
+        "MAP",
+        tmp_path / "ckpt",
+        lambda s: {"dev": eval_semeval(s, dev)},
+    )
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
     assert result.metrics["dev"]["MAP"] > _random_semeval_map(dev) + 3.0
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")
@@ -204,8 +215,13 @@ def test_tiny_rcnn_training_on_semeval_learns(tmp_path: Path) -> None:
 def test_tiny_body_to_title_pretraining_lowers_the_loss(tmp_path: Path) -> None:
     from semdup.encoders.pretraining import PretrainSettings, pretrain_rcnn
 
-    settings = PretrainSettings(minutes=1.0, max_steps=40, batch_size=16, output_vocab=1000,
-                                hparams={"word_vectors": "none", "emb_dim": 16, "hidden_dim": 24})
+    settings = PretrainSettings(
+        minutes=1.0,
+        max_steps=40,
+        batch_size=16,
+        output_vocab=1000,
+        hparams={"word_vectors": "none", "emb_dim": 16, "hidden_dim": 24},
+    )
     figures = pretrain_rcnn(settings, tmp_path / "pt.pt", threads=1)
     assert figures["train_loss_last"] < figures["train_loss_first"]
     assert math.isfinite(figures["held_out_perplexity"])

@@ -131,8 +131,14 @@ def test_tiny_scqa_training_on_semeval_learns(tmp_path: Path) -> None:
         threads=1,
         hparams={"trigram_dim": 32, "conv_units": 48, "out_dim": 32},
     )
-    result = train(settings, data, lambda s: eval_semeval(s, dev), "MAP", tmp_path / "ckpt",
-                   lambda s: {"dev": eval_semeval(s, dev)})
+    result = train(
+        settings,
+        data,
+        lambda s: eval_semeval(s, dev),
+        "MAP",
+        tmp_path / "ckpt",
+        lambda s: {"dev": eval_semeval(s, dev)},
+    )
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
     assert result.metrics["dev"]["MAP"] > _random_semeval_map(dev) + 3.0
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")

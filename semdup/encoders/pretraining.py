@@ -260,7 +260,12 @@ def pretrain_rcnn(
 
 
 def _held_out_loss(
-    model: RCNN, decoder: TitleDecoder, held: Sequence[Post], pipeline: TextPipeline, s: PretrainSettings, out_vocab: int
+    model: RCNN,
+    decoder: TitleDecoder,
+    held: Sequence[Post],
+    pipeline: TextPipeline,
+    s: PretrainSettings,
+    out_vocab: int,
 ) -> float:
     """Mean per-word cross-entropy on the held-out questions (nan if none)."""
     if not held:
@@ -324,8 +329,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="RCNN hyper-parameter, as for semdup train")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="RCNN hyper-parameter, as for semdup train",
+    )
     args = parser.parse_args(argv)
     hparams: dict[str, Any] = {}
     for item in args.sets:
@@ -334,8 +345,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             hparams[k] = json.loads(v)
         except ValueError:
             hparams[k] = v
-    settings = PretrainSettings(minutes=args.minutes, max_steps=args.max_steps, batch_size=args.batch_size,
-                                seed=args.seed, hparams=hparams)
+    settings = PretrainSettings(
+        minutes=args.minutes, max_steps=args.max_steps, batch_size=args.batch_size, seed=args.seed, hparams=hparams
+    )
     figures = pretrain_rcnn(settings, args.out, args.data_dir, threads=args.threads)
     print(json.dumps(figures, indent=2))  # noqa: T201 - command-line entry point
 

@@ -46,7 +46,9 @@ def fuse(cos: np.ndarray, lexnorm: np.ndarray, alpha: float) -> np.ndarray:
     return alpha * np.asarray(cos, dtype=np.float64) + (1.0 - alpha) * np.asarray(lexnorm, dtype=np.float64)
 
 
-def semeval_components(scorer: PostScorer, semeval_set: Any, lex_pipeline: TextPipeline) -> list[tuple[str, list[str], np.ndarray, np.ndarray]]:
+def semeval_components(
+    scorer: PostScorer, semeval_set: Any, lex_pipeline: TextPipeline
+) -> list[tuple[str, list[str], np.ndarray, np.ndarray]]:
     """Per original question: (id, related ids, cosines, min-max BM25), BM25 statistics over the set's questions."""
     posts = {q.post.id: q.post for q in semeval_set.questions}
     posts.update({r.post.id: r.post for q in semeval_set.questions for r in q.related})
@@ -64,12 +66,16 @@ def semeval_components(scorer: PostScorer, semeval_set: Any, lex_pipeline: TextP
     return out
 
 
-def _semeval_figures(components: Sequence[tuple[str, list[str], np.ndarray, np.ndarray]], gold: Any, alpha: float) -> dict[str, float]:
-    preds = {qid: dict(zip(ids, fuse(cos, lex, alpha).tolist())) for qid, ids, cos, lex in components}
+def _semeval_figures(
+    components: Sequence[tuple[str, list[str], np.ndarray, np.ndarray]], gold: Any, alpha: float
+) -> dict[str, float]:
+    preds = {qid: dict(zip(ids, fuse(cos, lex, alpha).tolist(), strict=True)) for qid, ids, cos, lex in components}
     return semeval_scores(preds, gold)
 
 
-def travel_components(scorer: PostScorer, dump: Any, split: str, lex_index: LexicalIndex, lex_pipeline: TextPipeline) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray]:
+def travel_components(
+    scorer: PostScorer, dump: Any, split: str, lex_index: LexicalIndex, lex_pipeline: TextPipeline
+) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray]:
     """(queries, corpus ids, cosines [Q, N], row-wise min-max BM25 [Q, N]) over the whole corpus."""
     queries = dump.queries(split)
     corpus = dump.corpus()
@@ -81,7 +87,9 @@ def travel_components(scorer: PostScorer, dump: Any, split: str, lex_index: Lexi
     return queries, ids, cos, lex
 
 
-def _travel_figures(queries: Sequence[Any], ids: np.ndarray, cos: np.ndarray, lex: np.ndarray, alpha: float, cutoff: int = 100) -> dict[str, float]:
+def _travel_figures(
+    queries: Sequence[Any], ids: np.ndarray, cos: np.ndarray, lex: np.ndarray, alpha: float, cutoff: int = 100
+) -> dict[str, float]:
     scores = fuse(cos, lex, alpha)
     ranked: dict[str, list[str]] = {}
     for i, q in enumerate(queries):
@@ -92,7 +100,9 @@ def _travel_figures(queries: Sequence[Any], ids: np.ndarray, cos: np.ndarray, le
     return retrieval_scores(ranked, {q.post.id: q.relevant for q in queries}, cutoff=cutoff)
 
 
-def tune_alpha(checkpoint: str | Path, data: str, data_dir: str | Path = "/work/shared/data", metric: str = "MAP") -> dict[str, Any]:
+def tune_alpha(
+    checkpoint: str | Path, data: str, data_dir: str | Path = "/work/shared/data", metric: str = "MAP"
+) -> dict[str, Any]:
     """Dev curve over :data:`ALPHA_GRID`, the best α, and dev/test figures at it and at the paper's 0.8."""
     from semdup.encoders.checkpoint import CheckpointScorer
     from semdup.encoders.training.recipes import DataPaths, _load_semeval
@@ -130,7 +140,11 @@ def tune_alpha(checkpoint: str | Path, data: str, data_dir: str | Path = "/work/
         "alpha": best,
         "dev": figures("dev", best),
         "test": figures("test", best),
-        "paper_alpha": {"alpha": PAPER_ALPHA, "dev": figures("dev", PAPER_ALPHA), "test": figures("test", PAPER_ALPHA)},
+        "paper_alpha": {
+            "alpha": PAPER_ALPHA,
+            "dev": figures("dev", PAPER_ALPHA),
+            "test": figures("test", PAPER_ALPHA),
+        },
         "scqa_alone": {"dev": figures("dev", 1.0), "test": figures("test", 1.0)},
         "bm25_alone": {"dev": figures("dev", 0.0), "test": figures("test", 0.0)},
     }
@@ -147,7 +161,11 @@ def write_tscqa_checkpoint(checkpoint: str | Path, out_dir: str | Path, result: 
     cfg["arch"] = "t-scqa"
     cfg["hparams"] = {**cfg.get("hparams", {}), "tscqa_alpha": a}
     cfg["fusion"] = {"beta_bow": 0.0, "beta_dense": a, "alpha": round(1.0 - a, 10)}
-    cfg["tscqa"] = {"tuned_on": "dev " + result["metric"], "source_checkpoint": str(src), "lexical": "bm25 k1=1.2 b=0.75, min-max per query"}
+    cfg["tscqa"] = {
+        "tuned_on": "dev " + result["metric"],
+        "source_checkpoint": str(src),
+        "lexical": "bm25 k1=1.2 b=0.75, min-max per query",
+    }
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True), encoding="utf-8")
     (out / "metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
     return out

@@ -20,9 +20,8 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import Any
-
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -112,7 +111,7 @@ class GatedRecurrence(nn.Module):
             return total, h
         # Eager path (training): unbind once, because the backward of x[:, t] allocates a full-size
         # zero tensor per step, which makes training time quadratic in the length.
-        for g, f, m in zip(gate_in.unbind(1), feats.unbind(1), mask.unsqueeze(2).unbind(1)):
+        for g, f, m in zip(gate_in.unbind(1), feats.unbind(1), mask.unsqueeze(2).unbind(1)):  # noqa: B905 - TorchScript has no zip(strict=)
             h, c = self.step(g, f, m, h, c)
             total = total + m * h
         return total, h
@@ -122,7 +121,7 @@ class GatedRecurrence(nn.Module):
         gate_in, feats = self.project(x)
         h, c = h0, c0
         states = []
-        for g, f, m in zip(gate_in.unbind(1), feats.unbind(1), mask.unsqueeze(2).unbind(1)):
+        for g, f, m in zip(gate_in.unbind(1), feats.unbind(1), mask.unsqueeze(2).unbind(1)):  # noqa: B905
             h, c = self.step(g, f, m, h, c)
             states.append(h)
         return torch.stack(states, dim=1) if states else x.new_zeros((x.shape[0], 0, self.hidden_dim))
@@ -215,7 +214,9 @@ class RCNN(EncoderModel):
                 embedding.weight.copy_(torch.as_tensor(np.asarray(embeddings), dtype=torch.float32))
                 embedding.weight[0].zero_()
         embedding.weight.requires_grad_(not freeze_embeddings)
-        self.encoder = RCNNEncoder(embedding, GatedRecurrence(emb_dim, hidden_dim, order), pooling, dropout, hidden_dim)
+        self.encoder = RCNNEncoder(
+            embedding, GatedRecurrence(emb_dim, hidden_dim, order), pooling, dropout, hidden_dim
+        )
         self.hparams = {
             **RCNN_DEFAULTS,
             "emb_dim": int(emb_dim),
@@ -232,7 +233,9 @@ class RCNN(EncoderModel):
         unknown = set(h) - set(RCNN_DEFAULTS)
         if unknown:
             raise ConfigError(f"unknown rcnn hyper-parameters {sorted(unknown)}; known: {sorted(RCNN_DEFAULTS)}")
-        emb = initial_embeddings(pipeline, h["word_vectors"], int(h["emb_dim"]), int(h["seed"])) if pretrained else None
+        emb = (
+            initial_embeddings(pipeline, h["word_vectors"], int(h["emb_dim"]), int(h["seed"])) if pretrained else None
+        )
         model = cls(
             len(pipeline.vocab),
             emb_dim=int(h["emb_dim"]),
