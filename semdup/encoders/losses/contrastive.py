@@ -36,7 +36,7 @@ class ContrastiveLoss(nn.Module):
 
     Args:
         margin: m, the cosine below which a negative pair costs nothing. The paper says only
-            that m lies between 0 and 1; 0.3 is our default (chosen on SemEval dev).
+            that m lies between 0 and 1; 0.3 is our default (not tuned).
 
     References:
         Das, Yenala, Chinnakotla, Shrivastava. *Together We Stand: Siamese Networks for Similar

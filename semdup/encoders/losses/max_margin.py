@@ -39,7 +39,7 @@ class MaxMarginLoss(nn.Module):
     Only the hardest negative gets gradient (a sub-gradient of the max).
 
     Args:
-        margin: δ in cosine units (0 < δ ≤ 2). Lei et al.'s code uses 0.2 with cosine scores (our default).
+        margin: δ in cosine units (0 < δ ≤ 2). The paper does not give δ's value; 0.2 is our default (not tuned).
 
     References:
         Lei, Joshi, Barzilay, Jaakkola, Tymoshenko, Moschitti, Màrquez. *Semi-supervised Question
