@@ -94,7 +94,9 @@ def cluster_health(url: str, timeout: float = 5.0, wait_for: str | None = None) 
 
 def _put_json(url: str, path: str, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
     request = urllib.request.Request(
-        f"{url}{path}", data=json.dumps(body).encode("utf-8"), method="PUT",
+        f"{url}{path}",
+        data=json.dumps(body).encode("utf-8"),
+        method="PUT",
         headers={"Content-Type": "application/json"},
     )
     try:
@@ -177,7 +179,9 @@ class LocalOpenSearch:
     ) -> None:
         self.version = version or default_version()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else semdup_home()
-        self.state_dir = (Path(state_dir).expanduser() if state_dir else self.cache_dir / "state" / "opensearch").absolute()
+        self.state_dir = (
+            Path(state_dir).expanduser() if state_dir else self.cache_dir / "state" / "opensearch"
+        ).absolute()
         self.port = port
         self.heap = heap or os.environ.get("SEMDUP_OPENSEARCH_HEAP", "1g")
         if not _HEAP.match(self.heap):

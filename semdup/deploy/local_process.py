@@ -35,6 +35,7 @@ __all__ = [
     "pid_runs",
     "port_is_free",
     "choose_port",
+    "any_free_port",
     "spawn_detached",
     "terminate",
     "file_lock",
@@ -171,8 +172,13 @@ def choose_port(requested: int | None, preferred: int, host: str = "127.0.0.1") 
         if not port_is_free(requested, host):
             raise ConfigError(f"port {requested} on {host} is in use; pick another with --port or leave it out")
         return requested
-    if port_is_free(preferred, host):
+    if preferred > 0 and port_is_free(preferred, host):
         return preferred
+    return any_free_port(host)
+
+
+def any_free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel says is free right now (tests use it to avoid racing each other for 9200)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

@@ -84,7 +84,9 @@ class LocalRedis:
         binary: the server program (default ``redis-server`` on PATH).
     """
 
-    def __init__(self, state_dir: Path | str | None = None, port: int | None = None, binary: str | None = None) -> None:
+    def __init__(
+        self, state_dir: Path | str | None = None, port: int | None = None, binary: str | None = None
+    ) -> None:
         self.state_dir = (Path(state_dir).expanduser() if state_dir else default_state_dir()).absolute()
         self.port = port
         self.binary = binary or "redis-server"

@@ -314,5 +314,7 @@ def ensure_installed(
         )
         data = asdict(inst) | {"home": str(final), "source": str(archive)}
         (version_dir / _MARKER).write_text(json.dumps(data, indent=2), encoding="utf-8")
-        logger.info("installed OpenSearch %s at %s (modules %s, k-NN %s)", version, final, inst.modules, inst.knn_installed)
+        logger.info(
+            "installed OpenSearch %s at %s (modules %s, k-NN %s)", version, final, inst.modules, inst.knn_installed
+        )
         return inst

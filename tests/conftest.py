@@ -1,0 +1,157 @@
+"""Session fixtures every integration test shares: a real OpenSearch and a real Redis, never mocks.
+
+Where they come from (first match wins):
+
+``opensearch_url``
+    1. ``$OPENSEARCH_URL`` / ``$SEMDUP_OPENSEARCH_URL`` (credentials and TLS from the other
+       ``SEMDUP_OPENSEARCH_*`` variables, see :mod:`semdup.config`);
+    2. a Docker OpenSearch 2.19.1 container (testcontainers) when a Docker engine answers
+       (``SEMDUP_TEST_DOCKER=0`` skips this);
+    3. the embedded node already running (``semdup opensearch start``), reused as is;
+    4. an embedded node from Maven Central started for this session on a free port with its own
+       temporary data folder, stopped and deleted at the end.
+``redis_url``
+    ``$SEMDUP_BROKER_URL`` / ``$REDIS_URL``, else a local ``redis-server`` on a free port in a
+    temporary folder, stopped at the end.
+
+Tests that request these fixtures are marked ``opensearch`` / ``broker`` automatically, so
+``pytest -m "not opensearch and not broker"`` is the fast hermetic tier.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from semdup.config import OpenSearchSettings, connect
+from semdup.deploy.local_opensearch import LocalOpenSearch, running_url
+from semdup.deploy.local_process import any_free_port
+from semdup.deploy.local_redis import LocalRedis
+
+logger = logging.getLogger(__name__)
+
+_OPENSEARCH_IMAGE = "opensearchproject/opensearch:2.19.1"
+_OPENSEARCH_FIXTURES = {"opensearch_url", "opensearch_settings", "opensearch_client", "unique_index"}
+_BROKER_FIXTURES = {"redis_url"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection looks at the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs a cluster or a broker, even if its author forgot the marker."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _OPENSEARCH_FIXTURES and item.get_closest_marker("opensearch") is None:
+            item.add_marker(pytest.mark.opensearch)
+        if names & _BROKER_FIXTURES and item.get_closest_marker("broker") is None:
+            item.add_marker(pytest.mark.broker)
+
+
+def _env_opensearch_url() -> str | None:
+    return os.environ.get("OPENSEARCH_URL") or os.environ.get("SEMDUP_OPENSEARCH_URL")
+
+
+def _docker_answers() -> bool:
+    if os.environ.get("SEMDUP_TEST_DOCKER", "1").lower() in ("0", "false", "no", "off"):
+        return False
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no docker package, no socket, engine down: all mean "no Docker here"
+        return False
+
+
+def _opensearch_container() -> Any:
+    try:
+        from testcontainers.community.opensearch import OpenSearchContainer
+    except ImportError:  # testcontainers < 4.10
+        from testcontainers.opensearch import OpenSearchContainer
+
+    container = OpenSearchContainer(_OPENSEARCH_IMAGE, security_enabled=False, initial_admin_password="Semdup-Test-9x")
+    container.with_env("OPENSEARCH_JAVA_OPTS", "-Xms1g -Xmx1g")
+    return container
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> Iterator[str]:
+    """URL of a real OpenSearch for this test session (see the module docstring for the order)."""
+    url = _env_opensearch_url()
+    if url:
+        yield url
+        return
+    if _docker_answers():
+        container = _opensearch_container()
+        container.start()
+        try:
+            yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9200)}"
+        finally:
+            container.stop()
+        return
+    url = running_url()
+    if url:
+        logger.info("reusing the embedded OpenSearch at %s", url)
+        yield url
+        return
+    state_dir = Path(tempfile.mkdtemp(prefix="semdup-test-opensearch-"))
+    node = LocalOpenSearch(state_dir=state_dir, port=any_free_port())
+    try:
+        yield node.start(timeout=300)
+    finally:
+        node.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def opensearch_settings(opensearch_url: str) -> OpenSearchSettings:
+    """Settings for the session's cluster; credentials and TLS come from the environment when it named the URL."""
+    if _env_opensearch_url():
+        return OpenSearchSettings.from_env()
+    return OpenSearchSettings(url=opensearch_url)
+
+
+@pytest.fixture(scope="session")
+def opensearch_client(opensearch_settings: OpenSearchSettings) -> Iterator[Any]:
+    """A connected ``opensearchpy.OpenSearch`` client (checked with GET / by :func:`semdup.config.connect`)."""
+    client = connect(opensearch_settings)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def unique_index(opensearch_client: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh index name (the test creates the index); the index is deleted after the test."""
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"semdup-test-{stem}-{uuid.uuid4().hex[:8]}"
+    yield name
+    opensearch_client.indices.delete(index=name, ignore_unavailable=True, request_timeout=30)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a real Redis for this session: the environment's, else a local one on a free port."""
+    url = os.environ.get("SEMDUP_BROKER_URL") or os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    state_dir = Path(tempfile.mkdtemp(prefix="semdup-test-redis-"))
+    broker = LocalRedis(state_dir=state_dir, port=any_free_port())
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
