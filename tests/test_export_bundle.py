@@ -190,3 +190,13 @@ def test_cli_exports_and_reports(bow_bundle: Path, tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "semdup", "export", "--checkpoint", str(tmp_path), "--out",
                           str(tmp_path / "c")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "Error:" in bad.stderr and "not a semdup checkpoint" in bad.stderr
+
+
+def test_int8_bundle_ships_its_measured_map_change(posts: list[Post], tmp_path: Path) -> None:
+    ckpt = tiny_checkpoint("cnn", posts, tmp_path / "ckpt")
+    result = export_checkpoint(ckpt, tmp_path / "int8", quantize="int8", parity_posts=posts[:4])
+    q = Bundle.load(result.bundle_dir).manifest["quantization"]
+    assert q["mode"] == "int8" and q["bytes_int8"] < q["bytes_fp32"]
+    assert q["map_change"] == pytest.approx(q["map_int8"] - q["map_fp32"])
+    assert 0.0 <= q["map_fp32"] <= 100.0 and 0.0 <= q["map_int8"] <= 100.0
+    assert result.version != export_checkpoint(ckpt, tmp_path / "fp32", parity_posts=posts[:4]).version
