@@ -40,7 +40,13 @@ from semdup.deploy.local_redis import LocalRedis
 logger = logging.getLogger(__name__)
 
 _OPENSEARCH_IMAGE = "opensearchproject/opensearch:2.19.1"
-_OPENSEARCH_FIXTURES = {"opensearch_url", "opensearch_settings", "opensearch_client", "unique_index"}
+_OPENSEARCH_FIXTURES = {
+    "embedded_opensearch",
+    "opensearch_url",
+    "opensearch_settings",
+    "opensearch_client",
+    "unique_index",
+}
 _BROKER_FIXTURES = {"redis_url"}
 
 
@@ -86,32 +92,44 @@ def _opensearch_container() -> Any:
 
 
 @pytest.fixture(scope="session")
-def opensearch_url() -> Iterator[str]:
-    """URL of a real OpenSearch for this test session (see the module docstring for the order)."""
-    url = _env_opensearch_url()
-    if url:
-        yield url
+def embedded_opensearch() -> Iterator[LocalOpenSearch | None]:
+    """The embedded node serving this session, or None when the URL comes from the environment or Docker."""
+    if _env_opensearch_url() or _docker_answers():
+        yield None
         return
-    if _docker_answers():
-        container = _opensearch_container()
-        container.start()
-        try:
-            yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9200)}"
-        finally:
-            container.stop()
-        return
-    url = running_url()
-    if url:
-        logger.info("reusing the embedded OpenSearch at %s", url)
-        yield url
+    if running_url():
+        logger.info("reusing the embedded OpenSearch at %s", running_url())
+        yield LocalOpenSearch()
         return
     state_dir = Path(tempfile.mkdtemp(prefix="semdup-test-opensearch-"))
     node = LocalOpenSearch(state_dir=state_dir, port=any_free_port())
     try:
-        yield node.start(timeout=300)
+        node.start(timeout=300)
+        yield node
     finally:
         node.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def opensearch_url(embedded_opensearch: LocalOpenSearch | None) -> Iterator[str]:
+    """URL of a real OpenSearch for this test session (see the module docstring for the order)."""
+    if embedded_opensearch is not None:
+        url = embedded_opensearch.url
+        if url is None:
+            raise RuntimeError(f"the embedded OpenSearch in {embedded_opensearch.state_dir} stopped mid-session")
+        yield url
+        return
+    url = _env_opensearch_url()
+    if url:
+        yield url
+        return
+    container = _opensearch_container()
+    container.start()
+    try:
+        yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9200)}"
+    finally:
+        container.stop()
 
 
 @pytest.fixture(scope="session")

@@ -223,9 +223,9 @@ class LocalOpenSearch:
             if record is not None:
                 logger.info("OpenSearch already running at %s (pid %d)", record.url, record.pid)
                 return record.url
-            inst = self.ensure_installed()
+            port = choose_port(self.port, 9200)  # cheap checks first: a busy port fails before any download
             run_as = RunAs.lookup(self.run_as_name or _default_run_as()) if os.geteuid() == 0 else None
-            port = choose_port(self.port, 9200)
+            inst = self.ensure_installed()
             url = f"http://127.0.0.1:{port}"
             env = self._prepare(inst, port, run_as)
             began = time.monotonic()
