@@ -173,3 +173,7 @@ def build_inputs(
         # text_ids already holds exactly the BOW tokens' ids; other kinds tokenise once more.
         arrays["bow_ids"] = arrays["ids"] if kind == "text_ids" else bow_ids(pipeline, posts)["bow_ids"]
     return arrays
+
+# The "wordpiece" kind (MiniLM's own tokenizer, torch-free) registers itself on import; imported here so
+# serving code that only imports this module can build it too.
+from semdup.encoders import wordpiece as _wordpiece  # noqa: E402,F401

