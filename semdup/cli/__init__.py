@@ -82,6 +82,10 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose == 0:
+        # The client logs every failed attempt with a traceback; semdup reports the failure itself, in one line.
+        for noisy in ("opensearch", "urllib3", "celery.utils.functional"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> None:

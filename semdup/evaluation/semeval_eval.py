@@ -53,7 +53,7 @@ def _complete(scores: dict[str, float], candidates: Sequence[str]) -> dict[str, 
     ties by the gold file's order, which is the search engine's ranking, and a method must not borrow it.
     """
     floor = (min(scores.values()) if scores else 0.0) - 1.0
-    return {c: scores[c] if c in scores else floor - (zlib.crc32(c.encode()) % 997) / 1000.0 for c in candidates}
+    return {c: scores[c] if c in scores else floor - zlib.crc32(c.encode()) / 2.0**32 for c in candidates}
 
 
 def _lexical_predictions(

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Everything semdup needs on a fresh Debian machine, cached outside the clone so a second run is fast:
+#   - redis-server (Debian package) for the Celery broker
+#   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV)
+#   - OpenSearch 2.19.1 + k-NN from Maven Central (fetched on first `semdup opensearch start`, into ~/.m2)
+# Source it:  . scripts/bootstrap.sh   (it exports SEMDUP_VENV and puts the venv's bin first on PATH)
+set -euo pipefail
+_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export SEMDUP_VENV="${SEMDUP_VENV:-$HOME/.cache/semdup/venv}"
+PY="${PYTHON:-python3}"
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "bootstrap: '$1' is required ($2)" >&2; exit 1; }; }
+need "$PY" "Python 3.10+"
+need java "Java 17: apt-get install openjdk-17-jre-headless"
+need mvn "Maven: apt-get install maven"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "bootstrap: installing redis-server (Debian package)" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get install -y -q redis-server >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q redis-server >/dev/null; }
+  # Debian starts a system redis on 6379; semdup runs its own on a free port, so the system one may stay.
+fi
+
+stamp_want="$(cat "$_root/pyproject.toml" | sha256sum | cut -c1-16)"
+stamp_file="$SEMDUP_VENV/.semdup-deps-$stamp_want"
+if [ ! -x "$SEMDUP_VENV/bin/python" ]; then
+  echo "bootstrap: creating venv $SEMDUP_VENV" >&2
+  "$PY" -m venv "$SEMDUP_VENV"
+fi
+if [ ! -f "$stamp_file" ]; then
+  echo "bootstrap: installing semdup and its dependencies into $SEMDUP_VENV (torch is large: minutes on a fresh machine)" >&2
+  "$SEMDUP_VENV/bin/pip" install -q --upgrade pip >/dev/null
+  "$SEMDUP_VENV/bin/pip" install -q -e "$_root[train,serve,test,aws]"
+  rm -f "$SEMDUP_VENV"/.semdup-deps-* && touch "$stamp_file"
+else
+  # Dependencies are cached; only point the editable install at this checkout.
+  "$SEMDUP_VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$_root" >/dev/null
+fi
+export PATH="$SEMDUP_VENV/bin:$PATH"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing (cached), then runs every tier — unit, opensearch, broker, slow —
+# against a real OpenSearch (local Maven distribution, started by the fixtures) and a real Redis + Celery worker.
+# GPU tests skip where no GPU is present and say so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bootstrap.sh
+exec python -m pytest -p no:cacheprovider "$@"
