@@ -147,7 +147,8 @@ def _manifest(model: EncoderModel, pipeline: TextPipeline, config: Mapping[str, 
         "vocab_size": len(pipeline.vocab),
         "hparams": model.get_config_dict(),
         "term_weights": None if term_weights is None else {
-            "count": int(len(term_weights)), "nonpositive": int((term_weights <= 0).sum()),
+            # <pad> and <unk> (ids 0, 1) have weight 0 by construction and never reach encode_terms
+            "count": int(len(term_weights)), "nonpositive": int((term_weights[2:] <= 0).sum()),
         },
         "data": config.get("data"),
         "metrics": _read_metrics(ckpt),
