@@ -1,1 +1,9 @@
-"""deploy"""
+"""Running semdup's services: the embedded local OpenSearch and Redis (see README.md beside this file).
+
+Submodules are imported on use; nothing here starts a process or opens a connection::
+
+    semdup.deploy.local_opensearch   LocalOpenSearch, running_url, knn_available
+    semdup.deploy.local_redis        LocalRedis, running_url
+    semdup.deploy.opensearch_distribution  fetch + assemble OpenSearch from Maven Central
+    semdup.deploy.local_process      ports, detached processes, state records
+"""
