@@ -28,6 +28,8 @@ import shutil
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,6 @@ __all__ = ["LocalOpenSearch", "running_url", "default_state_dir", "knn_available
 
 logger = logging.getLogger(__name__)
 
-_PROGRAM = "org.opensearch.bootstrap.OpenSearch"
 _STATE_FILE = "node.json"
 _CLUSTER = "semdup-local"
 _HEAP = re.compile(r"^[1-9][0-9]*[mMgG]$")
@@ -66,15 +67,15 @@ def default_state_dir() -> Path:
 
 def _live_record(state_dir: Path) -> ServiceRecord | None:
     record = read_record(state_dir / _STATE_FILE)
-    if record is not None and pid_runs(record.pid, _PROGRAM):
+    if record is not None and pid_runs(record.pid, record.program):
         return record
     return None
 
 
 def running_url(state_dir: Path | None = None) -> str | None:
-    """URL of the embedded node recorded in ``state_dir`` if its process is alive, else None."""
+    """URL of the embedded node recorded in ``state_dir`` if its process is alive and was healthy, else None."""
     record = _live_record(state_dir or default_state_dir())
-    return record.url if record else None
+    return record.url if record and record.extra.get("ready", True) else None
 
 
 def cluster_health(url: str, timeout: float = 5.0, wait_for: str | None = None) -> dict[str, Any]:
@@ -221,6 +222,11 @@ class LocalOpenSearch:
         with file_lock(self.state_dir / ".lock"):
             record = _live_record(self.state_dir)
             if record is not None:
+                if not record.extra.get("ready", True):  # whoever started it gave up waiting: wait here
+                    self._wait_healthy(
+                        lambda: None if pid_runs(record.pid, record.program) else -1, record.url, timeout
+                    )
+                    write_record(self.state_file, replace(record, extra={**record.extra, "ready": True}))
                 logger.info("OpenSearch already running at %s (pid %d)", record.url, record.pid)
                 return record.url
             port = choose_port(self.port, 9200)  # cheap checks first: a busy port fails before any download
@@ -236,20 +242,24 @@ class LocalOpenSearch:
                 log_path=self.state_dir / "console.log",
                 run_as=run_as,
             )
+            # Both the start-up shell script and the java it execs carry the install folder on their
+            # command line (script path, -Dopensearch.path.home), so the pid is recognised from the start.
+            marker = str(inst.home)
             extra = {"version": inst.version, "heap": self.heap, "knn": inst.knn_installed, "home": str(inst.home)}
             extra["run_as"] = run_as.user if run_as else None
-            write_record(
-                self.state_file,
-                ServiceRecord(proc.pid, url, port, _PROGRAM, time.time(), str(self.log_file), extra),
+            record = ServiceRecord(
+                proc.pid, url, port, marker, time.time(), str(self.log_file), extra | {"ready": False}
             )
+            write_record(self.state_file, record)
             logger.info("started OpenSearch %s pid %d on %s; waiting for health", inst.version, proc.pid, url)
             try:
-                self._wait_healthy(proc, url, timeout)
+                self._wait_healthy(proc.poll, url, timeout)
+                _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS})
             except OpenSearchUnavailable:
-                terminate(proc.pid, _PROGRAM, timeout=10)
+                terminate(proc.pid, marker, timeout=10)
                 remove_record(self.state_file)
                 raise
-            _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS})
+            write_record(self.state_file, replace(record, extra=extra | {"ready": True}))
             proc.returncode = 0  # detached on purpose: tell Popen not to warn that it still runs
             logger.info("OpenSearch healthy at %s after %.1fs", url, time.monotonic() - began)
             return url
@@ -300,10 +310,11 @@ class LocalOpenSearch:
             env.update(HOME=str(self.state_dir), USER=run_as.user, LOGNAME=run_as.user)
         return env
 
-    def _wait_healthy(self, proc: Any, url: str, timeout: float) -> None:
+    def _wait_healthy(self, poll: Callable[[], int | None], url: str, timeout: float) -> None:
+        """Wait for health yellow/green; ``poll`` returns the exit code once the process has died."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            code = proc.poll()
+            code = poll()
             if code is not None:
                 raise OpenSearchUnavailable(
                     f"OpenSearch exited with code {code} while starting; see {self.log_file} and "
@@ -328,10 +339,10 @@ class LocalOpenSearch:
         """Stop the node: SIGTERM, wait ``timeout`` seconds, then SIGKILL. False when none was running."""
         with file_lock(self.state_dir / ".lock"):
             record = read_record(self.state_file)
-            if record is None or not pid_runs(record.pid, _PROGRAM):
+            if record is None or not pid_runs(record.pid, record.program):
                 remove_record(self.state_file)
                 return False
-            killed = terminate(record.pid, _PROGRAM, timeout)
+            killed = terminate(record.pid, record.program, timeout)
             remove_record(self.state_file)
             logger.info("stopped OpenSearch pid %d%s", record.pid, " (SIGKILL)" if killed else "")
             return True
