@@ -31,7 +31,7 @@ from semdup.encoders.lexical_scores import LexicalIndex
 from semdup.encoders.scorer import PostScorer, minmax_normalise
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.errors import ConfigError
-from semdup.evaluation.metrics import retrieval_scores, semeval_scores
+from semdup.evaluation.metrics import best_threshold, retrieval_scores, semeval_scores
 
 __all__ = ["ALPHA_GRID", "semeval_components", "travel_components", "fuse", "tune_alpha"]
 
@@ -119,6 +119,14 @@ def tune_alpha(
         def figures(part: str, a: float) -> dict[str, float]:
             return _semeval_figures(comps[part], sets[part].gold(), a)
 
+        def threshold(a: float) -> tuple[float | None, float | None]:
+            """Duplicate threshold of the fused score, chosen on dev pair accuracy (as the SemEval recipe does)."""
+            gold = sets["dev"].gold()
+            scores = np.concatenate([fuse(cos, lex, a) for _, _, cos, lex in comps["dev"]])
+            labels = [bool(gold.get(qid, {}).get(i, False)) for qid, ids, _, _ in comps["dev"] for i in ids]
+            thr, acc = best_threshold(scores, labels)
+            return float(thr), float(acc)
+
     elif data == "travel":
         from semdup.evaluation.datasets import load_stackexchange_dump
 
@@ -129,11 +137,17 @@ def tune_alpha(
         def figures(part: str, a: float) -> dict[str, float]:
             return _travel_figures(*comps_t[part], a)
 
+        def threshold(a: float) -> tuple[float | None, float | None]:
+            return None, None  # retrieval over the corpus: no pair labels to choose a threshold on
+
     else:
         raise ConfigError(f"T-SCQA tuning supports data sets 'semeval' and 'travel' (ranking); got {data!r}")
     curve = {a: figures("dev", a)[metric] for a in ALPHA_GRID}
     best = max(ALPHA_GRID, key=lambda a: (curve[a], a))  # ties go to the larger α (more SCQA)
+    thr, acc = threshold(best)
     return {
+        "threshold": thr,
+        "dev_pair_accuracy": acc,
         "data": data,
         "metric": metric,
         "dev_curve": curve,
@@ -161,6 +175,7 @@ def write_tscqa_checkpoint(checkpoint: str | Path, out_dir: str | Path, result: 
     cfg["arch"] = "t-scqa"
     cfg["hparams"] = {**cfg.get("hparams", {}), "tscqa_alpha": a}
     cfg["fusion"] = {"beta_bow": 0.0, "beta_dense": a, "alpha": round(1.0 - a, 10)}
+    cfg["threshold"] = result.get("threshold")  # of the fused score; the SCQA one no longer applies
     cfg["tscqa"] = {
         "tuned_on": "dev " + result["metric"],
         "source_checkpoint": str(src),
