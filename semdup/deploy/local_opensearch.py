@@ -8,7 +8,7 @@ Use it from Python or through ``semdup opensearch start|stop|status``::
     node.stop()
 
 The node runs in its own process session and outlives the command that started it; its pid and
-URL live in ``<state dir>/node.json``, which :func:`running_url` reads. Settings: single node,
+URL live in ``<state dir>/node.json`` (pid also in ``opensearch.pid``), read by :func:`running_url`. Single node,
 security off (the integ-test zip has no security plugin), new indices get 0 replicas (so health
 is green), disk watermarks off (a full laptop disk must not turn indices read-only), heap 1g.
 
@@ -251,6 +251,7 @@ class LocalOpenSearch:
                 proc.pid, url, port, marker, time.time(), str(self.log_file), extra | {"ready": False}
             )
             write_record(self.state_file, record)
+            (self.state_dir / "opensearch.pid").write_text(f"{proc.pid}\n", encoding="ascii")  # for ops scripts
             logger.info("started OpenSearch %s pid %d on %s; waiting for health", inst.version, proc.pid, url)
             try:
                 self._wait_healthy(proc.poll, url, timeout)
@@ -344,6 +345,7 @@ class LocalOpenSearch:
                 return False
             killed = terminate(record.pid, record.program, timeout)
             remove_record(self.state_file)
+            remove_record(self.state_dir / "opensearch.pid")
             logger.info("stopped OpenSearch pid %d%s", record.pid, " (SIGKILL)" if killed else "")
             return True
 
