@@ -81,7 +81,9 @@ def cli(verbose: int) -> None:
       semdup rerank / semdup serve       # query-time reranking
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from semdup.logging_config import configure_logging
+
+    configure_logging(level)  # text, or one JSON object per line with SEMDUP_LOG_FORMAT=json
     if verbose == 0:
         # The client logs every failed attempt with a traceback; semdup reports the failure itself, in one line.
         for noisy in ("opensearch", "urllib3", "celery.utils.functional"):
@@ -91,7 +93,10 @@ def cli(verbose: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: semdup errors become one "Error: ..." line and exit 1."""
     try:
-        cli.main(args=argv, prog_name="semdup", standalone_mode=False)
+        # standalone_mode=False makes click return ctx.exit(code)'s code instead of raising it
+        rv = cli.main(args=argv, prog_name="semdup", standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            sys.exit(rv)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
