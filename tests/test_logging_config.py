@@ -1,0 +1,135 @@
+"""JSON logs: every line parses, carries level/logger/message, and holds no password, API key or post body."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from semdup.errors import ConfigError
+from semdup.logging_config import MAX_MESSAGE_CHARS, JsonFormatter, configure_logging, scrub
+
+
+@pytest.fixture
+def json_log() -> tuple[logging.Logger, io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("semdup.test.json_log")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    yield log, stream
+    log.removeHandler(handler)
+
+
+def _lines(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_line_parses_with_fields(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    log, stream = json_log
+    log.info("index_posts %s: %d written, %d parked", "travel", 64, 0, extra={"index": "travel", "written": 64})
+    (line,) = _lines(stream)
+    assert line["level"] == "INFO"
+    assert line["logger"] == "semdup.test.json_log"
+    assert line["message"] == "index_posts travel: 64 written, 0 parked"
+    assert line["index"] == "travel" and line["written"] == 64
+    assert line["time"].endswith("Z")
+
+
+def test_no_password_in_messages_extras_or_tracebacks(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    log, stream = json_log
+    log.warning("broker at redis://:hunter2secret@redis:6379/0 did not answer")
+    log.warning("connecting to https://admin:Pa55w0rd@search.example.org:9200 with password=Pa55w0rd")
+    log.info("request", extra={"password": "Pa55w0rd", "api_key": "k-123456", "headers": {"X-Api-Key": "k-123456"}})
+    log.info("call with Authorization: Bearer k-123456 and api_key=k-123456")
+    try:
+        raise RuntimeError("login failed for amqp://user:hunter2secret@rabbit//")
+    except RuntimeError:
+        log.exception("worker could not start")
+    text = stream.getvalue()
+    for secret in ("hunter2secret", "Pa55w0rd", "k-123456"):
+        assert secret not in text
+    lines = _lines(stream)
+    assert len(lines) == 5
+    assert "redis://***@redis:6379/0" in lines[0]["message"]
+    assert "https://***@search.example.org:9200" in lines[1]["message"]
+    assert "RuntimeError" in lines[4]["exception"]
+
+
+def test_post_text_fields_and_celery_args_are_dropped(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    log, stream = json_log
+    body = "My visa application was refused twice, what should I do"
+    log.error(
+        "Task %s failed",
+        "semdup.indexer.index_posts",
+        extra={"data": {"id": "abc", "args": [["travel", [{"id": "1", "body": body}]]], "kwargs": {}}, "body": body},
+    )
+    (line,) = _lines(stream)
+    assert body not in json.dumps(line)
+    assert line["data"] == {"id": "abc"}
+
+
+def test_long_message_is_cut(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    log, stream = json_log
+    log.info("x" * (MAX_MESSAGE_CHARS * 3))
+    (line,) = _lines(stream)
+    assert len(line["message"]) < MAX_MESSAGE_CHARS + 100
+    assert "more characters cut" in line["message"]
+
+
+def test_scrub_leaves_plain_text() -> None:
+    assert scrub("indexed 64 posts into http://opensearch:9200/travel") == (
+        "indexed 64 posts into http://opensearch:9200/travel"
+    )
+
+
+def test_configure_logging_format_from_env_and_bad_value() -> None:
+    root = logging.getLogger()
+    before = list(root.handlers), root.level
+    try:
+        stream = io.StringIO()
+        assert configure_logging(logging.INFO, env={"SEMDUP_LOG_FORMAT": "json"}, stream=stream) == "json"
+        logging.getLogger("semdup.test.env").info("hello")
+        assert json.loads(stream.getvalue().splitlines()[-1])["message"] == "hello"
+        assert configure_logging(logging.INFO, env={}, stream=io.StringIO()) == "text"
+        with pytest.raises(ConfigError, match="SEMDUP_LOG_FORMAT must be one of text, json"):
+            configure_logging(logging.INFO, env={"SEMDUP_LOG_FORMAT": "xml"})
+    finally:
+        for h in list(root.handlers):
+            if getattr(h, "_semdup_handler", False):
+                root.removeHandler(h)
+        root.setLevel(before[1])
+
+
+def test_cli_logs_json_lines_without_credentials(tmp_path) -> None:
+    """The real ``semdup`` CLI with SEMDUP_LOG_FORMAT=json: its log lines on stderr are JSON, with no password."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SEMDUP_CACHE": str(tmp_path / "cache"),
+        "SEMDUP_LOG_FORMAT": "json",
+        "SEMDUP_OPENSEARCH_URL": "http://admin:Sup3rS3cret@127.0.0.1:1",  # nothing listens on port 1
+        "SEMDUP_OPENSEARCH_TIMEOUT": "2",
+        "SEMDUP_OPENSEARCH_MAX_RETRIES": "0",
+    }
+    code = "import sys; from semdup.cli import main; main(sys.argv[1:])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "-vv", "index-posts", "--index", "x", "--list-parked"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "Error: no OpenSearch at http://127.0.0.1:1" in proc.stderr
+    assert "Sup3rS3cret" not in proc.stderr + proc.stdout
+    log_lines = [line for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert log_lines, proc.stderr[-2000:]
+    for line in log_lines:
+        record = json.loads(line)
+        assert {"time", "level", "logger", "message"} <= set(record)
