@@ -160,7 +160,7 @@ def iter_parked(client: OpenSearch, index: str | None = None, page: int = 500) -
             body: dict[str, Any] = {
                 "query": _query(index),
                 "size": page,
-                "sort": [{"parked_at": "asc"}, {"_id": "asc"}],
+                "sort": [{"parked_at": "asc"}, {"post_id": "asc"}],
                 "seq_no_primary_term": True,
             }
             if after:
