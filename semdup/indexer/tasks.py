@@ -22,6 +22,7 @@ from celery import Task
 from celery.utils.log import get_task_logger
 from opensearchpy import exceptions as os_exc
 
+from semdup.deploy import worker_metrics
 from semdup.errors import IndexError_, OpenSearchUnavailable
 from semdup.indexer import parking, semantic
 from semdup.indexer.celery_app import app, runtime
@@ -29,6 +30,7 @@ from semdup.indexer.celery_app import app, runtime
 __all__ = ["index_posts", "backfill_batch", "delete_posts", "TRANSIENT_ERRORS", "MAX_RETRIES"]
 
 logger = get_task_logger(__name__)
+worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless SEMDUP_METRICS_PORT is set
 
 TRANSIENT_ERRORS = (OpenSearchUnavailable, os_exc.ConnectionError, os_exc.ConnectionTimeout)
 MAX_RETRIES = 8  # with backoff doubling to 600 s: about 25 minutes of retrying before a batch is parked
