@@ -1,1 +1,25 @@
-"""reranker"""
+"""Query-time reranking: candidates from OpenSearch templates (plus learned-sparse and k-NN), fused with the bundle.
+
+The service (``semdup serve``) is :func:`semdup.reranker.service.create_app`; it is not imported here so that
+using the :class:`Reranker` from Python does not import FastAPI.
+"""
+
+from __future__ import annotations
+
+from semdup.reranker.calibration import Calibration, fit_platt, load_calibration, save_calibration
+from semdup.reranker.candidates import SearchTimeout
+from semdup.reranker.reranker import Candidate, ModelMismatch, Reranker
+from semdup.reranker.settings import RerankerSettings, ServiceSettings
+
+__all__ = [
+    "Calibration",
+    "Candidate",
+    "ModelMismatch",
+    "Reranker",
+    "RerankerSettings",
+    "SearchTimeout",
+    "ServiceSettings",
+    "fit_platt",
+    "load_calibration",
+    "save_calibration",
+]

@@ -1,0 +1,218 @@
+"""Candidate generation: stored lexical templates, learned-sparse and k-NN queries, merged without duplicates.
+
+One ``_msearch/template`` call runs every stored template (BM25, LMJ, DFR, IB …) and, inline, the
+learned-sparse query (a ``bool`` ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>``
+with the ``linear`` function and boost = the query's own weight, i.e. the dot product cos_bow inside
+OpenSearch) and the ``knn`` query on ``semdup.vector``. The candidates' stored semdup fields are then
+read with one ``mget``.
+
+Every OpenSearch call carries an explicit ``request_timeout``; a timeout raises :class:`SearchTimeout`
+(the service answers 504), a connection failure :class:`~semdup.errors.OpenSearchUnavailable` (503), a
+missing index :class:`~semdup.errors.IndexError_` (404).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opensearchpy import exceptions as os_exc
+
+from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
+from semdup.search_templates import template_id, template_params
+
+__all__ = [
+    "SearchTimeout",
+    "CandidateSet",
+    "sparse_query",
+    "knn_query",
+    "merge_hits",
+    "search_candidates",
+    "lexical_scores_for",
+    "fetch_semdup_fields",
+    "call_opensearch",
+    "MAX_SPARSE_TERMS",
+]
+
+logger = logging.getLogger(__name__)
+
+# The bool query's clause limit is 1024 by default; the heaviest query terms carry the dot product.
+MAX_SPARSE_TERMS = 512
+
+
+class SearchTimeout(OpenSearchUnavailable):
+    """OpenSearch did not answer within the reranker's request timeout (the service answers 504)."""
+
+
+@dataclass
+class CandidateSet:
+    """Merged candidates of one query: ids in first-seen order, the primary template's score, the paths found."""
+
+    ids: list[str] = field(default_factory=list)
+    lexical: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, list[str]] = field(default_factory=dict)
+
+
+def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
+    """Call the client, mapping its errors onto semdup's: timeout, unreachable, missing index."""
+    try:
+        return fn(**kwargs)
+    except os_exc.ConnectionTimeout as exc:
+        raise SearchTimeout(
+            f"OpenSearch did not answer {what} within {kwargs.get('request_timeout')} s; raise SEMDUP_SEARCH_TIMEOUT "
+            "or check the cluster's load"
+        ) from exc
+    except os_exc.ConnectionError as exc:
+        raise OpenSearchUnavailable(
+            f"OpenSearch did not answer {what} ({exc.__class__.__name__}); start the embedded one with "
+            "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
+        ) from exc
+    except os_exc.NotFoundError as exc:
+        raise IndexError_(f"{what}: index not found ({getattr(exc, 'error', exc)}); index posts into it first") from exc
+    except os_exc.TransportError as exc:
+        if exc.status_code in (502, 503, 504) or exc.status_code == 429:
+            raise OpenSearchUnavailable(f"OpenSearch answered HTTP {exc.status_code} {what}: {exc.error}") from exc
+        raise SemdupError(f"OpenSearch refused {what} (HTTP {exc.status_code}): {exc.error}") from exc
+
+
+def _filters(exclude_id: str | None, restrict_ids: Sequence[str] | None) -> dict[str, Any]:
+    clause: dict[str, Any] = {}
+    if restrict_ids is not None:
+        clause["filter"] = [{"ids": {"values": [str(i) for i in restrict_ids]}}]
+    if exclude_id is not None:
+        clause["must_not"] = [{"ids": {"values": [str(exclude_id)]}}]
+    return clause
+
+
+def sparse_query(
+    terms: Mapping[str, float], size: int, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """A search body whose score is Σ_w q_w·d_w over ``semdup.terms`` (cos_bow when both sides are unit vectors).
+
+    ``rank_feature`` with ``linear`` scores d_w; the clause boost multiplies it by the query's weight q_w
+    (DESIGN.md, index schema). Only the ``MAX_SPARSE_TERMS`` heaviest query terms are kept.
+
+    Example::
+
+        >>> sparse_query({"mount": 0.8, "usb": 0.6}, 5)["query"]["bool"]["should"][0]
+        {'rank_feature': {'field': 'semdup.terms.mount', 'linear': {}, 'boost': 0.8}}
+    """
+    top = sorted(terms.items(), key=lambda kv: -kv[1])[:MAX_SPARSE_TERMS]
+    should = [{"rank_feature": {"field": f"semdup.terms.{name}", "linear": {}, "boost": float(w)}} for name, w in top]
+    bool_q: dict[str, Any] = {"should": should, "minimum_should_match": 1, **_filters(exclude_id, restrict_ids)}
+    return {"size": int(size), "_source": False, "track_total_hits": False, "query": {"bool": bool_q}}
+
+
+def knn_query(
+    vector: Sequence[float], size: int, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """A ``knn`` search on ``semdup.vector`` (lucene engine, cosinesimil; the filter is applied during the search)."""
+    knn: dict[str, Any] = {"vector": [float(x) for x in vector], "k": int(size)}
+    flt = _filters(exclude_id, restrict_ids)
+    if flt:
+        knn["filter"] = {"bool": flt}
+    return {"size": int(size), "_source": False, "track_total_hits": False,
+            "query": {"knn": {"semdup.vector": knn}}}
+
+
+def merge_hits(named: Sequence[tuple[str, Sequence[tuple[str, float]]]], primary: str) -> CandidateSet:
+    """Merge hit lists of several paths without duplicates, in round-robin rank order.
+
+    ``primary`` names the path whose scores are the lexical scores of its candidates.
+    """
+    out = CandidateSet()
+    seen: set[str] = set()
+    longest = max((len(h) for _, h in named), default=0)
+    for rank in range(longest):
+        for name, hits in named:
+            if rank < len(hits):
+                doc_id = hits[rank][0]
+                out.sources.setdefault(doc_id, []).append(name)
+                if doc_id not in seen:
+                    seen.add(doc_id)
+                    out.ids.append(doc_id)
+    for name, hits in named:
+        if name == primary:
+            out.lexical = {d: float(s) for d, s in hits}
+    return out
+
+
+def _response_hits(resp: Mapping[str, Any], index: str, what: str) -> list[tuple[str, float]]:
+    if "error" in resp:
+        err = resp["error"]
+        if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
+            raise IndexError_(f"index {index!r} does not exist; index posts into it first")
+        reason = err.get("root_cause", [{}])[0].get("reason") if isinstance(err, dict) else err
+        raise SemdupError(f"the {what} candidate search on {index!r} failed: {reason}")
+    return [(str(h["_id"]), float(h["_score"])) for h in resp["hits"]["hits"]]
+
+
+def search_candidates(
+    client: Any,
+    index: str,
+    text: str,
+    *,
+    templates: Sequence[str],
+    variant: str,
+    size: int,
+    timeout: float,
+    exclude_id: str | None = None,
+    restrict_ids: Sequence[str] | None = None,
+    sparse_terms: Mapping[str, float] | None = None,
+    knn_vector: Sequence[float] | None = None,
+) -> CandidateSet:
+    """Run every candidate path in one ``_msearch/template`` call and merge the hits.
+
+    Args:
+        text: the query text (``query_text(title, body)``).
+        templates: lexical models; the first one's scores become the lexical scores.
+        sparse_terms: the query's learned BOW weights (adds the learned-sparse path), or None.
+        knn_vector: the query's dense vector (adds the k-NN path), or None.
+    """
+    body: list[dict[str, Any]] = []
+    names: list[str] = []
+    ids = list(restrict_ids) if restrict_ids is not None else None
+    for model in templates:
+        body += [{"index": index}, {"id": template_id(model, variant),
+                                     "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids)}]
+        names.append(model)
+    if sparse_terms:
+        body += [{"index": index}, {"source": json.dumps(sparse_query(sparse_terms, size, exclude_id, ids))}]
+        names.append("sparse")
+    if knn_vector is not None:
+        body += [{"index": index}, {"source": json.dumps(knn_query(knn_vector, size, exclude_id, ids))}]
+        names.append("knn")
+    resp = call_opensearch(client.msearch_template, f"searching candidates in {index!r}", body=body,
+                           params={"request_timeout": timeout})
+    named = [(name, _response_hits(r, index, name)) for name, r in zip(names, resp["responses"], strict=True)]
+    return merge_hits(named, primary=templates[0])
+
+
+def lexical_scores_for(
+    client: Any, index: str, text: str, ids: Sequence[str], *, model: str, variant: str, timeout: float
+) -> dict[str, float]:
+    """The primary template's score of given candidates (those found by sparse / k-NN only); no match = absent."""
+    if not ids:
+        return {}
+    params = template_params(text, size=len(ids), ids=list(ids))
+    body = [{"index": index}, {"id": template_id(model, variant), "params": params}]
+    resp = call_opensearch(client.msearch_template, f"scoring candidates in {index!r}", body=body,
+                           params={"request_timeout": timeout})
+    return dict(_response_hits(resp["responses"][0], index, model))
+
+
+def fetch_semdup_fields(client: Any, index: str, ids: Sequence[str], *, timeout: float) -> dict[str, dict[str, Any] | None]:
+    """``id -> the document's semdup object`` (``{}`` when the post has none yet, None when the post is gone)."""
+    if not ids:
+        return {}
+    resp = call_opensearch(client.mget, f"reading {len(ids)} candidates of {index!r}", index=index,
+                           body={"ids": list(ids)}, params={"_source_includes": "semdup", "request_timeout": timeout})
+    out: dict[str, dict[str, Any] | None] = {}
+    for doc in resp["docs"]:
+        if "error" in doc:
+            raise SemdupError(f"reading candidate {doc.get('_id')} of {index!r} failed: {doc['error']}")
+        out[str(doc["_id"])] = (doc.get("_source") or {}).get("semdup") or {} if doc.get("found") else None
+    return out

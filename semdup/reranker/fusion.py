@@ -1,0 +1,94 @@
+"""Fusion of one query with its candidates' stored fields, in the same numpy functions as the offline model.
+
+    s = β_bow · cos_bow + β_dense · cos_dense + α · lexnorm
+
+(dos Santos et al. 2015, §3.3, eq. 1 for the first two terms; Das et al. 2016, §3.4 for α·lexnorm with the
+lexical score min-max normalised over the candidate list). The inputs are what the indexer stored:
+``semdup.vector`` (the unit dense vector, float32 values) and ``semdup.terms`` (tf·t / ‖tf·t‖, positive
+weights keyed by :func:`semdup.indexer.schema.feature_name`). cos_dense goes through
+:func:`semdup.encoders.scorer.cosine_rows` and the sum through :func:`semdup.encoders.scorer.fused_scores`,
+so the result equals :meth:`semdup.export.bundle_scorer.BundleScorer.score` on the same candidates.
+
+Candidates without stored fields (not yet indexed by a worker) get their missing components as NaN in
+``compute_components``; :func:`compute_fused` scores them with the components they have.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from semdup.encoders.scorer import check_fusion, cosine_rows, fused_scores, minmax_normalise
+
+__all__ = ["compute_components", "compute_fused", "sparse_dot"]
+
+logger = logging.getLogger(__name__)
+
+
+def sparse_dot(query: Mapping[str, float], doc: Mapping[str, float]) -> float:
+    """Σ_w q_w·d_w over shared keys (cos_bow when both are L2-normalised).
+
+    Example::
+
+        >>> sparse_dot({"a": 0.6, "b": 0.8}, {"b": 1.0})
+        0.8
+    """
+    if len(doc) < len(query):
+        query, doc = doc, query
+    return float(sum(w * doc[k] for k, w in query.items() if k in doc))
+
+
+def compute_components(
+    query_vector: np.ndarray | None,
+    query_terms: Mapping[str, float] | None,
+    stored: Sequence[Mapping[str, Any]],
+    lexical: Sequence[float],
+) -> dict[str, np.ndarray]:
+    """Per-candidate components ``cos_bow``, ``cos_dense``, ``lexical``, ``lexnorm`` (arrays [N], NaN = missing).
+
+    Args:
+        query_vector: the query's unit dense vector [D], or None for a model without a dense encoder.
+        query_terms: the query's BOW weights, or None for a model without a BOW path.
+        stored: each candidate's ``semdup`` object from the index (``{}`` when not indexed yet).
+        lexical: the primary template's raw score of each candidate (0 when it did not match).
+    """
+    n = len(stored)
+    cos_dense = np.full(n, np.nan)
+    cos_bow = np.full(n, np.nan)
+    if query_vector is not None:
+        have = [i for i, s in enumerate(stored) if s.get("vector") is not None]
+        if have:
+            docs = np.asarray([stored[i]["vector"] for i in have], dtype=np.float32)  # [M, D], the stored float32s
+            q = np.repeat(np.asarray(query_vector, dtype=np.float32)[None, :], len(have), axis=0)  # [M, D]
+            cos_dense[have] = cosine_rows(q, docs)
+    if query_terms is not None:
+        for i, s in enumerate(stored):
+            if s.get("model") is not None and "terms" in s:
+                cos_bow[i] = sparse_dot(query_terms, s["terms"] or {})
+    lex = np.asarray(lexical, dtype=np.float64)
+    return {"cos_bow": cos_bow, "cos_dense": cos_dense, "lexical": lex, "lexnorm": minmax_normalise(lex)}
+
+
+def compute_fused(components: Mapping[str, np.ndarray], fusion: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """(fused scores [N], complete [N] bool): missing components count 0 and mark the candidate incomplete.
+
+    A component whose weight is 0 never makes a candidate incomplete.
+    """
+    f = check_fusion(fusion)
+    n = len(components["lexical"])
+    complete = np.ones(n, dtype=bool)
+    parts: dict[str, np.ndarray | None] = {}
+    for name, weight in (("cos_bow", f["beta_bow"]), ("cos_dense", f["beta_dense"])):
+        x = components[name]
+        if weight == 0.0:
+            parts[name] = None
+            continue
+        complete &= ~np.isnan(x)
+        parts[name] = np.nan_to_num(x, nan=0.0)
+    lexnorm = components["lexnorm"] if f["alpha"] != 0.0 else None
+    if parts["cos_bow"] is None and parts["cos_dense"] is None and lexnorm is None:
+        return np.zeros(n), complete
+    return fused_scores(parts["cos_bow"], parts["cos_dense"], lexnorm, f), complete

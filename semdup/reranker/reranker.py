@@ -1,0 +1,277 @@
+"""``Reranker``: a post in, the top-k candidates out, each with its fused score, components and decision.
+
+    reranker = Reranker.from_bundle("artifacts/bundles/t-scqa-semeval", client, "questions")
+    for c in reranker.rank(Post("q", "How do I get a visa for Qatar?", "")):
+        print(c.id, c.score, c.components, c.probability, c.is_duplicate)
+
+One call: encode the query with the bundle (one onnxruntime session per process), one ``_msearch/template``
+for every candidate path (:mod:`semdup.reranker.candidates`), one ``mget`` of the candidates' stored
+``semdup`` fields, then the bundle's fusion over them (:mod:`semdup.reranker.fusion`). Scores equal
+``BundleScorer.score`` on the same candidates (``tests/test_reranker_parity.py``).
+
+A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
+have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
+``complete=False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from semdup.encoders.text_pipeline import check_post
+from semdup.errors import IndexError_, PostError
+from semdup.export.bundle import Bundle
+from semdup.indexer.semantic import index_model
+from semdup.posts import Post
+from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
+from semdup.reranker.candidates import CandidateSet, fetch_semdup_fields, lexical_scores_for, search_candidates
+from semdup.reranker.fusion import compute_components, compute_fused
+from semdup.reranker.settings import RerankerSettings
+from semdup.search_templates import query_text
+
+__all__ = ["Candidate", "Reranker", "ModelMismatch"]
+
+logger = logging.getLogger(__name__)
+
+
+class ModelMismatch(IndexError_):
+    """The index holds vectors of another bundle version than the reranker's (the service answers 409)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked candidate.
+
+    Attributes:
+        id: the post id (``_id`` in the index).
+        score: the fused score s = β_bow·cos_bow + β_dense·cos_dense + α·lexnorm.
+        components: ``cos_bow``, ``cos_dense``, ``lexical`` (raw primary-template score, 0 = no match),
+            ``lexnorm``; None where the model has no such term or the candidate lacks the stored field.
+        probability: calibrated P(duplicate) (Platt), None without a calibration.
+        is_duplicate: score >= the threshold, None without a threshold.
+        complete: False when the candidate's semdup fields are not indexed yet (scored with what it has).
+        sources: the candidate paths that found it (``bm25``, ``sparse``, ``knn``, ``restrict``).
+    """
+
+    id: str
+    score: float
+    components: dict[str, float | None]
+    probability: float | None = None
+    is_duplicate: bool | None = None
+    complete: bool = True
+    sources: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "score": self.score, "components": dict(self.components),
+                "probability": self.probability, "is_duplicate": self.is_duplicate,
+                "complete": self.complete, "sources": list(self.sources)}
+
+
+def _component(x: float, weight: float | None) -> float | None:
+    return None if weight is None or np.isnan(x) else float(x)
+
+
+class Reranker:
+    """Candidates from OpenSearch, fused with the bundle's model. Thread-safe (onnxruntime sessions are).
+
+    Args:
+        bundle: a loaded :class:`~semdup.export.bundle.Bundle`.
+        client: an ``opensearchpy.OpenSearch`` client.
+        index: the index (or alias) to search.
+        settings: candidate paths, sizes and timeouts.
+        calibration: Platt scaling and threshold fitted on held-out pairs (overrides the bundle's threshold).
+    """
+
+    def __init__(self, bundle: Bundle, client: Any, index: str, settings: RerankerSettings | None = None,
+                 calibration: Calibration | None = None) -> None:
+        self.bundle = bundle
+        self.client = client
+        self.index = index
+        self.settings = settings or RerankerSettings()
+        self.calibration = calibration
+        self.fusion = dict(bundle.fusion)
+        self._checked: dict[str, bool] = {}
+        self._lock = threading.Lock()
+        if self.settings.sparse and bundle.term_weights is None:
+            raise ValueError(f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
+                             "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True")
+        if self.settings.knn and bundle.dimension is None:
+            raise ValueError(f"bundle {bundle.version} has no dense encoder; drop knn=True")
+
+    @classmethod
+    def from_bundle(
+        cls,
+        path: str | Path,
+        client: Any,
+        index: str,
+        templates: Sequence[str] = ("bm25",),
+        variant: str = "text",
+        sparse: bool = False,
+        knn: bool = False,
+        k_candidates: int = 100,
+        search_timeout: float = 5.0,
+        calibration: str | Path | None = None,
+        intra_op_threads: int | None = None,
+    ) -> Reranker:
+        """Load and verify the bundle, read its calibration (``<bundle>.calibration.json``) when present."""
+        bundle = Bundle.load(path, intra_op_threads=intra_op_threads)
+        settings = RerankerSettings(tuple(templates), variant, sparse, knn, k_candidates, search_timeout)
+        cal = load_calibration(calibration or calibration_path(path), bundle.version)
+        return cls(bundle, client, index, settings, cal)
+
+    @property
+    def version(self) -> str:
+        return self.bundle.version
+
+    @property
+    def threshold(self) -> float | None:
+        """The duplicate threshold on the fused score: the calibration's (chosen on dev), else the bundle's."""
+        if self.calibration is not None and self.calibration.threshold is not None:
+            return self.calibration.threshold
+        return self.bundle.threshold
+
+    def check_index(self, index: str | None = None) -> None:
+        """Refuse an index whose ``_meta.semdup_model`` is another bundle version (cached once it passed).
+
+        Raises:
+            IndexError_: the index does not exist. ModelMismatch: it holds another model's vectors.
+        """
+        name = index or self.index
+        if self._checked.get(name):
+            return
+        models = index_model(self.client, name)
+        wrong = {k: v for k, v in models.items() if v is not None and v != self.version}
+        if wrong:
+            concrete, other = next(iter(wrong.items()))
+            raise ModelMismatch(
+                f"index {concrete!r} holds vectors of model {other}, but the reranker serves bundle {self.version}; "
+                f"serve bundle {other}, or index the posts with {self.version} into a new index and point an alias"
+            )
+        with self._lock:
+            self._checked[name] = True
+
+    # --- one query ---------------------------------------------------------------------------
+    def candidates(self, post: Post, *, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None,
+                   index: str | None = None) -> tuple[CandidateSet, np.ndarray | None, dict[str, float] | None]:
+        """The merged candidate set, and the query's dense vector and BOW terms (encoded once)."""
+        check_post(post)
+        name = index or self.index
+        self.check_index(name)
+        dense = self.bundle.encode_dense([post])
+        q_vec = None if dense is None else dense[0]
+        terms = self.bundle.encode_terms([post])
+        q_terms = None if terms is None else terms[0]
+        s = self.settings
+        cands = search_candidates(
+            self.client, name, query_text(post.title, post.body if s.variant == "text" else ""),
+            templates=s.templates, variant=s.variant, size=s.k_candidates if restrict_ids is None else
+            max(len(restrict_ids), 1), timeout=s.search_timeout, exclude_id=exclude_id, restrict_ids=restrict_ids,
+            sparse_terms=q_terms if s.sparse else None, knn_vector=q_vec if s.knn else None,
+        )
+        if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
+            for rid in restrict_ids:
+                if str(rid) not in cands.sources and str(rid) != exclude_id:
+                    cands.ids.append(str(rid))
+                    cands.sources[str(rid)] = ["restrict"]
+        return cands, q_vec, q_terms
+
+    def rank(self, post: Post, k: int = 10, exclude_id: str | None = None,
+             restrict_ids: Sequence[str] | None = None, index: str | None = None) -> list[Candidate]:
+        """The top ``k`` candidates for ``post``, best first.
+
+        Raises:
+            PostError: empty or binary text. IndexError_: unknown index. ModelMismatch: another model's vectors.
+            OpenSearchUnavailable / SearchTimeout: the cluster is down or too slow.
+        """
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        name = index or self.index
+        cands, q_vec, q_terms = self.candidates(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=name)
+        if not cands.ids:
+            return []
+        s = self.settings
+        primary_text = query_text(post.title, post.body if s.variant == "text" else "")
+        if self.fusion.get("alpha", 0.0) != 0.0:
+            unscored = [i for i in cands.ids if i not in cands.lexical]
+            if unscored:  # found by sparse / k-NN / restrict only: ask the primary template for their score
+                cands.lexical.update(lexical_scores_for(self.client, name, primary_text, unscored,
+                                                        model=s.templates[0], variant=s.variant,
+                                                        timeout=s.search_timeout))
+        stored = fetch_semdup_fields(self.client, name, cands.ids, timeout=s.search_timeout)
+        ids = [i for i in cands.ids if stored.get(i) is not None]  # None = deleted since the search
+        docs = [stored[i] for i in ids]
+        wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
+        if wrong:
+            raise ModelMismatch(
+                f"candidates in {name!r} were indexed by model {', '.join(wrong)}, but the reranker serves bundle "
+                f"{self.version}; serve the index's bundle, or re-index the posts with this one"
+            )
+        lexical = [cands.lexical.get(i, 0.0) for i in ids]
+        return self._score(ids, docs, lexical, q_vec, q_terms, cands.sources, k)
+
+    def _score(self, ids: list[str], docs: list[dict[str, Any]], lexical: list[float], q_vec: np.ndarray | None,
+               q_terms: dict[str, float] | None, sources: dict[str, list[str]], k: int) -> list[Candidate]:
+        comps = compute_components(q_vec, q_terms, docs, lexical)
+        scores, complete = compute_fused(comps, self.fusion)
+        has_model = [d.get("model") is not None for d in docs]
+        complete &= np.asarray(has_model, dtype=bool)
+        prob = self.calibration.probability(scores) if self.calibration is not None else None
+        threshold = self.threshold
+        # complete candidates first, each group by score; ties broken by id for a stable answer
+        order = sorted(range(len(ids)), key=lambda i: (not complete[i], -scores[i], ids[i]))[:k]
+        weights = {"cos_bow": self.fusion["beta_bow"] if q_terms is not None else None,
+                   "cos_dense": self.fusion["beta_dense"] if q_vec is not None else None,
+                   "lexical": 1.0, "lexnorm": 1.0}
+        incomplete = int((~complete).sum())
+        if incomplete:
+            logger.warning("%d of %d candidates have no semdup fields yet; they are ranked after the others: run "
+                           "`semdup backfill` or check the indexing workers", incomplete, len(ids))
+        return [
+            Candidate(
+                id=ids[i],
+                score=float(scores[i]),
+                components={name: _component(comps[name][i], weights[name]) for name in weights},
+                probability=None if prob is None else float(prob[i]),
+                is_duplicate=None if threshold is None or not complete[i] else bool(scores[i] >= threshold),
+                complete=bool(complete[i]),
+                sources=tuple(sources.get(ids[i], ())),
+            )
+            for i in order
+        ]
+
+    def rank_batch(self, posts: Sequence[Post], k: int = 10, exclude_ids: Sequence[str | None] | None = None,
+                   restrict_ids: Sequence[Sequence[str] | None] | None = None, index: str | None = None,
+                   on_error: str = "raise") -> dict[str, list[Candidate]]:
+        """``rank`` for several posts: post id → candidates.
+
+        Args:
+            on_error: ``raise`` stops at the first bad post; ``skip`` logs it and leaves it out (its id is missing
+                from the answer, and the count of skipped posts is logged).
+        """
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        out: dict[str, list[Candidate]] = {}
+        skipped = 0
+        for i, post in enumerate(posts):
+            try:
+                out[post.id] = self.rank(post, k=k, exclude_id=exclude_ids[i] if exclude_ids else None,
+                                         restrict_ids=restrict_ids[i] if restrict_ids else None, index=index)
+            except PostError as exc:
+                if on_error == "raise":
+                    raise
+                skipped += 1
+                logger.warning("post %s skipped: %s", post.id, exc)
+        if skipped:
+            logger.warning("%d of %d posts were skipped as unusable; fix their text to rank them", skipped, len(posts))
+        return out
+
+    def with_settings(self, **changes: Any) -> Reranker:
+        """The same bundle and client with other candidate settings (shares the onnxruntime session)."""
+        return Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
