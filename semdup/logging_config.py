@@ -2,7 +2,7 @@
 
 Chosen once at the edge (the ``semdup`` CLI, hence also ``semdup worker`` and ``semdup serve``)::
 
-    SEMDUP_LOG_FORMAT=json semdup worker --bundle /bundles/current
+    SEMDUP_LOG_FORMAT=json semdup worker --bundle /bundles/current     # SEMDUP_LOG_JSON=true works too
     {"time": "2026-11-22T20:01:02.345Z", "level": "INFO", "logger": "semdup.indexer.tasks",
      "message": "index_posts travel: 64 written, 0 parked", "process": 17, ...}
 
@@ -104,7 +104,9 @@ class JsonFormatter(logging.Formatter):
 
 
 def _format_from_env(env: Mapping[str, str]) -> str:
-    raw = env.get(LOG_FORMAT_ENV, "").strip().lower() or "text"
+    raw = env.get(LOG_FORMAT_ENV, "").strip().lower()
+    if not raw:  # the reranker service's switch, SEMDUP_LOG_JSON=true, means the same
+        raw = "json" if env.get("SEMDUP_LOG_JSON", "").strip().lower() in ("1", "true", "yes", "on") else "text"
     if raw not in LOG_FORMATS:
         raise ConfigError(f"{LOG_FORMAT_ENV} must be one of {', '.join(LOG_FORMATS)}, got {raw!r}; e.g. json")
     return raw

@@ -98,6 +98,7 @@ def test_configure_logging_format_from_env_and_bad_value() -> None:
         logging.getLogger("semdup.test.env").info("hello")
         assert json.loads(stream.getvalue().splitlines()[-1])["message"] == "hello"
         assert configure_logging(logging.INFO, env={}, stream=io.StringIO()) == "text"
+        assert configure_logging(logging.INFO, env={"SEMDUP_LOG_JSON": "true"}, stream=io.StringIO()) == "json"
         with pytest.raises(ConfigError, match="SEMDUP_LOG_FORMAT must be one of text, json"):
             configure_logging(logging.INFO, env={"SEMDUP_LOG_FORMAT": "xml"})
     finally:
