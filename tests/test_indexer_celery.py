@@ -153,6 +153,10 @@ class Outage:
 
     def down(self) -> None:
         if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept() (Linux)
+            except OSError:
+                pass
             self._listener.close()
             self._listener = None
         with self._lock:
@@ -295,10 +299,11 @@ def test_opensearch_down_mid_job_is_retried_and_nothing_lost(
     w = Worker(_env(outage.url, redis_url, bundle_dir), tmp_path / "worker.log")
     try:
         w.start()
-        _enqueue(unique_index, posts, bundle.version)
+        _enqueue(unique_index, posts[:320], bundle.version)
         _wait_for(lambda: _count(opensearch_client, unique_index, bundle.version) >= 64, "first batch", every=0.2)
         outage.down()
-        _wait_for(lambda: "Retry in" in w.text(), "a retried task")
+        _enqueue(unique_index, posts[320:], bundle.version)  # these batches meet a cluster that is unreachable
+        _wait_for(lambda: "Retry in" in w.text(), "a retried task", timeout=120)
         outage.up()
         _wait_for(lambda: _count(opensearch_client, unique_index, bundle.version) >= len(posts), "all posts")
     finally:
@@ -378,7 +383,10 @@ def test_enable_and_backfill_a_foreign_index(opensearch_client, unique_index, wo
         ),
         refresh=True,
     )
-    queries = [{"match": {"content": "visa schengen"}}, {"multi_match": {"query": "cheap flights", "fields": ["subject", "content"]}}]
+    queries = [
+        {"match": {"content": "visa schengen"}},
+        {"multi_match": {"query": "cheap flights", "fields": ["subject", "content"]}},
+    ]
 
     def hits() -> list[list[tuple[str, float]]]:
         opensearch_client.indices.refresh(index=unique_index)
@@ -391,8 +399,14 @@ def test_enable_and_backfill_a_foreign_index(opensearch_client, unique_index, wo
     before_hits = hits()
     before_docs = _all_docs(opensearch_client, unique_index)
 
-    enable_index(opensearch_client, unique_index, version=bundle.version, dimension=bundle.dimension,
-                 title_field="subject", body_field="content")
+    enable_index(
+        opensearch_client,
+        unique_index,
+        version=bundle.version,
+        dimension=bundle.dimension,
+        title_field="subject",
+        body_field="content",
+    )
     worker.start()
     enqueued = enqueue_backfill(opensearch_client, unique_index, bundle.version, progress=False)
     assert sorted(enqueued) == sorted(p.id for p in posts)
