@@ -83,7 +83,8 @@ def wordpiece_inputs(
     """
     settings = settings or TextPipelineSettings()
     encs = tokenizer.encode_batch([wordpiece_text(p, settings) for p in posts])
-    seqs = [e.ids for e in encs]
+    # Real tokens only, whatever padding the tokenizer.json asks for (MiniLM's pads every text to 128).
+    seqs = [e.ids[: sum(e.attention_mask)] for e in encs]
     if max_len is not None:
         sep = seqs[0][-1] if seqs and seqs[0] else 0
         seqs = [s if len(s) <= max_len else s[: max_len - 1] + [sep] for s in seqs]

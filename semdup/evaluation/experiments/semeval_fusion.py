@@ -14,6 +14,9 @@ Features of each (original, related) pair, all from the official input (no label
 * ``inv_rank``: 1 / RELQ_RANKING_ORDER, the search engine's rank shipped in the official input
   (the IR baseline's ranking; the 2016 systems used it as a feature);
 * ``lin_rank``: (10 − rank) / 9.
+* with ``--comments``: ``cmt_max`` and ``cmt_mean``, the highest and the mean MiniLM cosine between the
+  original question and the comments of the related question's thread (the official XML ships them;
+  train part 1 has none, so these two enter only the dev-grid variants, not the logistic regression).
 
 Variants: each feature alone; ``minilm + w·f`` with w chosen on dev from a grid; and a logistic
 regression over a feature set, trained on train part 1 + part 2 labels, its C and feature set
@@ -35,7 +38,7 @@ from semdup.evaluation.experiments._peer_common import DATA, SEMEVAL, cached_emb
 
 logger = logging.getLogger(__name__)
 
-FEATURES = ("minilm", "bm25", "cos_bow", "inv_rank", "lin_rank")
+FEATURES = ("minilm", "bm25", "cos_bow", "inv_rank", "lin_rank", "cmt_max", "cmt_mean")
 GRID = (0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 
 
@@ -64,7 +67,9 @@ def _minmax(v: np.ndarray) -> np.ndarray:
     return np.zeros_like(v) if hi - lo < 1e-12 else (v - lo) / (hi - lo)
 
 
-def build_features(sets: dict[str, object], dense_score, pipeline, vocab_posts) -> dict[str, SetFeatures]:
+def build_features(
+    sets: dict[str, object], dense_score, pipeline, vocab_posts, comment_score=None
+) -> dict[str, SetFeatures]:
     """Compute every feature for every set (see module doc)."""
     from semdup.encoders.lexical_scores import LexicalIndex
     from semdup.encoders.scorer import bow_matrix
@@ -89,7 +94,8 @@ def build_features(sets: dict[str, object], dense_score, pipeline, vocab_posts) 
             lexn = _minmax(np.array([lex[qi, col[c.id]] for c in cands]))
             for j, r in enumerate(q.related):
                 keys.append((q.post.id, r.post.id))
-                rows.append([dense[j], lexn[j], cos_bow[j], 1.0 / r.rank, (10 - r.rank) / 9.0])
+                cmt = comment_score(q.post, r) if comment_score is not None and r.comments else (0.0, 0.0)
+                rows.append([dense[j], lexn[j], cos_bow[j], 1.0 / r.rank, (10 - r.rank) / 9.0, *cmt])
                 labels.append(bool(r.relevant))
         out[name] = SetFeatures(name, sem, keys, np.asarray(rows, dtype=np.float64), np.asarray(labels))
     return out
@@ -119,7 +125,8 @@ def run_variants(feats: dict[str, SetFeatures]) -> list[tuple[str, dict, dict]]:
     idx = {n: i for i, n in enumerate(FEATURES)}
     for n in FEATURES:
         rows.append((n, official(dev, dev.x[:, idx[n]]), official(test, test.x[:, idx[n]])))
-    for n in ("bm25", "cos_bow", "inv_rank", "lin_rank"):
+    has_cmt = bool(np.any(dev.x[:, idx["cmt_max"]]))
+    for n in ("bm25", "cos_bow", "inv_rank", "lin_rank", *(("cmt_max", "cmt_mean") if has_cmt else ())):
         best = max(GRID, key=lambda w: official(dev, dev.x[:, 0] + w * dev.x[:, idx[n]])["MAP"])
         rows.append(
             (
@@ -140,13 +147,26 @@ def run_variants(feats: dict[str, SetFeatures]) -> list[tuple[str, dict, dict]]:
                 official(test, test.x[:, 0] + best[0] * test.x[:, 1] + best[1] * test.x[:, idx[n]]),
             )
         )
+    if has_cmt:
+        for n in ("cmt_max", "cmt_mean"):
+            trip = max(
+                itertools.product(GRID, GRID, GRID),
+                key=lambda w: official(
+                    dev, dev.x[:, 0] + w[0] * dev.x[:, 1] + w[1] * dev.x[:, idx["inv_rank"]] + w[2] * dev.x[:, idx[n]]
+                )["MAP"],
+            )
+
+            def fused(f: SetFeatures, w=trip, n=n) -> np.ndarray:
+                return f.x[:, 0] + w[0] * f.x[:, 1] + w[1] * f.x[:, idx["inv_rank"]] + w[2] * f.x[:, idx[n]]
+
+            rows.append((f"minilm + {trip[0]}*bm25 + {trip[1]}*inv_rank + {trip[2]}*{n}", official(dev, fused(dev)), official(test, fused(test))))
     subsets = [
         ("minilm", "bm25"),
         ("minilm", "inv_rank"),
         ("minilm", "bm25", "inv_rank"),
         ("minilm", "bm25", "lin_rank"),
         ("minilm", "bm25", "cos_bow", "inv_rank"),
-        FEATURES,
+        ("minilm", "bm25", "cos_bow", "inv_rank", "lin_rank"),
     ]
     lr_rows = []
     for subset, c in itertools.product(subsets, (0.01, 0.1, 1.0, 10.0)):
@@ -166,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", default=None, help="use this checkpoint's fused score as the 'minilm' feature")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--comments", action="store_true", help="add the thread-comment features (embeds ~12k comments)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     import torch
@@ -207,7 +228,28 @@ def main(argv: Sequence[str] | None = None) -> None:
             return np.array([float(vec[ix[q.id]] @ vec[ix[c.id]]) for c in cands])
 
         label = "all-MiniLM-L6-v2 cosine (max_len 256)"
-    feats = build_features(sets, dense_score, TextPipeline(TextPipelineSettings()), vocab_posts)
+    comment_score = None
+    if args.comments:
+        from semdup.encoders.models.minilm import MiniLM
+        from semdup.posts import Post
+
+        base = MiniLM.from_hparams({"max_len": 128}, TextPipeline(TextPipelineSettings()))
+        cvec: dict[str, np.ndarray] = {}
+        for name in ("dev", "test"):
+            items = [(q.post, r) for q in sets[name].questions for r in q.related]
+            cposts = [Post(c.id, "", c.text) for _, r in items for c in r.comments if c.text.strip()]
+            qposts = list({q.id: q for q, _ in items}.values())
+            allp = qposts + cposts
+            v = cached_embeddings(f"minilm128-comments-{name}", allp, lambda ps: base.embed(ps).numpy())
+            cvec.update({p.id: v[i] for i, p in enumerate(allp)})
+
+        def comment_score(q, r):
+            vs = np.stack([cvec[c.id] for c in r.comments if c.id in cvec])
+            cos = vs @ cvec[q.id]
+            centre = vs.mean(axis=0)
+            return float(cos.max()), float(centre @ cvec[q.id] / max(np.linalg.norm(centre), 1e-9))
+
+    feats = build_features(sets, dense_score, TextPipeline(TextPipelineSettings()), vocab_posts, comment_score)
     rows = run_variants(feats)
     best = max(rows, key=lambda r: r[1]["MAP"])
     print(f"# SemEval-2016 subtask B fusion; dense feature = {label}")
