@@ -139,7 +139,8 @@ def stackexchange(dump, split, methods, fields, run_out, url, keep_index, as_jso
 
     ms = _methods(methods)
     d = load_stackexchange_dump(dump or travel_dir())
-    runs = run_stackexchange(d, split, ms, client=_client(url, any(m.lexical for m in ms)), variant=fields,
+    runs = run_stackexchange(d, split, ms, client=_client(url, any(m.lexical or m.kind == "bundle" for m in ms)),
+                             variant=fields,
                              keep_index=keep_index)
     if run_out:
         for run in runs:
@@ -147,3 +148,100 @@ def stackexchange(dump, split, methods, fields, run_out, url, keep_index, as_jso
             path.parent.mkdir(parents=True, exist_ok=True)
             write_trec_run(path, run.ranked)
     _print_table([(f"{r.method} ({split})", r.metrics) for r in runs], ["Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"], as_json)
+
+
+@eval_group.command("decisions")
+@click.option("--method", "method_text", required=True, help="bundle:PATH (the model the reranking service serves).")
+@click.option("--data", type=click.Choice(["semeval", "askubuntu"]), default="semeval", show_default=True,
+              help="semeval: threshold on dev, P/R/F1/Acc on test; askubuntu: threshold on train, Acc on test.")
+@click.option("--save/--no-save", default=True, show_default=True,
+              help="Write the Platt calibration and threshold to <bundle>.calibration.json (keyed by version).")
+@click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
+@click.option("--json", "as_json", is_flag=True)
+def decisions(method_text, data, save, url, as_json) -> None:
+    """Duplicate decisions through the reranker: threshold and Platt calibration fitted on dev/train, test figures.
+
+    \b
+    Example:
+      semdup eval decisions --method bundle:artifacts/bundles/t-scqa-semeval --data semeval
+      semdup eval decisions --method bundle:artifacts/bundles/bow-cnn-askubuntu --data askubuntu
+    """
+    from semdup.evaluation.data_paths import askubuntu_files, data_dir, semeval_files
+    from semdup.evaluation.datasets import load_pairs_jsonl, load_semeval_xml
+    from semdup.evaluation.run_files import load_official_results
+    from semdup.reranker.evaluation import askubuntu_decisions, semeval_decisions
+
+    method = parse_method(method_text)
+    if method.kind != "bundle":
+        raise click.BadParameter("decisions are measured for exported bundles: give bundle:PATH", param_hint="--method")
+    client = _client(url, True)
+    if data == "semeval":
+        dev = load_semeval_xml(*semeval_files("dev"), name="dev")
+        test = load_semeval_xml(*semeval_files("test"), name="test")
+        run = semeval_decisions(client, method.path, dev, test, save=save)
+        official = load_official_results(data_dir() / "semeval2016-task3" / "official" / "results_subtask_B_2016.tab")
+        reference = {"best F1 (2016)": max(r.F1 for r in official), "best Acc (2016)": max(r.Acc for r in official)}
+    else:
+        train_path, test_path = askubuntu_files()
+        run = askubuntu_decisions(client, method.path, load_pairs_jsonl(train_path), load_pairs_jsonl(test_path),
+                                  save=save)
+        reference = {}
+    out = {"data": data, "model": run.model, "threshold": run.threshold, "threshold_chosen_on_accuracy":
+           run.dev_accuracy, "test": run.test, "platt": {"a": run.calibration.a, "b": run.calibration.b},
+           "calibration_file": str(run.calibration_file) if run.calibration_file else None, "reference": reference}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    where = "dev" if data == "semeval" else "train"
+    click.echo(f"{run.model}: threshold {run.threshold:.4f} (accuracy {run.dev_accuracy:.2f} on {where})")
+    t = run.test
+    click.echo(f"test  P {t['P']:.2f}  R {t['R']:.2f}  F1 {t['F1']:.2f}  Acc {t['Acc']:.2f}  (n={t['n']})")
+    for name, value in reference.items():
+        click.echo(f"reference {name}: {value:.2f}")
+    if run.calibration_file:
+        click.echo(f"calibration written to {run.calibration_file}")
+
+
+@eval_group.command("candidate-recall")
+@click.option("--method", "method_text", required=True, help="bundle:PATH (encodes posts for sparse / k-NN paths).")
+@click.option("--data", type=click.Choice(["semeval", "travel"]), default="semeval", show_default=True)
+@click.option("--set", "set_name", default="test", show_default=True, help="SemEval set (dev/test) or Travel split.")
+@click.option("--k", type=int, default=20, show_default=True, help="Candidates per retrieval path.")
+@click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
+@click.option("--json", "as_json", is_flag=True)
+def candidate_recall_cmd(method_text, data, set_name, k, url, as_json) -> None:
+    """Share of relevant posts among the reranker's candidates: BM25 alone vs hybrid candidate sets.
+
+    \b
+    Example:
+      semdup eval candidate-recall --method bundle:artifacts/bundles/t-scqa-semeval --data semeval --k 20
+      semdup eval candidate-recall --method bundle:artifacts/bundles/bow-cnn-travel --data travel --k 100
+    """
+    from semdup.evaluation.data_paths import semeval_files, travel_dir
+    from semdup.evaluation.datasets import load_semeval_xml, load_stackexchange_dump
+    from semdup.export.bundle import Bundle
+    from semdup.reranker.evaluation import candidate_recall, semantic_index
+
+    method = parse_method(method_text)
+    if method.kind != "bundle":
+        raise click.BadParameter("give bundle:PATH", param_hint="--method")
+    client = _client(url, True)
+    bundle = Bundle.load(method.path)
+    if data == "semeval":
+        sem = load_semeval_xml(*semeval_files(set_name), name=set_name)
+        posts = sem.related_posts()
+        queries = [(q.post, {r.post.id for r in q.related if r.relevant}, None) for q in sem.questions]
+    else:
+        dump = load_stackexchange_dump(travel_dir())
+        posts = dump.corpus()
+        queries = [(q.post, set(q.relevant), q.post.id) for q in dump.queries(set_name)]
+    with semantic_index(client, bundle, posts, f"recall-{data}") as index:
+        table = candidate_recall(client, bundle, index, queries, k)
+    if as_json:
+        click.echo(json.dumps({"data": data, "set": set_name, "k": k, "model": bundle.version, "sets": table},
+                              indent=2))
+        return
+    click.echo(f"{bundle.version} on {data} {set_name}, k = {k} per path")
+    click.echo(f"{'candidates':<18} {'recall':>7} {'mean size':>9}")
+    for name, row in table.items():
+        click.echo(f"{name:<18} {row['recall']:7.2f} {row['candidates']:9.1f}")

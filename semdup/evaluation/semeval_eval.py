@@ -135,6 +135,12 @@ def run_semeval(
             threshold = None
             if method.lexical:
                 preds = _lexical_predictions(client, index, sem, method.name, mode, variant, k)
+            elif method.kind == "bundle" and client is not None:
+                # through the query-time Reranker on its own index with semdup fields: the service's figures
+                from semdup.reranker.evaluation import semeval_predictions
+
+                preds, threshold = semeval_predictions(client, sem, method.path, mode, variant, k,
+                                                       keep_index=keep_index, progress=progress, complete=_complete)
             else:
                 preds, threshold = _scorer_predictions(client, index, sem, method, mode, variant, k, progress)
             runs.append(SemEvalRun(method.name, mode, semeval_scores(preds, gold), preds, threshold))

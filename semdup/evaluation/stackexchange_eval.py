@@ -70,6 +70,12 @@ def run_stackexchange(
                 ]
                 hits = msearch_templates(client, index, requests)
                 ranked = {q.post.id: [(h.id, h.score) for h in qh] for q, qh in zip(queries, hits)}
+            elif method.kind == "bundle" and client is not None:
+                # through the query-time Reranker (BM25's top 100 reranked): the service's figures
+                from semdup.reranker.evaluation import stackexchange_ranking
+
+                ranked = stackexchange_ranking(client, queries, corpus, method.path, variant, TOP,
+                                               keep_index=keep_index, progress=progress)
             else:
                 ranked = _exhaustive(load_scorer(method, progress=progress), [q.post for q in queries], corpus)
             metrics = retrieval_scores({q: [d for d, _ in r] for q, r in ranked.items()}, relevant, cutoff=TOP)
