@@ -156,9 +156,11 @@ def stackexchange(dump, split, methods, fields, run_out, url, keep_index, as_jso
               help="semeval: threshold on dev, P/R/F1/Acc on test; askubuntu: threshold on train, Acc on test.")
 @click.option("--save/--no-save", default=True, show_default=True,
               help="Write the Platt calibration and threshold to <bundle>.calibration.json (keyed by version).")
+@click.option("--criterion", type=click.Choice(["accuracy", "f1"]), default="accuracy", show_default=True,
+              help="What the threshold maximises on dev/train.")
 @click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
 @click.option("--json", "as_json", is_flag=True)
-def decisions(method_text, data, save, url, as_json) -> None:
+def decisions(method_text, data, save, criterion, url, as_json) -> None:
     """Duplicate decisions through the reranker: threshold and Platt calibration fitted on dev/train, test figures.
 
     \b
@@ -178,13 +180,13 @@ def decisions(method_text, data, save, url, as_json) -> None:
     if data == "semeval":
         dev = load_semeval_xml(*semeval_files("dev"), name="dev")
         test = load_semeval_xml(*semeval_files("test"), name="test")
-        run = semeval_decisions(client, method.path, dev, test, save=save)
+        run = semeval_decisions(client, method.path, dev, test, save=save, criterion=criterion)
         official = load_official_results(data_dir() / "semeval2016-task3" / "official" / "results_subtask_B_2016.tab")
         reference = {"best F1 (2016)": max(r.F1 for r in official), "best Acc (2016)": max(r.Acc for r in official)}
     else:
         train_path, test_path = askubuntu_files()
         run = askubuntu_decisions(client, method.path, load_pairs_jsonl(train_path), load_pairs_jsonl(test_path),
-                                  save=save)
+                                  save=save, criterion=criterion)
         reference = {}
     out = {"data": data, "model": run.model, "threshold": run.threshold, "threshold_chosen_on_accuracy":
            run.dev_accuracy, "test": run.test, "platt": {"a": run.calibration.a, "b": run.calibration.b},
@@ -193,7 +195,8 @@ def decisions(method_text, data, save, url, as_json) -> None:
         click.echo(json.dumps(out, indent=2))
         return
     where = "dev" if data == "semeval" else "train"
-    click.echo(f"{run.model}: threshold {run.threshold:.4f} (accuracy {run.dev_accuracy:.2f} on {where})")
+    click.echo(f"{run.model}: threshold {run.threshold:.4f} chosen by {criterion} on {where} "
+               f"(accuracy there {run.dev_accuracy:.2f})")
     t = run.test
     click.echo(f"test  P {t['P']:.2f}  R {t['R']:.2f}  F1 {t['F1']:.2f}  Acc {t['Acc']:.2f}  (n={t['n']})")
     for name, value in reference.items():

@@ -1,7 +1,7 @@
 """Candidate generation: stored lexical templates, learned-sparse and k-NN queries, merged without duplicates.
 
-One ``_msearch/template`` call runs every stored template (BM25, LMJ, DFR, IB …) and, inline, the
-learned-sparse query (a ``bool`` ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>``
+One ``_msearch/template`` call runs every stored template (BM25, LMJ, DFR, IB …) and, through a stored
+pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learned-sparse query (a ``bool`` ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>``
 with the ``linear`` function and boost = the query's own weight, i.e. the dot product cos_bow inside
 OpenSearch) and the ``knn`` query on ``semdup.vector``. The candidates' stored semdup fields are then
 read with one ``mget``.
@@ -13,7 +13,6 @@ missing index :class:`~semdup.errors.IndexError_` (404).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,13 +33,17 @@ __all__ = [
     "lexical_scores_for",
     "fetch_semdup_fields",
     "call_opensearch",
+    "register_query_template",
     "MAX_SPARSE_TERMS",
+    "QUERY_TEMPLATE_ID",
 ]
 
 logger = logging.getLogger(__name__)
 
 # The bool query's clause limit is 1024 by default; the heaviest query terms carry the dot product.
 MAX_SPARSE_TERMS = 512
+QUERY_TEMPLATE_ID = "semdup-reranker-query"
+_QUERY_SOURCE = "{{#toJson}}body{{/toJson}}"
 
 
 class SearchTimeout(OpenSearchUnavailable):
@@ -163,6 +166,7 @@ def search_candidates(
     restrict_ids: Sequence[str] | None = None,
     sparse_terms: Mapping[str, float] | None = None,
     knn_vector: Sequence[float] | None = None,
+    query_template: str | None = None,
 ) -> CandidateSet:
     """Run every candidate path in one ``_msearch/template`` call and merge the hits.
 
@@ -171,6 +175,8 @@ def search_candidates(
         templates: lexical models; the first one's scores become the lexical scores.
         sparse_terms: the query's learned BOW weights (adds the learned-sparse path), or None.
         knn_vector: the query's dense vector (adds the k-NN path), or None.
+        query_template: the stored pass-through template (:func:`register_query_template`); without it the
+            sparse and k-NN queries go in a second ``_msearch`` call.
     """
     body: list[dict[str, Any]] = []
     names: list[str] = []
@@ -179,16 +185,48 @@ def search_candidates(
         body += [{"index": index}, {"id": template_id(model, variant),
                                      "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids)}]
         names.append(model)
+    inline: list[tuple[str, dict[str, Any]]] = []
     if sparse_terms:
-        body += [{"index": index}, {"source": json.dumps(sparse_query(sparse_terms, size, exclude_id, ids))}]
-        names.append("sparse")
+        inline.append(("sparse", sparse_query(sparse_terms, size, exclude_id, ids)))
     if knn_vector is not None:
-        body += [{"index": index}, {"source": json.dumps(knn_query(knn_vector, size, exclude_id, ids))}]
-        names.append("knn")
+        inline.append(("knn", knn_query(knn_vector, size, exclude_id, ids)))
+    plain: list[dict[str, Any]] = []
+    for name, query in inline:
+        if query_template:  # the stored pass-through template: no script compilation per request
+            body += [{"index": index}, {"id": query_template, "params": {"body": query}}]
+            names.append(name)
+        else:
+            plain += [{"index": index}, query]
     resp = call_opensearch(client.msearch_template, f"searching candidates in {index!r}", body=body,
                            params={"request_timeout": timeout})
-    named = [(name, _response_hits(r, index, name)) for name, r in zip(names, resp["responses"], strict=True)]
+    responses = list(resp["responses"])
+    if plain:  # no stored pass-through template (no right to store scripts): a second round trip
+        more = call_opensearch(client.msearch, f"searching candidates in {index!r}", body=plain,
+                               params={"request_timeout": timeout})
+        responses += more["responses"]
+        names += [name for name, _ in inline]
+    named = [(name, _response_hits(r, index, name)) for name, r in zip(names, responses, strict=True)]
     return merge_hits(named, primary=templates[0])
+
+
+def register_query_template(client: Any, timeout: float = 10.0) -> str | None:
+    """Store :data:`QUERY_TEMPLATE_ID` (renders its ``body`` parameter as the search body); None if refused.
+
+    Inline ``source`` templates are compiled per request and hit OpenSearch's script compilation rate limit
+    (75 per 5 minutes by default); a stored template is compiled once.
+    """
+    try:
+        client.put_script(id=QUERY_TEMPLATE_ID, body={"script": {"lang": "mustache", "source": _QUERY_SOURCE}},
+                          request_timeout=timeout)
+    except os_exc.AuthorizationException:
+        logger.warning("not allowed to store the search template %s; learned-sparse and k-NN candidates take a "
+                       "second round trip (grant cluster:admin/script/put to the reranker's user)", QUERY_TEMPLATE_ID)
+        return None
+    except (os_exc.ConnectionError, os_exc.TransportError) as exc:
+        logger.warning("could not store the search template %s (%s); learned-sparse and k-NN candidates take a "
+                       "second round trip", QUERY_TEMPLATE_ID, exc.__class__.__name__)
+        return None
+    return QUERY_TEMPLATE_ID
 
 
 def lexical_scores_for(

@@ -43,6 +43,8 @@ __all__ = [
     "stackexchange_ranking",
     "candidate_recall",
     "DecisionRun",
+    "CRITERIA",
+    "best_f1_threshold",
     "semeval_decisions",
     "askubuntu_decisions",
 ]
@@ -178,8 +180,30 @@ class DecisionRun:
     calibration_file: Path | None
 
 
-def _fit(scores: np.ndarray, labels: np.ndarray, fitted_on: str) -> Calibration:
-    threshold, acc = best_threshold(scores, labels)
+CRITERIA = ("accuracy", "f1")
+
+
+def best_f1_threshold(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """The threshold (midpoint between adjacent distinct scores) that maximises F1 of the duplicate class.
+
+    Returns:
+        ``(threshold, accuracy in percent at it)``, the same shape as ``best_threshold``.
+    """
+    values = np.unique(scores)
+    candidates = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
+    best_t, best_f1 = float(candidates[0]), -1.0
+    for t in candidates:
+        f1 = precision_recall_f1_accuracy(scores >= t, labels)["F1"]
+        if f1 > best_f1:
+            best_t, best_f1 = float(t), f1
+    return best_t, pair_accuracy(scores, labels, best_t)
+
+
+def _fit(scores: np.ndarray, labels: np.ndarray, fitted_on: str, criterion: str = "accuracy") -> Calibration:
+    if criterion not in CRITERIA:
+        raise ValueError(f"unknown threshold criterion {criterion!r}; accepted: {', '.join(CRITERIA)}")
+    threshold, acc = (best_threshold if criterion == "accuracy" else best_f1_threshold)(scores, labels)
+    fitted_on = f"{fitted_on}, threshold by {criterion}"
     platt = fit_platt(scores, labels)
     return Calibration(a=platt.a, b=platt.b, threshold=threshold, fitted_on=fitted_on, n=platt.n,
                        positives=platt.positives, dev_accuracy=acc)
@@ -199,11 +223,11 @@ def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) 
 
 
 def semeval_decisions(client: Any, bundle_path: str | Path, dev: Any, test: Any, *, save: bool = True,
-                      progress: bool = True) -> DecisionRun:
+                      progress: bool = True, criterion: str = "accuracy") -> DecisionRun:
     """SemEval-2016 subtask B decisions: threshold and Platt fitted on dev, P/R/F1/Acc on test (rerank mode)."""
     bundle = Bundle.load(bundle_path)
     dev_s, dev_y = _semeval_pair_scores(client, bundle, dev, progress)
-    cal = _fit(dev_s, dev_y, f"SemEval-2016 {dev.name} ({len(dev_s)} pairs, rerank mode)")
+    cal = _fit(dev_s, dev_y, f"SemEval-2016 {dev.name} ({len(dev_s)} pairs, rerank mode)", criterion)
     test_s, test_y = _semeval_pair_scores(client, bundle, test, progress)
     metrics = precision_recall_f1_accuracy(test_s >= cal.threshold, test_y)
     path = save_calibration(calibration_path(bundle_path), bundle.version, cal) if save else None
@@ -211,7 +235,7 @@ def semeval_decisions(client: Any, bundle_path: str | Path, dev: Any, test: Any,
 
 
 def askubuntu_decisions(client: Any, bundle_path: str | Path, train: Sequence[Any], test: Sequence[Any], *,
-                        save: bool = True, progress: bool = True) -> DecisionRun:
+                        save: bool = True, progress: bool = True, criterion: str = "accuracy") -> DecisionRun:
     """AskUbuntu pairs: each pair's candidate ranked alone (``restrict_ids``), threshold on train, Acc on test."""
     bundle = Bundle.load(bundle_path)
     posts = [p.candidate for p in [*train, *test]]
@@ -231,7 +255,7 @@ def askubuntu_decisions(client: Any, bundle_path: str | Path, train: Sequence[An
 
     with semantic_index(client, bundle, list(seen.values()), "askubuntu", progress=progress) as index:
         tr_s, tr_y = scores(index, train)
-        cal = _fit(tr_s, tr_y, f"AskUbuntu train ({len(tr_s)} pairs)")
+        cal = _fit(tr_s, tr_y, f"AskUbuntu train ({len(tr_s)} pairs)", criterion)
         te_s, te_y = scores(index, test)
     metrics = precision_recall_f1_accuracy(te_s >= cal.threshold, te_y)
     metrics["Acc_check"] = pair_accuracy(te_s, te_y, cal.threshold)

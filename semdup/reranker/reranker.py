@@ -31,7 +31,13 @@ from semdup.export.bundle import Bundle
 from semdup.indexer.semantic import index_model
 from semdup.posts import Post
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
-from semdup.reranker.candidates import CandidateSet, fetch_semdup_fields, lexical_scores_for, search_candidates
+from semdup.reranker.candidates import (
+    CandidateSet,
+    fetch_semdup_fields,
+    lexical_scores_for,
+    register_query_template,
+    search_candidates,
+)
 from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import query_text
@@ -99,6 +105,7 @@ class Reranker:
         self.fusion = dict(bundle.fusion)
         self._checked: dict[str, bool] = {}
         self._lock = threading.Lock()
+        self._query_template: str | None | bool = False  # False = not registered yet
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
                              "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True")
@@ -169,11 +176,18 @@ class Reranker:
         terms = self.bundle.encode_terms([post])
         q_terms = None if terms is None else terms[0]
         s = self.settings
+        query_template = None
+        if s.sparse or s.knn:
+            if self._query_template is False:
+                with self._lock:
+                    self._query_template = register_query_template(self.client, s.search_timeout)
+            query_template = self._query_template or None
         cands = search_candidates(
             self.client, name, query_text(post.title, post.body if s.variant == "text" else ""),
             templates=s.templates, variant=s.variant, size=s.k_candidates if restrict_ids is None else
             max(len(restrict_ids), 1), timeout=s.search_timeout, exclude_id=exclude_id, restrict_ids=restrict_ids,
             sparse_terms=q_terms if s.sparse else None, knn_vector=q_vec if s.knn else None,
+            query_template=query_template,
         )
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
             for rid in restrict_ids:
@@ -274,4 +288,7 @@ class Reranker:
 
     def with_settings(self, **changes: Any) -> Reranker:
         """The same bundle and client with other candidate settings (shares the onnxruntime session)."""
-        return Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
+        other = Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
+        other._checked = self._checked
+        other._query_template = self._query_template
+        return other

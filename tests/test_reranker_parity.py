@@ -1,0 +1,181 @@
+"""The reranker scores as the offline model does, on real posts, a real OpenSearch and a real exported bundle.
+
+The bundle is a tiny untrained bow-cnn exported by ``semdup.export`` (so every term of the fusion is live:
+cos_bow from stored ``semdup.terms``, cos_dense from stored ``semdup.vector``), plus the trained bundles under
+``artifacts/bundles`` when this checkout has them. Posts are real AskUbuntu posts, indexed by the indexer's own
+``index_batch``. Scores must equal ``BundleScorer.score`` on the same candidates within 1e-5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_export_parity import tiny_checkpoint  # tests/ is on sys.path (pytest prepend mode)
+
+from semdup.export.bundle import Bundle, BundleScorer
+from semdup.export.onnx_export import export_checkpoint
+from semdup.export.parity import sample_posts
+from semdup.indexer.lexical_index import create_index
+from semdup.indexer.semantic import MODEL_META_KEY, ensure_index_model, index_batch
+from semdup.posts import Post
+from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
+from semdup.reranker.candidates import search_candidates, sparse_query
+from semdup.search_templates import register_templates
+
+TOLERANCE = 1e-5
+REPO = Path(__file__).resolve().parents[1]
+TRAINED = {name: REPO / "artifacts" / "bundles" / name for name in ("t-scqa-semeval", "bow-cnn-askubuntu")}
+
+
+@pytest.fixture(scope="module")
+def real_posts() -> list[Post]:
+    return sample_posts(80)
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle(real_posts: list[Post], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("rr-bundle")
+    ckpt = tiny_checkpoint("bow-cnn", real_posts, root / "ckpt")
+    return export_checkpoint(ckpt, root / "bow-cnn", parity_posts=real_posts[:8]).bundle_dir
+
+
+def _has_knn(client: Any) -> bool:
+    return "opensearch-knn" in {p.get("component") for p in client.cat.plugins(format="json")}
+
+
+def build_index(client: Any, index: str, bundle: Bundle, posts: list[Post]) -> None:
+    """A semdup index holding ``posts`` with the bundle's fields, written by the indexer's ``index_batch``."""
+    create_index(client, index, dimension=bundle.dimension, knn=_has_knn(client))
+    ensure_index_model(client, index, bundle.version)
+    register_templates(client)
+    result = index_batch(client, index, [p.to_json() for p in posts], bundle)
+    assert not result.failed, result.failed[:3]
+    client.indices.refresh(index=index)
+
+
+@pytest.fixture(scope="module")
+def served(opensearch_client: Any, tiny_bundle: Path, real_posts: list[Post]) -> Iterator[tuple[Bundle, str]]:
+    """(bundle, index) with every sample post indexed; the index is dropped after the module."""
+    import uuid
+
+    bundle = Bundle.load(tiny_bundle)
+    index = f"semdup-test-reranker-{uuid.uuid4().hex[:8]}"
+    build_index(opensearch_client, index, bundle, real_posts)
+    yield bundle, index
+    opensearch_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def offline_gap(rr: Reranker, scorer: BundleScorer, posts: dict[str, Post], queries: list[Post]) -> tuple[float, int]:
+    """Largest |service score - offline score| over the queries' ranked candidates, and how many were compared."""
+    worst, n = 0.0, 0
+    for q in queries:
+        cands = rr.rank(q, k=1000, exclude_id=q.id)
+        assert cands, f"no candidates for {q.id}"
+        offline = scorer.score(q, [posts[c.id] for c in cands], lexical=[c.components["lexical"] for c in cands])
+        worst = max(worst, float(np.max(np.abs(offline - np.array([c.score for c in cands])))))
+        n += len(cands)
+    return worst, n
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_scores_equal_the_offline_model(opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post],
+                                        alpha: float) -> None:
+    bundle, index = served
+    bundle.fusion = {**bundle.fusion, "alpha": alpha}  # the same fusion for both sides; alpha 0.5 checks lexnorm
+    settings = RerankerSettings(templates=("bm25", "lmj"), sparse=True, knn=_has_knn(opensearch_client),
+                                k_candidates=30)
+    rr = Reranker(bundle, opensearch_client, index, settings)
+    worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:10])
+    assert n >= 100
+    assert worst <= TOLERANCE, f"reranker differs from BundleScorer by {worst:.2e} (> {TOLERANCE})"
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED))
+def test_trained_bundle_scores_equal_the_offline_model(opensearch_client: Any, unique_index: str,
+                                                       real_posts: list[Post], name: str) -> None:
+    if not (TRAINED[name] / "manifest.json").is_file():
+        pytest.skip(f"{TRAINED[name]} is not in this checkout (artifacts/ is not versioned); export it to run this")
+    bundle = Bundle.load(TRAINED[name])
+    build_index(opensearch_client, unique_index, bundle, real_posts)
+    rr = Reranker(bundle, opensearch_client, unique_index,
+                  RerankerSettings(sparse=bundle.term_weights is not None, k_candidates=30))
+    worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:6])
+    assert n >= 50
+    assert worst <= TOLERANCE
+
+
+def test_learned_sparse_query_is_cos_bow_inside_opensearch(opensearch_client: Any, served: tuple[Bundle, str],
+                                                          real_posts: list[Post]) -> None:
+    """The rank_feature query's score is cos_bow up to Lucene's feature precision (9 significant bits)."""
+    bundle, index = served
+    q = real_posts[3]
+    terms = bundle.encode_terms([q])[0]
+    cands = search_candidates(opensearch_client, index, "unused", templates=("bm25",), variant="text", size=20,
+                              timeout=10, exclude_id=q.id, sparse_terms=terms)
+    sparse_ids = [i for i in cands.ids if "sparse" in cands.sources[i]]
+    resp = opensearch_client.search(index=index, body=sparse_query(terms, 20, q.id), request_timeout=10)
+    got = {h["_id"]: h["_score"] for h in resp["hits"]["hits"]}
+    rr = Reranker(bundle, opensearch_client, index, RerankerSettings(sparse=True, k_candidates=20))
+    exact = {c.id: c.components["cos_bow"] for c in rr.rank(q, k=1000, exclude_id=q.id)}
+    assert sparse_ids and set(got) == set(sparse_ids)
+    for doc_id, score in got.items():
+        assert score == pytest.approx(exact[doc_id], rel=1e-2, abs=1e-3)
+
+
+def test_candidates_not_indexed_yet_are_kept_and_flagged(opensearch_client: Any, served: tuple[Bundle, str],
+                                                         real_posts: list[Post]) -> None:
+    bundle, index = served
+    q = real_posts[0]
+    pending = Post("pending-1", q.title, q.body)  # same words as the query: surely a BM25 candidate
+    opensearch_client.index(index=index, id=pending.id, body={"post_id": pending.id, "title": pending.title,
+                                                              "body": pending.body}, refresh=True)
+    try:
+        rr = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=20))
+        cands = rr.rank(q, k=1000, exclude_id=q.id)
+        flagged = [c for c in cands if not c.complete]
+        assert [c.id for c in flagged] == ["pending-1"]
+        assert cands[-1].id == "pending-1"  # ranked after every complete candidate
+        assert flagged[0].components["cos_dense"] is None and flagged[0].is_duplicate is None
+    finally:
+        opensearch_client.delete(index=index, id=pending.id, refresh=True)
+
+
+def test_candidates_of_another_model_are_refused(opensearch_client: Any, served: tuple[Bundle, str],
+                                                 real_posts: list[Post]) -> None:
+    bundle, index = served
+    q = real_posts[1]
+    doc = opensearch_client.get(index=index, id=real_posts[2].id)["_source"]
+    doc["semdup"]["model"] = "bow-cnn-000000000000"
+    opensearch_client.index(index=index, id="foreign-1", body={**doc, "post_id": "foreign-1"}, refresh=True)
+    try:
+        rr = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=100))
+        with pytest.raises(ModelMismatch, match="bow-cnn-000000000000"):
+            rr.rank(real_posts[2], k=10, restrict_ids=["foreign-1", q.id])
+    finally:
+        opensearch_client.delete(index=index, id="foreign-1", refresh=True)
+
+
+def test_index_claimed_by_another_model_is_refused(opensearch_client: Any, unique_index: str,
+                                                   served: tuple[Bundle, str], real_posts: list[Post]) -> None:
+    bundle, _ = served
+    create_index(opensearch_client, unique_index, dimension=bundle.dimension)
+    opensearch_client.indices.put_mapping(index=unique_index, body={"_meta": {MODEL_META_KEY: "cnn-111111111111"}})
+    rr = Reranker(bundle, opensearch_client, unique_index)
+    with pytest.raises(ModelMismatch, match="cnn-111111111111"):
+        rr.rank(real_posts[0])
+
+
+def test_restrict_ids_ranks_exactly_those(opensearch_client: Any, served: tuple[Bundle, str],
+                                          real_posts: list[Post]) -> None:
+    bundle, index = served
+    ids = [p.id for p in real_posts[10:20]]
+    rr = Reranker(bundle, opensearch_client, index)
+    cands = rr.rank(real_posts[0], k=100, restrict_ids=ids)
+    assert sorted(c.id for c in cands) == sorted(ids)
+    assert [c.score for c in cands] == sorted((c.score for c in cands), reverse=True)
