@@ -72,3 +72,20 @@ def test_bad_posts_and_files_are_refused_with_a_reason(tmp_path: Path) -> None:
 def test_huge_field_is_cut_not_stalled() -> None:
     p = TextPipeline(TextPipelineSettings(max_tokens=5))
     assert len(p.tokens("word " * 500_000)) == 5
+
+
+def test_tokens_are_identical_to_nltk_regexp_tokenizer_on_real_posts() -> None:
+    """The hot path skips nltk.redos' timeout wrapper; the tokens must not change because of it."""
+    from nltk.tokenize import RegexpTokenizer
+
+    from semdup.encoders.text_pipeline import TOKEN_PATTERN, TextPipeline, TextPipelineSettings, clean_text
+    from semdup.evaluation.data_paths import travel_dir
+    from semdup.evaluation.datasets import load_stackexchange_dump
+
+    settings = TextPipelineSettings(max_tokens=10_000)
+    pipeline = TextPipeline(settings)
+    nltk_tokenizer = RegexpTokenizer(TOKEN_PATTERN)
+    posts = load_stackexchange_dump(travel_dir()).corpus()[:1500]
+    for post in posts:
+        text = clean_text(post.body, settings).lower()
+        assert pipeline.tokens(post.body) == nltk_tokenizer.tokenize(text)[:10_000], post.id
