@@ -19,7 +19,11 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+import anyio.to_thread
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -177,16 +181,16 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         if given is None or not hmac.compare_digest(given.encode("utf-8"), (settings.api_key or "").encode("utf-8")):
             raise _AuthError("missing or wrong API key; send it in the X-API-Key header")
 
-    app = FastAPI(title="semdup reranker", version=reranker.version,
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # the pool that runs the blocking endpoints (and so the OpenSearch calls)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
+        yield
+
+    app = FastAPI(title="semdup reranker", version=reranker.version, lifespan=lifespan,
                   description="Ranked duplicate candidates for a new post, with fused scores and decisions.")
     app.state.reranker = reranker
     app.state.settings = settings
-
-    @app.on_event("startup")
-    async def _threads() -> None:
-        import anyio.to_thread
-
-        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Any) -> Any:
