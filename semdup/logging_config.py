@@ -103,6 +103,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+class _CeleryTaskJsonFormatter(JsonFormatter):
+    """JSON for Celery's task logger, with the running task's id and name (what Celery's TaskFormatter adds)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from celery._state import get_current_task
+
+        task = get_current_task()
+        if task is not None and task.request:
+            record.task_id = task.request.id
+            record.task_name = task.name
+        return super().format(record)
+
+
+def _celery_task_logs_as_json(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Celery gives its task logger its own text handler (not propagating to root): make that one JSON too."""
+    for handler in getattr(logger, "handlers", []):
+        handler.setFormatter(_CeleryTaskJsonFormatter())
+
+
+def _hook_celery_task_logger() -> None:
+    try:
+        from celery import signals
+    except ImportError:  # no Celery, no task logger to fix
+        return
+    signals.after_setup_task_logger.connect(_celery_task_logs_as_json, weak=False)
+
+
 def _format_from_env(env: Mapping[str, str]) -> str:
     raw = env.get(LOG_FORMAT_ENV, "").strip().lower()
     if not raw:  # the reranker service's switch, SEMDUP_LOG_JSON=true, means the same
@@ -140,4 +167,7 @@ def configure_logging(
     handler._semdup_handler = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(chosen == "json")  # warnings.warn text would break the one-object-per-line stream
+    if chosen == "json":
+        _hook_celery_task_logger()
     return chosen

@@ -134,3 +134,30 @@ def test_cli_logs_json_lines_without_credentials(tmp_path) -> None:
     for line in log_lines:
         record = json.loads(line)
         assert {"time", "level", "logger", "message"} <= set(record)
+
+
+def test_json_mode_reaches_celerys_own_task_logger() -> None:
+    """Celery gives ``celery.task`` its own text handler; in JSON mode its lines are JSON too (Celery's signal)."""
+    from celery import signals
+
+    root = logging.getLogger()
+    level = root.level
+    task_logger = logging.getLogger("semdup.test.celery_task_logger")
+    task_stream, root_stream = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(task_stream)
+    handler.setFormatter(logging.Formatter("[%(asctime)s: %(levelname)s] %(message)s"))  # what Celery installs
+    task_logger.addHandler(handler)
+    task_logger.propagate = False
+    try:
+        configure_logging(logging.INFO, "json", stream=root_stream)
+        signals.after_setup_task_logger.send(sender=None, logger=task_logger, loglevel=logging.INFO)
+        task_logger.info("index_posts travel: 64 written via redis://:hunter2@redis:6379/0")
+        (line,) = [json.loads(x) for x in task_stream.getvalue().splitlines()]
+        assert line["message"] == "index_posts travel: 64 written via redis://***@redis:6379/0"
+    finally:
+        task_logger.removeHandler(handler)
+        logging.captureWarnings(False)
+        for h in list(root.handlers):
+            if getattr(h, "_semdup_handler", False):
+                root.removeHandler(h)
+        root.setLevel(level)
