@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64, help="posts per encoder call / indexing task")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    parser.add_argument("--no-knn", action="store_true", help="store the vector unindexed even if k-NN is there")
     args = parser.parse_args(argv)
 
     from semdup.config import OpenSearchSettings, connect
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         posts = posts[: args.posts]
     bundle = Bundle.load(args.bundle, intra_op_threads=args.threads)
     client = connect(OpenSearchSettings.from_env())
-    knn = bundle.dimension is not None and knn_available(client)
+    knn = bundle.dimension is not None and not args.no_knn and knn_available(client)
     index = f"semdup-bench-{os.getpid()}"
 
     def lexical() -> None:
@@ -141,4 +142,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from semdup.errors import SemdupError
+
+    try:
+        sys.exit(main())
+    except SemdupError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(1)
