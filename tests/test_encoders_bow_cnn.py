@@ -6,14 +6,22 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from semdup.encoders.checkpoint import CheckpointScorer
+from semdup.encoders.checkpoint import CheckpointScorer, load_checkpoint
+from semdup.encoders.inputs import build_inputs
+from semdup.encoders.lexical_scores import LexicalIndex
 from semdup.encoders.losses.bow_cnn_logistic import BowCNNLogisticLoss, compute_logistic_loss_from_scores
+from semdup.encoders.models._base import EncoderModel
+from semdup.encoders.models.bow_cnn import BowCNN
+from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.encoders.training.offline_eval import eval_semeval
-from semdup.encoders.training.pairs import semeval_training_data
+from semdup.encoders.training.pairs import TrainingData, TrainingGroup, semeval_training_data
+from semdup.encoders.training.recipes import recipe_defaults
 from semdup.encoders.training.trainer import TrainSettings, train
+from semdup.posts import Post
 
 DATA = Path("/work/shared/data/semeval2016-task3/official")
 
@@ -79,3 +87,101 @@ def test_tiny_bow_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")
     assert eval_semeval(scorer, dev)["MAP"] == pytest.approx(result.metrics["dev"]["MAP"], abs=1e-6)
     assert set(scorer.fusion) == {"beta_bow", "beta_dense", "alpha"} and scorer.fusion["beta_bow"] != 0
+
+
+# --- the tuning knobs (Travel): exact-TF-IDF start, bag scoring, t prior, conv cut, eval points ---
+
+POSTS = [
+    Post("1", "How to mount a USB drive?", "I have a usb stick and want to mount it on ubuntu"),
+    Post("2", "mount usb drive ubuntu", "the drive does not show up"),
+    Post("3", "", "best visa for india travel from the uk"),
+    Post("4", "Visa for India", "Which visa do I need to travel to India as a tourist?"),
+    Post("5", "Cheap flights to Delhi", "where can I find cheap flights to india in winter"),
+]
+
+
+def _pipeline(max_tokens: int = 40) -> TextPipeline:
+    base = TextPipeline(TextPipelineSettings(max_tokens=max_tokens))
+    return TextPipeline(base.settings, Vocabulary.build(base.text_tokens(p) for p in POSTS))
+
+
+def _model(pipeline: TextPipeline, **hparams: object) -> BowCNN:
+    torch.manual_seed(0)
+    return BowCNN.from_hparams({"word_vectors": "none", "emb_dim": 8, "conv_units": 16, **hparams}, pipeline)
+
+
+def _inputs(pipeline: TextPipeline, posts: list[Post]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v) for k, v in build_inputs("text_ids", pipeline, posts, with_bow=True).items()}
+
+
+def test_bag_scoring_equals_the_base_class_token_pair_scoring() -> None:
+    pipe = _pipeline()
+    model = _model(pipe)
+    with torch.no_grad():
+        model.term_weight.mul_(torch.linspace(0.5, 1.5, model.term_weight.shape[0]))  # not just IDF
+    q, c = _inputs(pipe, POSTS[:4]), _inputs(pipe, POSTS[1:5])
+    fast = model.score(q, c)
+    base = EncoderModel.score_encoded(model, EncoderModel.encode(model, q), EncoderModel.encode(model, c))
+    torch.testing.assert_close(fast, base, atol=1e-5, rtol=1e-5)
+
+
+def test_beta_dense_zero_starts_at_exactly_tfidf_cosine() -> None:
+    pipe = _pipeline()
+    scorer = CheckpointScorer(_model(pipe, beta_dense_init=0.0).eval(), pipe)
+    index = LexicalIndex.build(pipe, POSTS, kind="tfidf")  # idf log(N/df) over the same posts
+    np.testing.assert_allclose(scorer.score_matrix(POSTS, POSTS), index.score_matrix(pipe, POSTS), atol=1e-5)
+
+
+def test_term_l2_penalty_is_zero_at_idf_and_pulls_back_to_it() -> None:
+    pipe = _pipeline()
+    model = _model(pipe, term_l2=0.1)
+    assert model.penalty().item() == 0.0
+    with torch.no_grad():
+        model.term_weight.add_(1.0)
+    model.penalty().backward()
+    known = model.idf_prior > 0
+    assert (model.term_weight.grad[known] > 0).all()  # gradient descent lowers t back toward IDF
+    assert _model(pipe).penalty().item() == 0.0  # term_l2 = 0: no penalty
+
+
+def test_conv_max_tokens_ignores_later_tokens() -> None:
+    pipe = _pipeline()
+    model = _model(pipe, conv_max_tokens=4).eval()
+    ids = torch.from_numpy(build_inputs("text_ids", pipe, POSTS[:2])["ids"])
+    changed = ids.clone()
+    changed[:, 4:] = 3  # anything after the cut
+    torch.testing.assert_close(model.encoder(ids), model.encoder(changed))
+    assert not torch.equal(_model(pipe).eval().encoder(ids), _model(pipe).eval().encoder(changed))
+
+
+def test_term_lr_and_half_epoch_evaluations(tmp_path: Path) -> None:
+    pipe = _pipeline()
+    groups = tuple(
+        TrainingGroup(POSTS[i], POSTS[j], tuple(p for p in POSTS if p.id not in {POSTS[i].id, POSTS[j].id}))
+        for i, j in [(0, 1), (1, 0), (2, 3), (3, 2), (3, 4), (4, 3)]
+    )
+    data = TrainingData(groups, (), tuple(POSTS), {"source": "toy"})
+    settings = TrainSettings(
+        arch="bow-cnn", epochs=2, lr=1e-2, batch_size=3, negatives=3, patience=5, threads=1,
+        term_lr=0.0, evals_per_epoch=2, hparams={"word_vectors": "none", "emb_dim": 8, "conv_units": 16},
+    )
+    seen: list[float] = []
+
+    def dev(scorer: CheckpointScorer) -> dict[str, float]:
+        seen.append(1.0)
+        return {"MAP": float(len(seen))}  # improves every time: the last point is the best
+
+    result = train(settings, data, dev, "MAP", tmp_path / "ckpt")
+    assert [r["epoch"] for r in result.curve] == [0.5, 1, 1.5, 2]
+    assert result.best_epoch == 2
+    model, pipeline, _ = load_checkpoint(tmp_path / "ckpt")
+    idf = np.asarray(pipeline.vocab.idf(), dtype=np.float32)
+    np.testing.assert_allclose(model.term_weights(), idf, atol=1e-7)  # term_lr = 0: t never moved
+    assert model.fusion()["beta_dense"] != 1.0  # the rest did train
+
+
+def test_recipe_defaults_are_copies() -> None:
+    got = recipe_defaults("bow-cnn", "travel")
+    got["hparams"]["x"] = 1
+    assert "x" not in recipe_defaults("bow-cnn", "travel")["hparams"]
+    assert recipe_defaults("no-such-arch", "travel") == {"hparams": {}}

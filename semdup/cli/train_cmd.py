@@ -67,12 +67,18 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--max-tokens", type=int, help="Tokens kept per post (title + body).")
 @click.option("--min-df", type=int, help="Vocabulary minimum document frequency.")
 @click.option("--max-steps", type=int, help="Cap on steps per epoch (quick runs).")
+@click.option("--term-lr", type=float, help="Learning rate of the BOW term weights t (default: --lr).")
+@click.option("--evals-per-epoch", type=int, help="Dev evaluations per epoch (2 = every half epoch).")
 @click.option(
     "--lexical-negatives",
+    default=None,
     type=int,
-    default=30,
-    show_default=True,
-    help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none).",
+    help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none; default 30 or the dev-chosen one).",
+)
+@click.option(
+    "--dev-only",
+    is_flag=True,
+    help="Tuning runs: evaluate dev only, never test (choose settings on dev; report test once).",
 )
 @click.option("--qa-pairs", is_flag=True,
               help="SemEval: add question-answer pairs from the training comments (SCQA's signal; pair losses).")
@@ -102,7 +108,10 @@ def train(
     max_tokens: int | None,
     min_df: int | None,
     max_steps: int | None,
-    lexical_negatives: int,
+    term_lr: float | None,
+    evals_per_epoch: int | None,
+    lexical_negatives: int | None,
+    dev_only: bool,
     qa_pairs: bool,
     threads: int,
     sets: tuple[str, ...],
@@ -124,24 +133,34 @@ def train(
     except ImportError as exc:
         raise ConfigError(f'training needs the training extras ({exc}); install: pip install "semdup[train]"') from exc
 
-    settings = TrainSettings.for_arch(
-        arch,
-        epochs=epochs,
-        seed=seed,
-        lr=lr,
-        optimizer=optimizer,
-        batch_size=batch_size,
-        negatives=negatives,
-        patience=patience,
-        max_tokens=max_tokens,
-        min_df=min_df,
-        max_steps_per_epoch=max_steps,
-        threads=threads,
-        hparams=_parse_set(sets),
-    )
+    from semdup.encoders.training.recipes import recipe_defaults
+
+    chosen = recipe_defaults(arch, data_set)  # dev-chosen defaults of this (arch, data set)
+    hparams = {**chosen.pop("hparams"), **_parse_set(sets)}
+    chosen_lexical = chosen.pop("lexical_negatives", 30)
+    lexical_negatives = chosen_lexical if lexical_negatives is None else lexical_negatives
+    cli = {
+        "epochs": epochs,
+        "seed": seed,
+        "lr": lr,
+        "optimizer": optimizer,
+        "batch_size": batch_size,
+        "negatives": negatives,
+        "patience": patience,
+        "max_tokens": max_tokens,
+        "min_df": min_df,
+        "max_steps_per_epoch": max_steps,
+        "threads": threads,
+        "term_lr": term_lr,
+        "evals_per_epoch": evals_per_epoch,
+    }
+    settings = TrainSettings.for_arch(arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams)
+    if chosen:
+        logger.info("dev-chosen defaults for %s on %s: %s (options given on the command line win)", arch, data_set, chosen)
     paths = DataPaths.defaults(data_set, data_dir).override(train_paths, dev_path, test_path)
     recipe = build_recipe(
-        data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs
+        data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs,
+        report_test=not dev_only,
     )
     result = run_training(
         settings,
@@ -156,7 +175,7 @@ def train(
         f"checkpoint: {result.out_dir} (best epoch {result.best_epoch}, dev {recipe.dev_metric} {result.best_dev:.2f})"
     )
     for part in ("train", "dev", "test"):
-        if part in result.metrics:
+        if result.metrics.get(part):
             figures = {k: round(v, 2) for k, v in result.metrics[part].items() if isinstance(v, float)}
             click.echo(f"{part}: {json.dumps(figures)}")
     if result.metrics.get("threshold") is not None:

@@ -25,9 +25,9 @@ import torch
 from torch import Tensor, nn
 
 from semdup.encoders.losses.bow_cnn_logistic import BowCNNLogisticLoss
-from semdup.encoders.models._base import EncoderModel
+from semdup.encoders.models._base import Encoded, EncoderModel, dense_cosine
 from semdup.encoders.registry import ArchSpec, register
-from semdup.encoders.text_pipeline import PAD_ID, TextPipeline
+from semdup.encoders.text_pipeline import PAD_ID, UNK_ID, TextPipeline
 from semdup.errors import ConfigError
 
 __all__ = ["BowCNN", "ConvMaxEncoder", "initial_embeddings"]
@@ -62,13 +62,25 @@ class ConvMaxEncoder(nn.Module):
         units: convolution filters (400 in BOW-CNN, 1000 for CNN alone).
         window: convolution width k (3).
         embeddings: optional initial table [vocab_size, emb_dim].
+        dropout: dropout on the word vectors while training (identity in eval mode and in ONNX).
+        max_positions: the convolution reads only the first ``max_positions`` tokens (0 = all),
+            so long posts can feed the bag of words in full at a fixed convolution cost.
     """
 
     def __init__(
-        self, vocab_size: int, emb_dim: int, units: int, window: int = 3, embeddings: np.ndarray | None = None
+        self,
+        vocab_size: int,
+        emb_dim: int,
+        units: int,
+        window: int = 3,
+        embeddings: np.ndarray | None = None,
+        dropout: float = 0.0,
+        max_positions: int = 0,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.dropout = nn.Dropout(dropout)
+        self.max_positions = int(max_positions)
         if embeddings is not None:
             with torch.no_grad():
                 self.embedding.weight.copy_(torch.from_numpy(np.asarray(embeddings, dtype=np.float32)))
@@ -76,8 +88,10 @@ class ConvMaxEncoder(nn.Module):
         self.conv = nn.Conv1d(emb_dim, units, kernel_size=window, padding=window // 2)
 
     def forward(self, ids: Tensor) -> Tensor:
+        if self.max_positions > 0:
+            ids = ids[:, : self.max_positions]  # a static slice: exports to ONNX as Slice
         mask = (ids != PAD_ID).unsqueeze(1)  # (B, 1, L)
-        x = self.embedding(ids).transpose(1, 2)  # (B, E, L)
+        x = self.dropout(self.embedding(ids)).transpose(1, 2)  # (B, E, L)
         h = self.conv(x)  # (B, U, L)
         h = h.masked_fill(~mask, -1e4)  # padding never wins the max
         pooled = h.max(dim=2).values  # (B, U)
@@ -90,7 +104,11 @@ class BowCNN(EncoderModel):
 
     Hyper-parameters (``hparams``): ``emb_dim`` (50), ``conv_units`` (400), ``window`` (3),
     ``word_vectors`` ("glove", "word2vec" or "none"), ``seed`` (embedding noise), ``beta_init`` (1.0),
-    ``learn_term_weights`` (True; Table 5 of the paper: learned t beats fixed IDF).
+    ``learn_term_weights`` (True; Table 5 of the paper: learned t beats fixed IDF),
+    ``beta_dense_init`` (None = ``beta_init``; 0 starts the model at exactly TF-IDF cosine),
+    ``dropout`` (on word vectors, 0.0), ``term_l2`` (0.0: weight of ‖t − IDF‖² added to the loss,
+    so training cannot wander far from the IDF prior the BOW path starts from), ``conv_max_tokens``
+    (0 = all; else the convolution reads only the first N tokens while the BOW path reads all).
     """
 
     input_kind = "text_ids"
@@ -106,13 +124,46 @@ class BowCNN(EncoderModel):
         embeddings: np.ndarray | None = None,
         beta_init: float = 1.0,
         learn_term_weights: bool = True,
+        beta_dense_init: float | None = None,
+        dropout: float = 0.0,
+        term_l2: float = 0.0,
+        conv_max_tokens: int = 0,
     ) -> None:
         super().__init__()
-        self.encoder = ConvMaxEncoder(vocab_size, emb_dim, conv_units, window, embeddings)
-        self.term_weight = nn.Parameter(torch.as_tensor(np.asarray(idf, dtype=np.float32)))
+        self.encoder = ConvMaxEncoder(vocab_size, emb_dim, conv_units, window, embeddings, dropout, conv_max_tokens)
+        idf_t = torch.as_tensor(np.asarray(idf, dtype=np.float32))
+        self.term_weight = nn.Parameter(idf_t.clone())
         self.term_weight.requires_grad_(learn_term_weights)
+        # The prior of the L2 penalty; not saved (rebuilt from the vocabulary on load).
+        self.register_buffer("idf_prior", idf_t, persistent=False)
+        self.term_l2 = float(term_l2)
         self.beta_bow = nn.Parameter(torch.tensor(float(beta_init)))
-        self.beta_dense = nn.Parameter(torch.tensor(float(beta_init)))
+        dense0 = beta_init if beta_dense_init is None else beta_dense_init
+        self.beta_dense = nn.Parameter(torch.tensor(float(dense0)))
+
+    # --- training-time scoring: same maths as the base class, bags instead of token-pair equality ---
+    def _bags(self, ids: Tensor, weight: Tensor) -> Tensor:
+        """tf ∘ t as dense rows [B, |V|] (scatter of the per-token weights; O(B·L), not O(B·L²))."""
+        bag = weight.new_zeros(ids.shape[0], self.term_weight.shape[0])
+        return bag.scatter_add(1, ids, weight)
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> Encoded:
+        ids = inputs["bow_ids"]  # (B, L)
+        known = (ids > UNK_ID).to(self.term_weight.dtype)  # padding and unknown weigh 0
+        w = self.term_weight[ids] * known  # (B, L)
+        norm = self._bags(ids, w).norm(dim=1)  # (B,)
+        return Encoded(dense=self.encoder(inputs["ids"]), bow_ids=ids, bow_weight=w, bow_norm=norm)
+
+    def score_encoded(self, q: Encoded, c: Encoded, lexnorm: Tensor | None = None) -> Tensor:
+        dot = (self._bags(q.bow_ids, q.bow_weight) * self._bags(c.bow_ids, c.bow_weight)).sum(dim=1)  # (B,)
+        cos_bow = dot / (q.bow_norm * c.bow_norm).clamp_min(1e-8)
+        return self.beta_bow * cos_bow + self.beta_dense * dense_cosine(q.dense, c.dense)
+
+    def penalty(self) -> Tensor:
+        """term_l2 · Σ (t − IDF)²: the trainer adds it to the loss (0 when term_l2 is 0)."""
+        if not self.term_l2 or not self.term_weight.requires_grad:
+            return self.term_weight.new_zeros(())
+        return self.term_l2 * (self.term_weight - self.idf_prior).pow(2).sum()
 
     @classmethod
     def from_hparams(cls, hparams: Mapping[str, Any], pipeline: TextPipeline, pretrained: bool = True) -> BowCNN:
@@ -131,6 +182,10 @@ class BowCNN(EncoderModel):
             embeddings=emb,
             beta_init=float(h["beta_init"]),
             learn_term_weights=bool(h["learn_term_weights"]),
+            beta_dense_init=None if h["beta_dense_init"] is None else float(h["beta_dense_init"]),
+            dropout=float(h["dropout"]),
+            term_l2=float(h["term_l2"]),
+            conv_max_tokens=int(h["conv_max_tokens"]),
         )
         model.hparams = h
         return model
@@ -147,6 +202,10 @@ BOW_CNN_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "beta_init": 1.0,
     "learn_term_weights": True,
+    "beta_dense_init": None,
+    "dropout": 0.0,
+    "term_l2": 0.0,
+    "conv_max_tokens": 0,
 }
 
 register(

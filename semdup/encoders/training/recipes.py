@@ -39,7 +39,7 @@ from semdup.encoders.training.pairs import (
 from semdup.errors import ConfigError, DataError
 from semdup.evaluation.metrics import best_threshold
 
-__all__ = ["DATA_SETS", "DEFAULT_DATA_DIR", "DataPaths", "Recipe", "build_recipe"]
+__all__ = ["DATA_SETS", "DEFAULT_DATA_DIR", "DataPaths", "Recipe", "build_recipe", "RECIPE_DEFAULTS", "recipe_defaults"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,18 @@ DATA_SETS = ("semeval", "travel", "askubuntu")
 DEFAULT_DATA_DIR = Path("/work/shared/data")
 _SEMEVAL = "semeval2016-task3"
 _OFFICIAL = "semeval2016-task3/official/SemEval2016-Task3-CQA-QL"
+
+
+# Training settings chosen on a data set's dev split for one architecture, applied by ``semdup train``
+# on top of the arch's ``train_defaults`` (command-line options still win). ``hparams`` merges
+# into the model hyper-parameters. Each entry names the dev run that chose it (encoders/README.md).
+RECIPE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def recipe_defaults(arch: str, data: str) -> dict[str, Any]:
+    """The dev-chosen settings of (arch, data set): TrainSettings fields plus ``hparams`` (may be empty)."""
+    got = RECIPE_DEFAULTS.get((arch, data), {})
+    return {**got, "hparams": dict(got.get("hparams", {}))}
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,23 @@ class Recipe:
     extra_config: dict[str, Any]
 
 
+_SKIP_TEST: list[bool] = [False]
+
+
+class _test_skipped:  # noqa: N801 - used as a context manager
+    """While active, the recipes' final evaluations leave test out (``--dev-only`` tuning runs)."""
+
+    def __enter__(self) -> None:
+        _SKIP_TEST[0] = True
+
+    def __exit__(self, *exc: object) -> None:
+        _SKIP_TEST[0] = False
+
+
+def _test_or_skip(fn: Callable[[], Any]) -> Any:
+    return None if _SKIP_TEST[0] else fn()
+
+
 def _semeval_gold_path(xml: Path) -> Path:
     """The official gold file beside an XML (the test input's gold is named after ``-test.xml``)."""
     name = xml.name.replace("-test-input.xml", "-test.xml")
@@ -130,7 +159,7 @@ def _semeval_recipe(paths: DataPaths, negatives: int, seed: int, qa_pairs: bool 
         thr, acc = best_threshold(pair_scores(scorer, dev_pairs), [p.duplicate for p in dev_pairs])
         return {
             "dev": eval_semeval(scorer, dev),
-            "test": eval_semeval(scorer, test),
+            "test": _test_or_skip(lambda: eval_semeval(scorer, test)),
             "threshold": thr,
             "threshold_source": "dev accuracy",
             "dev_pair_accuracy": acc,
@@ -164,7 +193,8 @@ def _travel_recipe(paths: DataPaths, negatives: int, seed: int, lexical_negative
     data = travel_training_data(dump, "train", negatives=negatives, lexical_negatives=lex, seed=seed)
 
     def final(scorer: PostScorer) -> dict[str, Any]:
-        return {"dev": eval_travel(scorer, dump, "dev"), "test": eval_travel(scorer, dump, "test"), "threshold": None}
+        test = _test_or_skip(lambda: eval_travel(scorer, dump, "test"))
+        return {"dev": eval_travel(scorer, dump, "dev"), "test": test, "threshold": None}
 
     extra = {"data_set": "travel", "data_paths": {"dump": str(paths.train[0])}, "lexical_negatives": lexical_negatives}
     return Recipe(data, lambda s: eval_travel(s, dump, "dev"), "MAP", final, extra)
@@ -189,7 +219,7 @@ def _askubuntu_recipe(paths: DataPaths, negatives: int, seed: int) -> Recipe:
         return {
             "train": eval_pairs(scorer, all_train, thr),
             "dev": dev_eval,
-            "test": eval_pairs(scorer, test, thr),
+            "test": _test_or_skip(lambda: eval_pairs(scorer, test, thr)),
             "threshold": thr,
             "threshold_source": "accuracy on the held-out 20% slice of the train file",
         }
@@ -209,15 +239,28 @@ def build_recipe(
     seed: int = 0,
     lexical_negatives: int = 30,
     qa_pairs: bool = False,
+    report_test: bool = True,
 ) -> Recipe:
     """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``.
 
     ``qa_pairs`` (SemEval only) adds question–answer pairs from the training comments (SCQA).
+    ``report_test=False`` (tuning runs) leaves test out of the final evaluation, so a setting can
+    only be chosen on dev.
     """
     if data == "semeval":
-        return _semeval_recipe(paths, negatives, seed, qa_pairs)
-    if data == "travel":
-        return _travel_recipe(paths, negatives, seed, lexical_negatives)
-    if data == "askubuntu":
-        return _askubuntu_recipe(paths, negatives, seed)
-    raise ConfigError(f"unknown data set {data!r}; known: {DATA_SETS}")
+        recipe = _semeval_recipe(paths, negatives, seed, qa_pairs)
+    elif data == "travel":
+        recipe = _travel_recipe(paths, negatives, seed, lexical_negatives)
+    elif data == "askubuntu":
+        recipe = _askubuntu_recipe(paths, negatives, seed)
+    else:
+        raise ConfigError(f"unknown data set {data!r}; known: {DATA_SETS}")
+    if report_test:
+        return recipe
+
+    def final_without_test(scorer: PostScorer) -> dict[str, Any]:
+        with _test_skipped():
+            out = recipe.evaluate_final(scorer)
+        return {**out, "test": None, "test_skipped": "tuning run (--dev-only)"}
+
+    return Recipe(recipe.data, recipe.evaluate_dev, recipe.dev_metric, final_without_test, recipe.extra_config)

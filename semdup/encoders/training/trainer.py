@@ -64,6 +64,10 @@ class TrainSettings:
         min_df: vocabulary minimum document frequency.
         max_steps_per_epoch: cap on steps per epoch (tests, quick runs); None = all.
         threads: torch intra-op threads.
+        term_lr: learning rate of the BOW term weights t (None = ``lr``). A lower one keeps t near
+            its IDF start, which is what the BOW path's quality rests on.
+        evals_per_epoch: dev evaluations per epoch (early stopping and the best checkpoint are
+            chosen among them); 2 = every half epoch.
     """
 
     arch: str
@@ -81,10 +85,14 @@ class TrainSettings:
     min_df: int = 1
     max_steps_per_epoch: int | None = None
     threads: int = 2
+    term_lr: float | None = None
+    evals_per_epoch: int = 1
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.evals_per_epoch < 1 or (self.term_lr is not None and self.term_lr < 0):
+            raise ConfigError(f"need evals_per_epoch >= 1 and term_lr >= 0; got {self.evals_per_epoch}, {self.term_lr}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ConfigError(
                 f"need epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}"
@@ -108,7 +116,7 @@ class TrainResult:
     """What a run produced: the checkpoint directory, the best epoch, its dev figure and the curve."""
 
     out_dir: Path
-    best_epoch: int
+    best_epoch: float
     best_dev: float
     curve: list[dict[str, Any]]
     metrics: dict[str, Any]
@@ -188,6 +196,26 @@ def _pair_loss(
     return loss_fn(model.score(q, c), labels)
 
 
+def _optimizer(model: EncoderModel, settings: TrainSettings) -> torch.optim.Optimizer:
+    """Adam or SGD; the term weights t get ``term_lr`` (no weight decay: decay would pull t to 0, not to IDF)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups: list[dict[str, Any]] = [{"params": [p for n, p in named if n != "term_weight"]}]
+    terms = [p for n, p in named if n == "term_weight"]
+    if terms:
+        term_lr = settings.lr if settings.term_lr is None else settings.term_lr
+        groups.append({"params": terms, "lr": term_lr, "weight_decay": 0.0})
+    groups = [g for g in groups if g["params"]]
+    if settings.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=settings.lr, weight_decay=settings.weight_decay)
+    return torch.optim.SGD(groups, lr=settings.lr, weight_decay=settings.weight_decay)
+
+
+def _penalty(model: EncoderModel) -> torch.Tensor | float:
+    """A model's own regulariser (``model.penalty()``, e.g. BOW-CNN's ‖t − IDF‖²), else 0."""
+    fn = getattr(model, "penalty", None)
+    return fn() if callable(fn) else 0.0
+
+
 def train(
     settings: TrainSettings,
     data: TrainingData,
@@ -219,13 +247,10 @@ def train(
         raise DataError(f"no training {spec.batch_format} for {settings.arch}; check the training data")
     step_fn = _group_loss if spec.batch_format == "groups" else _pair_loss
     params = [p for p in model.parameters() if p.requires_grad]
-    if settings.optimizer == "adam":
-        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    else:
-        opt = torch.optim.SGD(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    opt = _optimizer(model, settings)
     rng = random.Random(settings.seed)
     curve: list[dict[str, Any]] = []
-    best_dev, best_epoch, best_state, bad = -float("inf"), 0, None, 0
+    best_dev, best_epoch, best_state, bad = -float("inf"), 0.0, None, 0
     logger.info(
         "training %s on %d %s, %d parameters",
         settings.arch,
@@ -233,42 +258,57 @@ def train(
         spec.batch_format,
         sum(p.numel() for p in params),
     )
+    stop = False
     for epoch in range(1, settings.epochs + 1):
         t0 = time.monotonic()
-        model.train()
         rng.shuffle(items)
         batches = [items[i : i + settings.batch_size] for i in range(0, len(items), settings.batch_size)]
         if settings.max_steps_per_epoch:
             batches = batches[: settings.max_steps_per_epoch]
-        losses = []
+        n_eval = min(settings.evals_per_epoch, len(batches))
+        eval_at = {round(len(batches) * (j + 1) / n_eval) for j in range(n_eval)}
+        losses: list[float] = []
         bar = tqdm(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="step", leave=False)
-        for batch in bar:
+        model.train()
+        for step, batch in enumerate(bar, start=1):
             opt.zero_grad()
             loss = step_fn(model, loss_fn, pipeline, batch)
-            loss.backward()
+            (loss + _penalty(model)).backward()
             if settings.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             opt.step()
             losses.append(float(loss.detach()))
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-        model.eval()
-        with torch.no_grad():
-            dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
-        if dev_metric not in dev:
-            raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
-        row = {"epoch": epoch, "loss": float(np.mean(losses)), "dev": dev, "seconds": round(time.monotonic() - t0, 1)}
-        curve.append(row)
-        logger.info(
-            "epoch %d: loss %.4f dev %s %.2f (%.0fs)", epoch, row["loss"], dev_metric, dev[dev_metric], row["seconds"]
-        )
-        if dev[dev_metric] > best_dev:
-            best_dev, best_epoch, bad = float(dev[dev_metric]), epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-            if bad >= settings.patience:
-                logger.info("early stop after epoch %d (best %d: %s %.2f)", epoch, best_epoch, dev_metric, best_dev)
-                break
+            if step not in eval_at:
+                continue
+            model.eval()
+            with torch.no_grad():
+                dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
+            model.train()
+            if dev_metric not in dev:
+                raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
+            point: float = epoch if step == len(batches) else round(epoch - 1 + step / len(batches), 2)
+            row = {
+                "epoch": point,
+                "loss": float(np.mean(losses)),
+                "dev": dev,
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+            curve.append(row)
+            logger.info(
+                "epoch %g: loss %.4f dev %s %.2f (%.0fs)", point, row["loss"], dev_metric, dev[dev_metric], row["seconds"]
+            )
+            if dev[dev_metric] > best_dev:
+                best_dev, best_epoch, bad = float(dev[dev_metric]), point, 0
+                best_state = copy.deepcopy(model.state_dict())
+            else:
+                bad += 1
+                if bad >= settings.patience * n_eval:
+                    logger.info("early stop at epoch %g (best %g: %s %.2f)", point, best_epoch, dev_metric, best_dev)
+                    stop = True
+                    break
+        if stop:
+            break
     model.load_state_dict(best_state)
     model.eval()
     final: dict[str, Any] = {}
