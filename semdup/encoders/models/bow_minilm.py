@@ -45,6 +45,7 @@ BOW_MINILM_DEFAULTS: dict[str, Any] = {
     "beta_bow_init": 0.5,
     "beta_dense_init": 1.0,
     "learn_term_weights": True,
+    "learn_fusion": False,  # learned β collapse towards 0 on SemEval (see class doc); fixed by default
     "fusion_lr_scale": 50.0,
 }
 
@@ -57,6 +58,9 @@ class BowMiniLM(MiniLM):
         freeze_layers: embeddings and this many bottom MiniLM layers stay fixed (default 4 of 6).
         beta_bow_init, beta_dense_init: starting β_bow, β_dense.
         learn_term_weights: learn t (else fixed IDF; Table 5 of the paper prefers learned).
+        learn_fusion: learn β_bow, β_dense too. Off by default: on SemEval the hardest of the 4 negatives
+            often outscores the positive at the start, and the logistic loss then shrinks both β towards 0
+            (every margin → 0, loss → log 2), which we saw in a run (loss 0.55 → 0.69 in one epoch).
         fusion_lr_scale: t and β move this many times faster than MiniLM's weights (see module doc).
 
     Shapes: ``encode`` gives ``dense`` [B, 384] and the BOW ids/weights [B, L]; ``score`` [B].
@@ -81,6 +85,8 @@ class BowMiniLM(MiniLM):
         self.t_scaled.requires_grad_(bool(h["learn_term_weights"]))
         self.beta_bow_scaled = nn.Parameter(torch.tensor(float(h["beta_bow_init"]) / self.scale))
         self.beta_dense_scaled = nn.Parameter(torch.tensor(float(h["beta_dense_init"]) / self.scale))
+        self.beta_bow_scaled.requires_grad_(bool(h["learn_fusion"]))
+        self.beta_dense_scaled.requires_grad_(bool(h["learn_fusion"]))
         self.alpha = 0.0
 
     @classmethod
