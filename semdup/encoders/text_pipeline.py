@@ -57,6 +57,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 # Above this many characters a field is cut before tokenising: max_tokens never needs more,
 # and a megabyte post must not stall a worker.
 MAX_FIELD_CHARS = 100_000
+_CHARS_PER_TOKEN_BUDGET = 12  # prefix length per wanted token before falling back to the whole text
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,13 @@ def check_post(post: Post) -> None:
         )
 
 
+class _TokenIds(dict):
+    """token -> id; an unknown token maps to UNK_ID without being added."""
+
+    def __missing__(self, token: str) -> int:
+        return UNK_ID
+
+
 class Vocabulary:
     """Token ↔ id map with document frequencies, so BOW-CNN's t can start at IDF.
 
@@ -142,7 +150,7 @@ class Vocabulary:
         self.itos: list[str] = list(tokens)
         self.df: list[int] = list(df)
         self.n_docs = int(n_docs)
-        self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
+        self.stoi: dict[str, int] = _TokenIds((t, i) for i, t in enumerate(self.itos))
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -164,8 +172,8 @@ class Vocabulary:
         return [0.0 if i < 2 or c == 0 else math.log(self.n_docs / c) for i, c in enumerate(self.df)]
 
     def ids(self, tokens: Sequence[str]) -> list[int]:
-        get = self.stoi.get
-        return [get(t, UNK_ID) for t in tokens]
+        # map() over the dict's C-level __getitem__: the hot loop of every worker; unknowns hit __missing__.
+        return list(map(self.stoi.__getitem__, tokens))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps({"n_docs": self.n_docs, "tokens": self.itos, "df": self.df}), encoding="utf-8")
@@ -203,9 +211,18 @@ class TextPipeline:
     def tokens(self, text: str) -> list[str]:
         s = self.settings
         text = clean_text(text or "", s)
+        n = s.max_tokens
+        # Tokenise a prefix first: if it holds more than n tokens, its first n are complete and equal the
+        # full text's first n (only the last token can be cut at the boundary). Else tokenise everything.
+        budget = n * _CHARS_PER_TOKEN_BUDGET
+        if len(text) > budget:
+            head = text[:budget].lower() if s.lowercase else text[:budget]
+            tokens = self._findall(head)
+            if len(tokens) > n:
+                return tokens[:n]
         if s.lowercase:
             text = text.lower()
-        return self._findall(text)[: s.max_tokens]
+        return self._findall(text)[:n]
 
     def post_tokens(self, post: Post) -> tuple[list[str], list[str]]:
         """(title tokens, body tokens)."""
