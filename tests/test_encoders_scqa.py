@@ -123,11 +123,11 @@ def test_tiny_scqa_training_on_semeval_learns(tmp_path: Path) -> None:
     data = semeval_training_data([train_set], negatives=5, seed=0)
     settings = TrainSettings(
         arch="scqa",
-        epochs=4,
-        lr=1e-3,
+        epochs=3,
+        lr=2e-3,
         batch_size=32,
         patience=5,
-        max_tokens=40,
+        max_tokens=30,
         threads=1,
         hparams={"trigram_dim": 32, "conv_units": 48, "out_dim": 32},
     )
