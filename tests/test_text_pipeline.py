@@ -89,3 +89,16 @@ def test_tokens_are_identical_to_nltk_regexp_tokenizer_on_real_posts() -> None:
     for post in posts:
         text = clean_text(post.body, settings).lower()
         assert pipeline.tokens(post.body) == nltk_tokenizer.tokenize(text)[:10_000], post.id
+
+
+def test_text_tokens_equal_title_tokens_then_body_tokens() -> None:
+    """text_tokens tokenises "title body" in one call; it must equal the two fields tokenised apart."""
+    from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings
+    from semdup.evaluation.data_paths import travel_dir
+    from semdup.evaluation.datasets import load_stackexchange_dump
+
+    posts = load_stackexchange_dump(travel_dir()).corpus()[:1500]
+    for max_tokens in (3, 50, 200):
+        p = TextPipeline(TextPipelineSettings(max_tokens=max_tokens))
+        for post in posts:
+            assert p.text_tokens(post) == (p.tokens(post.title) + p.tokens(post.body))[:max_tokens], post.id

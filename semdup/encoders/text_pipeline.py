@@ -209,8 +209,10 @@ class TextPipeline:
         self._findall = regex.compile(TOKEN_PATTERN, TOKEN_FLAGS).findall
 
     def tokens(self, text: str) -> list[str]:
+        return self._tokenize_clean(clean_text(text or "", self.settings))
+
+    def _tokenize_clean(self, text: str) -> list[str]:
         s = self.settings
-        text = clean_text(text or "", s)
         n = s.max_tokens
         # Tokenise a prefix first: if it holds more than n tokens, its first n are complete and equal the
         # full text's first n (only the last token can be cut at the boundary). Else tokenise everything.
@@ -230,8 +232,11 @@ class TextPipeline:
 
     def text_tokens(self, post: Post) -> list[str]:
         """Title then body, cut to max_tokens: the combined text BOW-CNN and the CNNs read."""
-        t, b = self.post_tokens(post)
-        return (t + b)[: self.settings.max_tokens]
+        # One tokeniser call over "title body": no token spans white space, so this equals
+        # (tokens(title) + tokens(body))[:max_tokens] at half the calls (the worker's hot path).
+        title = clean_text(post.title or "", self.settings)
+        body = clean_text(post.body or "", self.settings)
+        return self._tokenize_clean(f"{title} {body}" if title and body else title or body)
 
     def ids(self, tokens: Sequence[str]) -> list[int]:
         if self.vocab is None:
