@@ -246,8 +246,10 @@ def fetch_semdup_fields(client: Any, index: str, ids: Sequence[str], *, timeout:
     """``id -> the document's semdup object`` (``{}`` when the post has none yet, None when the post is gone)."""
     if not ids:
         return {}
+    # The whole _source, unfiltered: OpenSearch copies stored bytes as they are, while source filtering parses and
+    # re-serialises every float of every vector (measured: 100 Travel posts, 40 ms whole vs 108-130 ms filtered).
     resp = call_opensearch(client.mget, f"reading {len(ids)} candidates of {index!r}", index=index,
-                           body={"ids": list(ids)}, params={"_source_includes": "semdup", "request_timeout": timeout})
+                           body={"ids": list(ids)}, params={"request_timeout": timeout})
     out: dict[str, dict[str, Any] | None] = {}
     for doc in resp["docs"]:
         if "error" in doc:

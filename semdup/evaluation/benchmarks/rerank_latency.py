@@ -1,0 +1,155 @@
+"""Rerank call latency vs the plain BM25 template search alone, on this machine, in one run (not a test).
+
+Over the same OpenSearch, the same index (the Travel Stack Exchange posts with the bundle's semdup fields,
+written by ``index_batch``) and the same real query posts, interleaved query by query:
+
+* bm25: one ``_msearch/template`` call of the stored BM25 template, top ``--k-candidates`` (what a plain
+  lexical duplicate search costs);
+* rerank: ``Reranker.rank`` with ``--k-candidates`` BM25 candidates: query encoding (onnxruntime), the same
+  template search, one ``mget`` of the candidates' semdup fields, fusion;
+* encode: the query encoding alone (dense vector + learned BOW), to show where the extra time goes.
+
+Reports p50 / p99 latency (ms) and sequential throughput (calls/s) of each, and the ratios rerank / bm25
+(target p99 ≤ 1.5 × bm25). With ``--threads N`` a second pass runs N concurrent callers for the throughput
+under load. Loopback only; every loop is bounded by ``--queries`` × ``--rounds``. No torch is imported.
+
+Example::
+
+    python -m semdup.evaluation.benchmarks.rerank_latency --bundle artifacts/bundles/bow-cnn-travel --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from semdup.evaluation.benchmarks.indexing import _hardware, _versions
+
+logger = logging.getLogger(__name__)
+
+
+def _percentiles(ms: Sequence[float]) -> dict[str, float]:
+    x = np.asarray(ms, dtype=np.float64)
+    return {"p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)), "mean": float(x.mean()),
+            "n": int(x.size)}
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def _concurrent(calls: Sequence[Callable[[], Any]], threads: int) -> float:
+    """Calls per second with ``threads`` concurrent callers over the given bounded list of calls."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda f: f(), calls))
+    return len(calls) / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--bundle", required=True, help="model bundle directory or .tar.gz")
+    parser.add_argument("--opensearch", default=None, help="OpenSearch URL (default: settings / the embedded node)")
+    parser.add_argument("--queries", type=int, default=200, help="real query posts (Travel test + dev queries)")
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the queries (interleaved methods)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed calls of each method first")
+    parser.add_argument("--k-candidates", type=int, default=100)
+    parser.add_argument("--k", type=int, default=10, help="candidates returned by the rerank call")
+    parser.add_argument("--onnx-threads", type=int, default=1, help="onnxruntime intra-op threads")
+    parser.add_argument("--threads", type=int, default=4, help="concurrent callers for the throughput pass (0 = skip)")
+    parser.add_argument("--keep-index", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    import dataclasses
+
+    import onnxruntime
+
+    from semdup.config import OpenSearchSettings, connect
+    from semdup.evaluation.data_paths import travel_dir
+    from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
+    from semdup.export.bundle import Bundle
+    from semdup.reranker import Reranker, RerankerSettings
+    from semdup.reranker.evaluation import semantic_index
+    from semdup.search_templates import query_text, template_id, template_params
+
+    settings = OpenSearchSettings.from_env()
+    if args.opensearch:
+        settings = dataclasses.replace(settings, url=args.opensearch)
+    client = connect(settings)
+    bundle = Bundle.load(args.bundle, intra_op_threads=args.onnx_threads)
+    dump = load_stackexchange_dump(travel_dir())
+    queries = [q.post for split in ("test", "dev") for q in dump.queries(split)][: args.queries]
+    corpus = dump.corpus()
+    server = client.info()["version"]["number"]
+
+    print(f"command: {' '.join([sys.executable, '-m', 'semdup.evaluation.benchmarks.rerank_latency', *sys.argv[1:]])}")
+    print(f"hardware: {_hardware()}; load average at start {os.getloadavg()[0]:.1f} (other work shares these cores)")
+    print(f"versions: {_versions()}, onnxruntime providers {onnxruntime.get_available_providers()}, "
+          f"OpenSearch {server} at {settings.safe_url}")
+    print(f"bundle: {bundle.version} (dimension {bundle.dimension}, BOW {'yes' if bundle.term_weights is not None else 'no'}); "
+          f"corpus {len(corpus)} Travel posts; {len(queries)} query posts x {args.rounds} rounds, "
+          f"{args.warmup} warm-up calls each; k_candidates {args.k_candidates}; onnx threads {args.onnx_threads}")
+
+    with semantic_index(client, bundle, corpus, "latency", keep=args.keep_index, progress=True) as index:
+        rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=args.k_candidates, search_timeout=30))
+        tid = template_id("bm25", "text")
+
+        def bm25(post: Any) -> Callable[[], Any]:
+            body = [{"index": index}, {"id": tid, "params": template_params(query_text(post.title, post.body),
+                                                                              size=args.k_candidates,
+                                                                              exclude_id=post.id)}]
+            return lambda: client.msearch_template(body=body, params={"request_timeout": 30})
+
+        def rerank(post: Any) -> Callable[[], Any]:
+            return lambda: rr.rank(post, k=args.k, exclude_id=post.id)
+
+        def encode(post: Any) -> Callable[[], Any]:
+            return lambda: (bundle.encode_dense([post]), bundle.encode_terms([post]))
+
+        methods = {"bm25": bm25, "rerank": rerank, "encode": encode}
+        for name, make in methods.items():
+            for post in queries[: args.warmup]:
+                make(post)()
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        n_candidates = []
+        for _ in range(args.rounds):
+            for post in queries:
+                for name, make in methods.items():  # interleaved: drift hits every method alike
+                    times[name].append(_timed(make(post)))
+        for post in queries[:50]:
+            n_candidates.append(len(rr.candidates(post, exclude_id=post.id)[0].ids))
+        stats = {name: _percentiles(t) for name, t in times.items()}
+        throughput = {}
+        if args.threads > 0:
+            for name in ("bm25", "rerank"):
+                throughput[name] = _concurrent([methods[name](p) for p in queries], args.threads)
+
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+    print(f"mean candidates per rerank call: {np.mean(n_candidates):.1f}")
+    print(f"{'method':<8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'calls/s':>8} "
+          f"{f'calls/s x{args.threads}':>12} {'n':>6}")
+    for name, s in stats.items():
+        conc = f"{throughput[name]:12.1f}" if name in throughput else f"{'-':>12}"
+        print(f"{name:<8} {s['p50']:8.2f} {s['p99']:8.2f} {s['mean']:8.2f} {1000.0 / s['mean']:8.1f} {conc} {s['n']:6d}")
+    p50 = stats["rerank"]["p50"] / stats["bm25"]["p50"]
+    p99 = stats["rerank"]["p99"] / stats["bm25"]["p99"]
+    print(f"ratio rerank / bm25: p50 {p50:.2f}x, p99 {p99:.2f}x (target p99 <= 1.5x: {'met' if p99 <= 1.5 else 'NOT met'})")
+    if throughput:
+        print(f"throughput ratio rerank / bm25 with {args.threads} callers: "
+              f"{throughput['rerank'] / throughput['bm25']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
