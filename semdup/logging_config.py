@@ -130,6 +130,26 @@ def _hook_celery_task_logger() -> None:
     signals.after_setup_task_logger.connect(_celery_task_logs_as_json, weak=False)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the stderr of configuration time; if that stream was closed since (a test runner's), to the
+    current ``sys.stderr``. Not simply the current one: a Celery worker swaps it for a proxy that logs back here."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self._configured_stream = sys.stderr
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        for candidate in (self._configured_stream, sys.stderr, sys.__stderr__):
+            if candidate is not None and not getattr(candidate, "closed", False):
+                return candidate
+        return self._configured_stream
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        self._configured_stream = value
+
+
 def _format_from_env(env: Mapping[str, str]) -> str:
     raw = env.get(LOG_FORMAT_ENV, "").strip().lower()
     if not raw:  # the reranker service's switch, SEMDUP_LOG_JSON=true, means the same
@@ -162,7 +182,7 @@ def configure_logging(
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_semdup_handler", False)]:
         root.removeHandler(old)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter() if chosen == "json" else logging.Formatter(TEXT_FORMAT))
     handler._semdup_handler = True  # type: ignore[attr-defined]
     root.addHandler(handler)

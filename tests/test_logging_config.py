@@ -161,3 +161,76 @@ def test_json_mode_reaches_celerys_own_task_logger() -> None:
             if getattr(h, "_semdup_handler", False):
                 root.removeHandler(h)
         root.setLevel(level)
+
+
+_LOGGING_PROBE_APP = """
+import logging, os
+from celery import Celery
+from celery.utils.log import get_task_logger
+
+app = Celery("logprobe", broker=os.environ["PROBE_BROKER"], set_as_current=False)
+app.conf.update(task_default_queue=os.environ["PROBE_QUEUE"], accept_content=["json"], task_ignore_result=True,
+                worker_hijack_root_logger=False)
+task_logger = get_task_logger("semdup.indexer.tasks")
+
+@app.task(name="semdup.indexer.logprobe")
+def logprobe(posts):
+    task_logger.info("logprobe: %d posts via redis://:hunter2@redis:6379/0", len(posts))
+    logging.getLogger("semdup.indexer.semantic").warning("bulk write of %d posts took a while", len(posts))
+    raise ValueError("logprobe fails on purpose")
+"""
+
+
+@pytest.mark.broker
+def test_real_celery_worker_writes_json_lines_only(tmp_path, redis_url: str) -> None:
+    """A real prefork Celery worker started the way ``semdup worker`` starts it (logging configured first, JSON):
+    every stderr line parses, and neither the password nor the post body in the task's arguments shows up."""
+    import os
+    import signal
+    import time
+    import uuid
+
+    (tmp_path / "logprobe_app.py").write_text(_LOGGING_PROBE_APP)
+    queue = f"logprobe-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, SEMDUP_LOG_FORMAT="json", PROBE_BROKER=redis_url, PROBE_QUEUE=queue)
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
+    code = (
+        "import logging; from semdup.logging_config import configure_logging; configure_logging(logging.INFO); "
+        "import logprobe_app; logprobe_app.app.worker_main(['worker', '--pool=prefork', '--concurrency=2', "
+        f"'--queues={queue}', '--without-mingle', '--without-gossip', '--loglevel=INFO'])"
+    )
+    err = open(tmp_path / "worker.err", "wb")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        start_new_session=True,
+    )
+    body = "Secret itinerary: Lisbon to Porto by night train, which ticket do I need"
+    try:
+        from celery import Celery
+
+        sender = Celery("sender", broker=redis_url, set_as_current=False)
+        sender.send_task("semdup.indexer.logprobe", args=[[{"id": "1", "title": "Trains", "body": body}]], queue=queue)
+        deadline = time.monotonic() + 90  # waiting for the worker, not a timing assertion
+        while time.monotonic() < deadline and "logprobe fails on purpose" not in (tmp_path / "worker.err").read_text():
+            assert worker.poll() is None, (tmp_path / "worker.err").read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+        err.close()
+    text = (tmp_path / "worker.err").read_text()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]  # every line is JSON
+    messages = " ".join(r["message"] for r in records)
+    assert "logprobe: 1 posts via redis://***@redis:6379/0" in messages
+    assert "bulk write of 1 posts took a while" in messages
+    assert any(r["level"] == "ERROR" and "logprobe fails on purpose" in r["message"] for r in records)
+    assert any(r.get("task_name") == "semdup.indexer.logprobe" for r in records)
+    assert "hunter2" not in text and "Lisbon to Porto" not in text
