@@ -87,11 +87,15 @@ def offline_gap(rr: Reranker, scorer: BundleScorer, posts: dict[str, Post], quer
 def test_scores_equal_the_offline_model(opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post],
                                         alpha: float) -> None:
     bundle, index = served
+    saved = bundle.fusion
     bundle.fusion = {**bundle.fusion, "alpha": alpha}  # the same fusion for both sides; alpha 0.5 checks lexnorm
-    settings = RerankerSettings(templates=("bm25", "lmj"), sparse=True, knn=_has_knn(opensearch_client),
-                                k_candidates=30)
-    rr = Reranker(bundle, opensearch_client, index, settings)
-    worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:10])
+    try:
+        settings = RerankerSettings(templates=("bm25", "lmj"), sparse=True, knn=_has_knn(opensearch_client),
+                                    k_candidates=30)
+        rr = Reranker(bundle, opensearch_client, index, settings)
+        worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:10])
+    finally:
+        bundle.fusion = saved
     assert n >= 100
     assert worst <= TOLERANCE, f"reranker differs from BundleScorer by {worst:.2e} (> {TOLERANCE})"
 
@@ -179,3 +183,30 @@ def test_restrict_ids_ranks_exactly_those(opensearch_client: Any, served: tuple[
     cands = rr.rank(real_posts[0], k=100, restrict_ids=ids)
     assert sorted(c.id for c in cands) == sorted(ids)
     assert [c.score for c in cands] == sorted((c.score for c in cands), reverse=True)
+
+
+def test_field_cache_serves_exact_current_fields(opensearch_client: Any, served: tuple[Bundle, str],
+                                                 real_posts: list[Post]) -> None:
+    """Warm-cache answers equal cold ones and the offline model; a re-indexed post is read again, never stale."""
+    bundle, index = served
+    posts = {p.id: p for p in real_posts}
+    cached = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=30, field_cache=1000))
+    cold = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=30))
+    q = real_posts[8]
+    first = cached.rank(q, k=100, exclude_id=q.id)
+    second = cached.rank(q, k=100, exclude_id=q.id)
+    assert cached.field_cache is not None and cached.field_cache.hits >= len(second)
+    assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in first]
+    assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in cold.rank(q, k=100, exclude_id=q.id)]
+    # re-index the top candidate with another post's text: its stored fields change, the cache must notice
+    target = second[0].id
+    changed = Post(target, real_posts[30].title, real_posts[30].body)
+    assert not index_batch(opensearch_client, index, [changed.to_json()], bundle).failed
+    opensearch_client.indices.refresh(index=index)
+    try:
+        after = {c.id: c for c in cached.rank(q, k=1000, exclude_id=q.id, restrict_ids=[target])}
+        want = BundleScorer(bundle).score(q, [changed], lexical=[after[target].components["lexical"]])[0]
+        assert abs(after[target].score - want) <= TOLERANCE
+    finally:
+        index_batch(opensearch_client, index, [posts[target].to_json()], bundle)
+        opensearch_client.indices.refresh(index=index)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,11 +34,13 @@ from semdup.posts import Post
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
 from semdup.reranker.candidates import (
     CandidateSet,
+    call_opensearch,
     fetch_semdup_fields,
     lexical_scores_for,
     register_query_template,
     search_candidates,
 )
+from semdup.reranker.field_cache import UUID_TTL_S, FieldCache
 from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import query_text
@@ -106,6 +109,8 @@ class Reranker:
         self._checked: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._query_template: str | None | bool = False  # False = not registered yet
+        self.field_cache = FieldCache(self.settings.field_cache) if self.settings.field_cache else None
+        self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
                              "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True")
@@ -126,10 +131,11 @@ class Reranker:
         search_timeout: float = 5.0,
         calibration: str | Path | None = None,
         intra_op_threads: int | None = None,
+        field_cache: int = 0,
     ) -> Reranker:
         """Load and verify the bundle, read its calibration (``<bundle>.calibration.json``) when present."""
         bundle = Bundle.load(path, intra_op_threads=intra_op_threads)
-        settings = RerankerSettings(tuple(templates), variant, sparse, knn, k_candidates, search_timeout)
+        settings = RerankerSettings(tuple(templates), variant, sparse, knn, k_candidates, search_timeout, field_cache)
         cal = load_calibration(calibration or calibration_path(path), bundle.version)
         return cls(bundle, client, index, settings, cal)
 
@@ -163,6 +169,20 @@ class Reranker:
             )
         with self._lock:
             self._checked[name] = True
+
+    def _index_uuids(self, name: str) -> dict[str, str]:
+        """Concrete index name -> uuid for ``name`` (an index or alias), re-read every ``UUID_TTL_S`` seconds."""
+        now = time.monotonic()
+        cached = self._uuids.get(name)
+        if cached is not None and now - cached[0] < UUID_TTL_S:
+            return cached[1]
+        resp = call_opensearch(self.client.indices.get_settings, f"reading the settings of {name!r}", index=name,
+                               params={"filter_path": "*.settings.index.uuid",
+                                       "request_timeout": self.settings.search_timeout})
+        uuids = {k: v["settings"]["index"]["uuid"] for k, v in resp.items()}
+        with self._lock:
+            self._uuids[name] = (now, uuids)
+        return uuids
 
     # --- one query ---------------------------------------------------------------------------
     def candidates(self, post: Post, *, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None,
@@ -218,7 +238,9 @@ class Reranker:
                 cands.lexical.update(lexical_scores_for(self.client, name, primary_text, unscored,
                                                         model=s.templates[0], variant=s.variant,
                                                         timeout=s.search_timeout))
-        stored = fetch_semdup_fields(self.client, name, cands.ids, timeout=s.search_timeout)
+        uuids = self._index_uuids(name) if self.field_cache is not None else None
+        stored = fetch_semdup_fields(self.client, name, cands.ids, timeout=s.search_timeout, cache=self.field_cache,
+                                     uuids=uuids)
         ids = [i for i in cands.ids if stored.get(i) is not None]  # None = deleted since the search
         docs = [stored[i] for i in ids]
         wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
@@ -291,4 +313,6 @@ class Reranker:
         other = Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
         other._checked = self._checked
         other._query_template = self._query_template
+        if other.settings.field_cache == self.settings.field_cache:
+            other.field_cache, other._uuids = self.field_cache, self._uuids
         return other

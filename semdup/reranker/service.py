@@ -166,7 +166,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
             settings.bundle, client, settings.index, templates=settings.reranker.templates,
             variant=settings.reranker.variant, sparse=settings.reranker.sparse, knn=settings.reranker.knn,
             k_candidates=settings.reranker.k_candidates, search_timeout=settings.reranker.search_timeout,
-            calibration=settings.calibration,
+            calibration=settings.calibration, field_cache=settings.reranker.field_cache,
         )
     registry = CollectorRegistry()
     requests_total = Counter("semdup_rerank_requests", "HTTP requests", ["path", "status"], registry=registry)

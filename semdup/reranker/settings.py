@@ -16,6 +16,7 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
     SEMDUP_THREADS              worker threads for blocking OpenSearch calls        8
     SEMDUP_LOG_JSON             structured JSON log lines                           false
+    SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
 
 OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.config.OpenSearchSettings`.
 """
@@ -65,6 +66,7 @@ class RerankerSettings:
         knn: add k-NN candidates on ``semdup.vector`` (needs a ``knn_vector`` mapping).
         k_candidates: candidates per retrieval path (1..1000).
         search_timeout: seconds allowed for each OpenSearch call.
+        field_cache: candidates whose stored fields are kept in memory (exact, version-checked; 0 = off).
     """
 
     templates: tuple[str, ...] = ("bm25",)
@@ -73,8 +75,11 @@ class RerankerSettings:
     knn: bool = False
     k_candidates: int = 100
     search_timeout: float = 5.0
+    field_cache: int = 0
 
     def __post_init__(self) -> None:
+        if self.field_cache < 0:
+            raise ConfigError(f"field_cache must be >= 0 entries (0 = off), got {self.field_cache}")
         if not self.templates:
             raise ConfigError(f"give at least one candidate template; accepted: {', '.join(LEXICAL_MODELS)}")
         unknown = [t for t in self.templates if t not in LEXICAL_MODELS]
@@ -151,7 +156,7 @@ class ServiceSettings:
             "k_candidates": "SEMDUP_K_CANDIDATES", "api_key": "SEMDUP_API_KEY", "auth": "SEMDUP_AUTH",
             "max_body_bytes": "SEMDUP_MAX_BODY_BYTES", "max_text_chars": "SEMDUP_MAX_TEXT_CHARS",
             "search_timeout": "SEMDUP_SEARCH_TIMEOUT", "threads": "SEMDUP_THREADS", "log_json": "SEMDUP_LOG_JSON",
-            "calibration": "SEMDUP_CALIBRATION",
+            "calibration": "SEMDUP_CALIBRATION", "field_cache": "SEMDUP_FIELD_CACHE",
         }
         for key, var in env_names.items():
             if env.get(var):
@@ -180,6 +185,7 @@ class ServiceSettings:
                 knn=_bool("knn", values.get("knn", False)),
                 k_candidates=int(values.get("k_candidates", 100)),
                 search_timeout=float(values.get("search_timeout", 5.0)),
+                field_cache=int(values.get("field_cache", 50_000)),
             )
             auth_value = values.get("auth", True)
             return cls(
