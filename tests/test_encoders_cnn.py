@@ -13,6 +13,7 @@ from semdup.encoders.models.cnn import ConvSumEncoder
 from semdup.encoders.training.offline_eval import eval_semeval
 from semdup.encoders.training.pairs import semeval_training_data
 from semdup.encoders.training.trainer import TrainSettings, train
+from semdup.errors import ConfigError
 
 
 def test_mse_cosine_loss_on_hand_built_scores() -> None:
@@ -31,6 +32,24 @@ def test_sum_pooling_ignores_padding() -> None:
         empty = enc(torch.zeros((1, 3), dtype=torch.long))
     torch.testing.assert_close(a, b)
     assert torch.count_nonzero(empty) == 0
+
+
+def test_mean_pooling_does_not_saturate_on_long_posts() -> None:
+    torch.manual_seed(0)
+    long_post = torch.randint(2, 50, (1, 300))
+    saturated = {}
+    for pooling in ("sum", "mean"):
+        torch.manual_seed(1)
+        enc = ConvSumEncoder(vocab_size=50, emb_dim=8, units=64, pooling=pooling).eval()
+        with torch.no_grad():
+            r = enc(long_post)
+            padded = torch.cat([long_post, torch.zeros((1, 5), dtype=torch.long)], dim=1)
+            torch.testing.assert_close(r, enc(padded))  # padding stays out of either pooling
+        saturated[pooling] = (r.abs() > 0.99).float().mean().item()  # tanh' < 0.02: no gradient there
+    assert saturated["sum"] > 0.5
+    assert saturated["mean"] == 0.0
+    with pytest.raises(ConfigError, match="pooling"):
+        ConvSumEncoder(vocab_size=5, emb_dim=2, units=2, pooling="max")
 
 
 @pytest.mark.slow

@@ -76,6 +76,11 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
     help="Travel: BM25 top-k non-duplicates used as hard negatives (0 = none; default 30 or the dev-chosen one).",
 )
 @click.option(
+    "--related-negatives/--no-related-negatives",
+    default=None,
+    help="Travel: related links (LinkTypeId=1) as negatives (default on, or the dev-chosen setting).",
+)
+@click.option(
     "--dev-only",
     is_flag=True,
     help="Tuning runs: evaluate dev only, never test (choose settings on dev; report test once).",
@@ -111,6 +116,7 @@ def train(
     term_lr: float | None,
     evals_per_epoch: int | None,
     lexical_negatives: int | None,
+    related_negatives: bool | None,
     dev_only: bool,
     qa_pairs: bool,
     threads: int,
@@ -139,6 +145,8 @@ def train(
     hparams = {**chosen.pop("hparams"), **_parse_set(sets)}
     chosen_lexical = chosen.pop("lexical_negatives", 30)
     lexical_negatives = chosen_lexical if lexical_negatives is None else lexical_negatives
+    chosen_related = chosen.pop("related_negatives", True)
+    related_negatives = chosen_related if related_negatives is None else related_negatives
     cli = {
         "epochs": epochs,
         "seed": seed,
@@ -161,6 +169,7 @@ def train(
     recipe = build_recipe(
         data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs,
         report_test=not dev_only,
+        related_negatives=related_negatives,
     )
     result = run_training(
         settings,

@@ -108,7 +108,9 @@ class BowCNN(EncoderModel):
     ``beta_dense_init`` (None = ``beta_init``; 0 starts the model at exactly TF-IDF cosine),
     ``dropout`` (on word vectors, 0.0), ``term_l2`` (0.0: weight of ‖t − IDF‖² added to the loss,
     so training cannot wander far from the IDF prior the BOW path starts from), ``conv_max_tokens``
-    (0 = all; else the convolution reads only the first N tokens while the BOW path reads all).
+    (0 = all; else the convolution reads only the first N tokens while the BOW path reads all),
+    ``freeze_embeddings`` (False; True keeps the pre-trained word vectors fixed: most of the
+    parameters, and what overfits a small training set first).
     """
 
     input_kind = "text_ids"
@@ -128,9 +130,11 @@ class BowCNN(EncoderModel):
         dropout: float = 0.0,
         term_l2: float = 0.0,
         conv_max_tokens: int = 0,
+        freeze_embeddings: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = ConvMaxEncoder(vocab_size, emb_dim, conv_units, window, embeddings, dropout, conv_max_tokens)
+        self.encoder.embedding.weight.requires_grad_(not freeze_embeddings)
         idf_t = torch.as_tensor(np.asarray(idf, dtype=np.float32))
         self.term_weight = nn.Parameter(idf_t.clone())
         self.term_weight.requires_grad_(learn_term_weights)
@@ -186,6 +190,7 @@ class BowCNN(EncoderModel):
             dropout=float(h["dropout"]),
             term_l2=float(h["term_l2"]),
             conv_max_tokens=int(h["conv_max_tokens"]),
+            freeze_embeddings=bool(h["freeze_embeddings"]),
         )
         model.hparams = h
         return model
@@ -206,6 +211,7 @@ BOW_CNN_DEFAULTS: dict[str, Any] = {
     "dropout": 0.0,
     "term_l2": 0.0,
     "conv_max_tokens": 0,
+    "freeze_embeddings": False,
 }
 
 register(

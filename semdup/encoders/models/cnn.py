@@ -31,9 +31,11 @@ from semdup.encoders.registry import ArchSpec, register
 from semdup.encoders.text_pipeline import PAD_ID, TextPipeline
 from semdup.errors import ConfigError
 
-__all__ = ["CNN", "ConvSumEncoder"]
+__all__ = ["CNN", "ConvSumEncoder", "POOLINGS"]
 
 logger = logging.getLogger(__name__)
+
+POOLINGS = ("sum", "mean")
 
 
 class ConvSumEncoder(nn.Module):
@@ -45,12 +47,24 @@ class ConvSumEncoder(nn.Module):
         units: convolution filters (the paper's best: 200–300 on AskUbuntu).
         window: convolution width k (3).
         embeddings: optional initial table [vocab_size, emb_dim].
+        pooling: ``"sum"`` (the paper) or ``"mean"``: over a long post the sum of ~100+ tanh
+            values saturates the outer tanh at ±1 in every unit, so all posts look alike; the
+            mean keeps them apart (Travel posts are long).
     """
 
     def __init__(
-        self, vocab_size: int, emb_dim: int, units: int, window: int = 3, embeddings: np.ndarray | None = None
+        self,
+        vocab_size: int,
+        emb_dim: int,
+        units: int,
+        window: int = 3,
+        embeddings: np.ndarray | None = None,
+        pooling: str = "sum",
     ) -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ConfigError(f"pooling {pooling!r} is not one of {POOLINGS}")
+        self.pooling = pooling
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         if embeddings is not None:
             with torch.no_grad():
@@ -62,14 +76,17 @@ class ConvSumEncoder(nn.Module):
         mask = (ids != PAD_ID).unsqueeze(1).to(self.conv.weight.dtype)  # (B, 1, L)
         x = self.embedding(ids).transpose(1, 2)  # (B, E, L)
         h = torch.tanh(self.conv(x)) * mask  # (B, U, L)
-        return torch.tanh(h.sum(dim=2))  # (B, U)
+        pooled = h.sum(dim=2)  # (B, U)
+        if self.pooling == "mean":
+            pooled = pooled / mask.sum(dim=2).clamp_min(1.0)
+        return torch.tanh(pooled)  # (B, U)
 
 
 class CNN(EncoderModel):
     """Bogdanova et al.'s siamese CNN; the score is the cosine of the two representations.
 
     Hyper-parameters: ``emb_dim`` (50), ``conv_units`` (300), ``window`` (3), ``word_vectors``
-    ("glove", "word2vec" or "none"), ``seed``.
+    ("glove", "word2vec" or "none"), ``seed``, ``pooling`` ("sum" as the paper, or "mean").
     """
 
     input_kind = "text_ids"
@@ -82,9 +99,10 @@ class CNN(EncoderModel):
         conv_units: int = 300,
         window: int = 3,
         embeddings: np.ndarray | None = None,
+        pooling: str = "sum",
     ) -> None:
         super().__init__()
-        self.encoder = ConvSumEncoder(vocab_size, emb_dim, conv_units, window, embeddings)
+        self.encoder = ConvSumEncoder(vocab_size, emb_dim, conv_units, window, embeddings, pooling)
         self.beta_dense = 1.0
 
     @classmethod
@@ -94,7 +112,9 @@ class CNN(EncoderModel):
         if unknown:
             raise ConfigError(f"unknown cnn hyper-parameters {sorted(unknown)}; known: {sorted(CNN_DEFAULTS)}")
         emb = initial_embeddings(pipeline, h["word_vectors"], h["emb_dim"], h["seed"]) if pretrained else None
-        model = cls(len(pipeline.vocab), int(h["emb_dim"]), int(h["conv_units"]), int(h["window"]), emb)
+        model = cls(
+            len(pipeline.vocab), int(h["emb_dim"]), int(h["conv_units"]), int(h["window"]), emb, str(h["pooling"])
+        )
         model.hparams = h
         return model
 
@@ -102,7 +122,14 @@ class CNN(EncoderModel):
         return self.encoder
 
 
-CNN_DEFAULTS: dict[str, Any] = {"emb_dim": 50, "conv_units": 300, "window": 3, "word_vectors": "glove", "seed": 0}
+CNN_DEFAULTS: dict[str, Any] = {
+    "emb_dim": 50,
+    "conv_units": 300,
+    "window": 3,
+    "word_vectors": "glove",
+    "seed": 0,
+    "pooling": "sum",
+}
 
 register(
     ArchSpec(

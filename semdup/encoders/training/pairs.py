@@ -149,6 +149,7 @@ def travel_training_data(
     lexical_negatives: Mapping[str, Sequence[str]] | None = None,
     lexical_share: float = 0.5,
     seed: int = 0,
+    related_negatives: bool = True,
 ) -> TrainingData:
     """Groups and pairs from a Stack Exchange dump's duplicate links inside one split.
 
@@ -160,6 +161,8 @@ def travel_training_data(
         lexical_negatives: post id → ids a lexical ranking puts highest (non-duplicates are kept).
         lexical_share: at most this share of the K negatives comes from ``lexical_negatives``.
         seed: sampling seed.
+        related_negatives: use the query's related links (LinkTypeId=1) as negatives; False
+            leaves the rest to random posts (dos Santos et al. 2015 sample negatives at random).
     """
     rng = random.Random(seed)
     posts = dump.posts
@@ -178,7 +181,7 @@ def travel_training_data(
     n_rel = n_lex = 0
     for qid, pid in positives:
         dups = dump.duplicates_of(qid) | {qid}
-        hard = [posts[r] for r in sorted(related.get(qid, ())) if r in posts and r not in dups]
+        hard = [posts[r] for r in sorted(related.get(qid, ())) if r in posts and r not in dups and related_negatives]
         lex = [posts[r] for r in (lexical_negatives or {}).get(qid, ()) if r in posts and r not in dups]
         n_lex_k = min(len(lex), int(negatives * lexical_share))
         rng.shuffle(lex)

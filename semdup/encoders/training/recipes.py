@@ -172,7 +172,9 @@ def _semeval_recipe(paths: DataPaths, negatives: int, seed: int, qa_pairs: bool 
     return Recipe(data, lambda s: eval_semeval(s, dev), "MAP", final, extra)
 
 
-def _travel_recipe(paths: DataPaths, negatives: int, seed: int, lexical_negatives: int) -> Recipe:
+def _travel_recipe(
+    paths: DataPaths, negatives: int, seed: int, lexical_negatives: int, related_negatives: bool = True
+) -> Recipe:
     from semdup.evaluation.datasets import load_stackexchange_dump
 
     dump = load_stackexchange_dump(paths.train[0])
@@ -190,13 +192,20 @@ def _travel_recipe(paths: DataPaths, negatives: int, seed: int, lexical_negative
         )
         tops = index.top_k(pipe, [dump.posts[i] for i in ids], lexical_negatives)
         lex = dict(zip(ids, tops, strict=True))
-    data = travel_training_data(dump, "train", negatives=negatives, lexical_negatives=lex, seed=seed)
+    data = travel_training_data(
+        dump, "train", negatives=negatives, lexical_negatives=lex, seed=seed, related_negatives=related_negatives
+    )
 
     def final(scorer: PostScorer) -> dict[str, Any]:
         test = _test_or_skip(lambda: eval_travel(scorer, dump, "test"))
         return {"dev": eval_travel(scorer, dump, "dev"), "test": test, "threshold": None}
 
-    extra = {"data_set": "travel", "data_paths": {"dump": str(paths.train[0])}, "lexical_negatives": lexical_negatives}
+    extra = {
+        "data_set": "travel",
+        "data_paths": {"dump": str(paths.train[0])},
+        "lexical_negatives": lexical_negatives,
+        "related_negatives": related_negatives,
+    }
     return Recipe(data, lambda s: eval_travel(s, dump, "dev"), "MAP", final, extra)
 
 
@@ -240,17 +249,18 @@ def build_recipe(
     lexical_negatives: int = 30,
     qa_pairs: bool = False,
     report_test: bool = True,
+    related_negatives: bool = True,
 ) -> Recipe:
     """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``.
 
     ``qa_pairs`` (SemEval only) adds question–answer pairs from the training comments (SCQA).
-    ``report_test=False`` (tuning runs) leaves test out of the final evaluation, so a setting can
+    ``related_negatives`` (Travel) uses related links as negatives. ``report_test=False`` (tuning runs) leaves test out of the final evaluation, so a setting can
     only be chosen on dev.
     """
     if data == "semeval":
         recipe = _semeval_recipe(paths, negatives, seed, qa_pairs)
     elif data == "travel":
-        recipe = _travel_recipe(paths, negatives, seed, lexical_negatives)
+        recipe = _travel_recipe(paths, negatives, seed, lexical_negatives, related_negatives)
     elif data == "askubuntu":
         recipe = _askubuntu_recipe(paths, negatives, seed)
     else:
