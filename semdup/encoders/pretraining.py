@@ -53,6 +53,7 @@ __all__ = [
     "compute_title_loss",
     "pretrain_rcnn",
     "load_pretrained_encoder",
+    "evaluate_without_finetuning",
 ]
 
 logger = logging.getLogger(__name__)
@@ -316,6 +317,36 @@ def load_pretrained_encoder(model: RCNN, pipeline: TextPipeline, path: str | Pat
     return {"shared_words": len(rows), "vocab_size": len(pipeline.vocab)}
 
 
+def evaluate_without_finetuning(path: str | Path | None, data_dir: str | Path = DEFAULT_DATA_DIR) -> dict[str, float]:
+    """SemEval dev figures of an RCNN encoder used as it is, before any fine-tuning (Lei et al. Fig. 3).
+
+    ``path`` is a pre-training file, or None for the same RCNN with random recurrence weights
+    (the reference the pre-trained encoder must beat). The vocabulary is the SemEval training one,
+    built as ``semdup train --arch rcnn --data semeval`` builds it.
+    """
+    from semdup.encoders.checkpoint import CheckpointScorer
+    from semdup.encoders.registry import get_arch
+    from semdup.encoders.training.offline_eval import eval_semeval
+    from semdup.encoders.training.recipes import DataPaths, _load_semeval
+    from semdup.encoders.training.trainer import TrainSettings, build_pipeline, set_seeds
+
+    paths = DataPaths.defaults("semeval", data_dir)
+    train_sets = [_load_semeval(p, gold=False) for p in paths.train]
+    dev = _load_semeval(paths.dev, gold=True)
+    posts = {q.post.id: q.post for s in train_sets for q in s.questions}
+    posts.update({r.post.id: r.post for s in train_sets for q in s.questions for r in q.related})
+    spec = get_arch("rcnn")
+    set_seeds(0)
+    pipeline = build_pipeline(spec, TrainSettings(arch="rcnn"), list(posts.values()))
+    hparams = {**spec.defaults, "pretrained_encoder": str(path) if path else ""}
+    if path:
+        stored = torch.load(Path(path), map_location="cpu", weights_only=True)["hparams"]
+        hparams.update({k: stored[k] for k in ("emb_dim", "hidden_dim", "order", "word_vectors")})
+    model = RCNN.from_hparams(hparams, pipeline).eval()
+    with torch.no_grad():
+        return eval_semeval(CheckpointScorer(model, pipeline), dev)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m semdup.encoders.pretraining``: the command behind the pre-training figures."""
     import argparse
@@ -337,7 +368,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="KEY=VALUE",
         help="RCNN hyper-parameter, as for semdup train",
     )
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="no training: SemEval dev figures of --out (an existing file) and of a random-weight RCNN",
+    )
     args = parser.parse_args(argv)
+    if args.evaluate:
+        torch.set_num_threads(args.threads)
+        figures = {
+            "pretrained": evaluate_without_finetuning(args.out, args.data_dir),
+            "random_weights": evaluate_without_finetuning(None, args.data_dir),
+        }
+        print(json.dumps(figures, indent=2))  # noqa: T201 - command-line entry point
+        return
     hparams: dict[str, Any] = {}
     for item in args.sets:
         k, _, v = item.partition("=")
