@@ -84,14 +84,16 @@ def offline_gap(rr: Reranker, scorer: BundleScorer, posts: dict[str, Post], quer
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
-def test_scores_equal_the_offline_model(opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post],
-                                        alpha: float) -> None:
+def test_scores_equal_the_offline_model(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post], alpha: float
+) -> None:
     bundle, index = served
     saved = bundle.fusion
     bundle.fusion = {**bundle.fusion, "alpha": alpha}  # the same fusion for both sides; alpha 0.5 checks lexnorm
     try:
-        settings = RerankerSettings(templates=("bm25", "lmj"), sparse=True, knn=_has_knn(opensearch_client),
-                                    k_candidates=30)
+        settings = RerankerSettings(
+            templates=("bm25", "lmj"), sparse=True, knn=_has_knn(opensearch_client), k_candidates=30
+        )
         rr = Reranker(bundle, opensearch_client, index, settings)
         worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:10])
     finally:
@@ -101,27 +103,42 @@ def test_scores_equal_the_offline_model(opensearch_client: Any, served: tuple[Bu
 
 
 @pytest.mark.parametrize("name", sorted(TRAINED))
-def test_trained_bundle_scores_equal_the_offline_model(opensearch_client: Any, unique_index: str,
-                                                       real_posts: list[Post], name: str) -> None:
+def test_trained_bundle_scores_equal_the_offline_model(
+    opensearch_client: Any, unique_index: str, real_posts: list[Post], name: str
+) -> None:
     if not (TRAINED[name] / "manifest.json").is_file():
         pytest.skip(f"{TRAINED[name]} is not in this checkout (artifacts/ is not versioned); export it to run this")
     bundle = Bundle.load(TRAINED[name])
     build_index(opensearch_client, unique_index, bundle, real_posts)
-    rr = Reranker(bundle, opensearch_client, unique_index,
-                  RerankerSettings(sparse=bundle.term_weights is not None, k_candidates=30))
+    rr = Reranker(
+        bundle,
+        opensearch_client,
+        unique_index,
+        RerankerSettings(sparse=bundle.term_weights is not None, k_candidates=30),
+    )
     worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:6])
     assert n >= 50
     assert worst <= TOLERANCE
 
 
-def test_learned_sparse_query_is_cos_bow_inside_opensearch(opensearch_client: Any, served: tuple[Bundle, str],
-                                                          real_posts: list[Post]) -> None:
+def test_learned_sparse_query_is_cos_bow_inside_opensearch(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
     """The rank_feature query's score is cos_bow up to Lucene's feature precision (9 significant bits)."""
     bundle, index = served
     q = real_posts[3]
     terms = bundle.encode_terms([q])[0]
-    cands = search_candidates(opensearch_client, index, "unused", templates=("bm25",), variant="text", size=20,
-                              timeout=10, exclude_id=q.id, sparse_terms=terms)
+    cands = search_candidates(
+        opensearch_client,
+        index,
+        "unused",
+        templates=("bm25",),
+        variant="text",
+        size=20,
+        timeout=10,
+        exclude_id=q.id,
+        sparse_terms=terms,
+    )
     sparse_ids = [i for i in cands.ids if "sparse" in cands.sources[i]]
     resp = opensearch_client.search(index=index, body=sparse_query(terms, 20, q.id), request_timeout=10)
     got = {h["_id"]: h["_score"] for h in resp["hits"]["hits"]}
@@ -132,13 +149,18 @@ def test_learned_sparse_query_is_cos_bow_inside_opensearch(opensearch_client: An
         assert score == pytest.approx(exact[doc_id], rel=1e-2, abs=1e-3)
 
 
-def test_candidates_not_indexed_yet_are_kept_and_flagged(opensearch_client: Any, served: tuple[Bundle, str],
-                                                         real_posts: list[Post]) -> None:
+def test_candidates_not_indexed_yet_are_kept_and_flagged(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
     bundle, index = served
     q = real_posts[0]
     pending = Post("pending-1", q.title, q.body)  # same words as the query: surely a BM25 candidate
-    opensearch_client.index(index=index, id=pending.id, body={"post_id": pending.id, "title": pending.title,
-                                                              "body": pending.body}, refresh=True)
+    opensearch_client.index(
+        index=index,
+        id=pending.id,
+        body={"post_id": pending.id, "title": pending.title, "body": pending.body},
+        refresh=True,
+    )
     try:
         rr = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=20))
         cands = rr.rank(q, k=1000, exclude_id=q.id)
@@ -150,8 +172,9 @@ def test_candidates_not_indexed_yet_are_kept_and_flagged(opensearch_client: Any,
         opensearch_client.delete(index=index, id=pending.id, refresh=True)
 
 
-def test_candidates_of_another_model_are_refused(opensearch_client: Any, served: tuple[Bundle, str],
-                                                 real_posts: list[Post]) -> None:
+def test_candidates_of_another_model_are_refused(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
     bundle, index = served
     q = real_posts[1]
     doc = opensearch_client.get(index=index, id=real_posts[2].id)["_source"]
@@ -165,8 +188,9 @@ def test_candidates_of_another_model_are_refused(opensearch_client: Any, served:
         opensearch_client.delete(index=index, id="foreign-1", refresh=True)
 
 
-def test_index_claimed_by_another_model_is_refused(opensearch_client: Any, unique_index: str,
-                                                   served: tuple[Bundle, str], real_posts: list[Post]) -> None:
+def test_index_claimed_by_another_model_is_refused(
+    opensearch_client: Any, unique_index: str, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
     bundle, _ = served
     create_index(opensearch_client, unique_index, dimension=bundle.dimension)
     opensearch_client.indices.put_mapping(index=unique_index, body={"_meta": {MODEL_META_KEY: "cnn-111111111111"}})
@@ -175,8 +199,9 @@ def test_index_claimed_by_another_model_is_refused(opensearch_client: Any, uniqu
         rr.rank(real_posts[0])
 
 
-def test_restrict_ids_ranks_exactly_those(opensearch_client: Any, served: tuple[Bundle, str],
-                                          real_posts: list[Post]) -> None:
+def test_restrict_ids_ranks_exactly_those(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
     bundle, index = served
     ids = [p.id for p in real_posts[10:20]]
     rr = Reranker(bundle, opensearch_client, index)
@@ -185,8 +210,9 @@ def test_restrict_ids_ranks_exactly_those(opensearch_client: Any, served: tuple[
     assert [c.score for c in cands] == sorted((c.score for c in cands), reverse=True)
 
 
-def test_field_cache_serves_exact_current_fields(opensearch_client: Any, served: tuple[Bundle, str],
-                                                 real_posts: list[Post]) -> None:
+def test_field_cache_serves_exact_current_fields(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
     """Warm-cache answers equal cold ones and the offline model; a re-indexed post is read again, never stale."""
     bundle, index = served
     posts = {p.id: p for p in real_posts}

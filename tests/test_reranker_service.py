@@ -4,6 +4,7 @@ In-process through FastAPI's TestClient, and once as a real ``semdup serve`` (uv
 must equal the in-process Reranker's scores.
 """
 
+# ruff: noqa: F811  (the module-scoped fixtures are imported from test_reranker_parity)
 from __future__ import annotations
 
 import os
@@ -34,26 +35,36 @@ HEADERS = {"X-API-Key": KEY}
 
 
 def settings_for(bundle_dir: Path, index: str, url: str, **changes: Any) -> ServiceSettings:
-    values = {"bundle": str(bundle_dir), "index": index, "api_key": KEY, "max_body_bytes": 64 * 1024,
-              "max_text_chars": 20_000, **changes}
+    values = {
+        "bundle": str(bundle_dir),
+        "index": index,
+        "api_key": KEY,
+        "max_body_bytes": 64 * 1024,
+        "max_text_chars": 20_000,
+        **changes,
+    }
     return ServiceSettings.from_mapping(values, OpenSearchSettings(url=url))
 
 
 @pytest.fixture(scope="module")
-def app_client(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> TestClient:  # noqa: F811
+def app_client(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> TestClient:
     bundle, index = served
     return TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url)))
 
 
 def good_call(client: TestClient, post: Post) -> dict[str, Any]:
-    r = client.post("/v1/rerank", json={"title": post.title, "body": post.body, "k": 5, "exclude_id": post.id},
-                    headers=HEADERS)
+    r = client.post(
+        "/v1/rerank", json={"title": post.title, "body": post.body, "k": 5, "exclude_id": post.id}, headers=HEADERS
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def test_rerank_answers_ranked_candidates(app_client: TestClient, served: tuple[Bundle, str],  # noqa: F811
-                                          real_posts: list[Post]) -> None:  # noqa: F811
+def test_rerank_answers_ranked_candidates(
+    app_client: TestClient,
+    served: tuple[Bundle, str],
+    real_posts: list[Post],
+) -> None:
     bundle, _ = served
     out = good_call(app_client, real_posts[4])
     assert out["model"] == bundle.version
@@ -64,7 +75,7 @@ def test_rerank_answers_ranked_candidates(app_client: TestClient, served: tuple[
     assert cands[0]["is_duplicate"] in (True, False)  # the tiny bundle's threshold is 0.5
 
 
-def test_api_key_is_enforced(app_client: TestClient, real_posts: list[Post]) -> None:  # noqa: F811
+def test_api_key_is_enforced(app_client: TestClient, real_posts: list[Post]) -> None:
     body = {"title": real_posts[0].title, "body": ""}
     for headers in ({}, {"X-API-Key": "wrong"}, {"X-API-Key": ""}):
         r = app_client.post("/v1/rerank", json=body, headers=headers)
@@ -72,7 +83,7 @@ def test_api_key_is_enforced(app_client: TestClient, real_posts: list[Post]) -> 
     assert app_client.post("/v1/rerank", json=body, headers=HEADERS).status_code == 200
 
 
-def test_service_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_url: str) -> None:  # noqa: F811
+def test_service_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_url: str) -> None:
     with pytest.raises(ConfigError, match="SEMDUP_API_KEY"):
         settings_for(tiny_bundle, "x", opensearch_url, api_key=None)
     open_settings = settings_for(tiny_bundle, "x", opensearch_url, api_key=None, auth="off")
@@ -93,8 +104,13 @@ def test_service_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_ur
         ({"title": "ok", "index": "semdup-no-such-index"}, 404, "IndexError_"),
     ],
 )
-def test_bad_calls_get_json_errors_and_the_service_stays_up(app_client: TestClient, real_posts: list[Post],  # noqa: F811
-                                                            payload: dict, status: int, kind: str) -> None:
+def test_bad_calls_get_json_errors_and_the_service_stays_up(
+    app_client: TestClient,
+    real_posts: list[Post],
+    payload: dict,
+    status: int,
+    kind: str,
+) -> None:
     r = app_client.post("/v1/rerank", json=payload, headers=HEADERS)
     assert r.status_code == status, r.text
     assert r.json()["error"]["type"] == kind and r.json()["error"]["message"]
@@ -102,15 +118,16 @@ def test_bad_calls_get_json_errors_and_the_service_stays_up(app_client: TestClie
     good_call(app_client, real_posts[5])
 
 
-def test_malformed_and_non_utf8_bodies_get_400(app_client: TestClient, real_posts: list[Post]) -> None:  # noqa: F811
+def test_malformed_and_non_utf8_bodies_get_400(app_client: TestClient, real_posts: list[Post]) -> None:
     for raw in (b'{"title": "unterminated', b'{"title": "\xff\xfe caf\xe9"}', b"\x00\x01binary"):
         r = app_client.post("/v1/rerank", content=raw, headers={**HEADERS, "content-type": "application/json"})
         assert r.status_code == 400 and "error" in r.json()
     good_call(app_client, real_posts[6])
 
 
-def test_index_of_another_model_gets_409(app_client: TestClient, opensearch_client: Any, unique_index: str,
-                                         served: tuple[Bundle, str]) -> None:  # noqa: F811
+def test_index_of_another_model_gets_409(
+    app_client: TestClient, opensearch_client: Any, unique_index: str, served: tuple[Bundle, str]
+) -> None:
     bundle, _ = served
     create_index(opensearch_client, unique_index, dimension=bundle.dimension)
     opensearch_client.indices.put_mapping(index=unique_index, body={"_meta": {MODEL_META_KEY: "cnn-222222222222"}})
@@ -118,8 +135,11 @@ def test_index_of_another_model_gets_409(app_client: TestClient, opensearch_clie
     assert r.status_code == 409 and "cnn-222222222222" in r.json()["error"]["message"]
 
 
-def test_opensearch_down_gets_503_and_readyz_says_not_ready(served: tuple[Bundle, str], tiny_bundle: Path,  # noqa: F811
-                                                            real_posts: list[Post]) -> None:  # noqa: F811
+def test_opensearch_down_gets_503_and_readyz_says_not_ready(
+    served: tuple[Bundle, str],
+    tiny_bundle: Path,
+    real_posts: list[Post],
+) -> None:
     bundle, index = served
     dead = f"http://127.0.0.1:{any_free_port()}"  # nothing listens there
     client = connect(OpenSearchSettings(url=dead, max_retries=0, timeout=2), check=False)
@@ -131,8 +151,12 @@ def test_opensearch_down_gets_503_and_readyz_says_not_ready(served: tuple[Bundle
     assert app.get("/healthz").json()["status"] == "ok"
 
 
-def test_opensearch_timeout_gets_504(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str,  # noqa: F811
-                                     real_posts: list[Post]) -> None:  # noqa: F811
+def test_opensearch_timeout_gets_504(
+    served: tuple[Bundle, str],
+    tiny_bundle: Path,
+    opensearch_url: str,
+    real_posts: list[Post],
+) -> None:
     bundle, index = served
     client = connect(OpenSearchSettings(url=opensearch_url, max_retries=0), check=False)
     rr = Reranker(bundle, client, index, RerankerSettings(search_timeout=1e-6))  # no cluster answers in 1 µs
@@ -142,7 +166,7 @@ def test_opensearch_timeout_gets_504(served: tuple[Bundle, str], tiny_bundle: Pa
     assert r.status_code == 504 and r.json()["error"]["type"] == "SearchTimeout"
 
 
-def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Post]) -> None:  # noqa: F811
+def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Post]) -> None:
     assert app_client.get("/readyz").json()["ready"] is True
     good_call(app_client, real_posts[7])
     text = app_client.get("/metrics").text
@@ -153,15 +177,37 @@ def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Pos
 
 
 @pytest.mark.slow
-def test_real_uvicorn_service_equals_the_offline_reranker(served: tuple[Bundle, str], tiny_bundle: Path,  # noqa: F811
-                                                          opensearch_url: str, opensearch_client: Any,
-                                                          real_posts: list[Post], tmp_path: Path) -> None:  # noqa: F811
+def test_real_uvicorn_service_equals_the_offline_reranker(
+    served: tuple[Bundle, str],
+    tiny_bundle: Path,
+    opensearch_url: str,
+    opensearch_client: Any,
+    real_posts: list[Post],
+    tmp_path: Path,
+) -> None:
     bundle, index = served
     port = any_free_port()
     env = {**os.environ, "SEMDUP_API_KEY": KEY, "SEMDUP_OPENSEARCH_URL": opensearch_url}
     log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "semdup", "serve", "--bundle", str(tiny_bundle), "--index", index,
-                             "--port", str(port), "--workers", "2"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "semdup",
+            "serve",
+            "--bundle",
+            str(tiny_bundle),
+            "--index",
+            index,
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -176,8 +222,12 @@ def test_real_uvicorn_service_equals_the_offline_reranker(served: tuple[Bundle, 
             time.sleep(0.5)
         rr = Reranker(bundle, opensearch_client, index)
         for post in real_posts[:5]:
-            r = httpx.post(f"{base}/v1/rerank", headers=HEADERS, timeout=30,
-                           json={"title": post.title, "body": post.body, "k": 10, "exclude_id": post.id})
+            r = httpx.post(
+                f"{base}/v1/rerank",
+                headers=HEADERS,
+                timeout=30,
+                json={"title": post.title, "body": post.body, "k": 10, "exclude_id": post.id},
+            )
             assert r.status_code == 200, r.text
             offline = rr.rank(post, k=10, exclude_id=post.id)
             got = r.json()["candidates"]

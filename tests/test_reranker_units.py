@@ -109,8 +109,17 @@ def test_settings_validate_names_and_refuse_missing_key(tmp_path: Path) -> None:
         RerankerSettings(templates=("bm99",))
     with pytest.raises(ConfigError, match="SEMDUP_API_KEY"):
         ServiceSettings(bundle="b", index="i", opensearch=os_settings)
-    s = ServiceSettings.from_mapping({"bundle": "b", "index": "i", "templates": "bm25,dfr", "sparse": "true",
-                                      "api_key": "secret", "max_body_bytes": "4096"}, os_settings)
+    s = ServiceSettings.from_mapping(
+        {
+            "bundle": "b",
+            "index": "i",
+            "templates": "bm25,dfr",
+            "sparse": "true",
+            "api_key": "secret",
+            "max_body_bytes": "4096",
+        },
+        os_settings,
+    )
     assert s.reranker.templates == ("bm25", "dfr") and s.reranker.sparse and s.max_body_bytes == 4096
     assert "secret" not in repr(s)
     env = {"SEMDUP_BUNDLE": "b", "SEMDUP_INDEX": "i", "SEMDUP_AUTH": "off", "SEMDUP_OPENSEARCH_URL": "http://h:1"}

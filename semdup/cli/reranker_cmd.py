@@ -20,7 +20,9 @@ def _templates(value: str) -> tuple[str, ...]:
 
 
 @click.command("rerank")
-@click.option("--bundle", required=True, type=click.Path(exists=True, dir_okay=True), help="Model bundle (dir or .tar.gz).")
+@click.option(
+    "--bundle", required=True, type=click.Path(exists=True, dir_okay=True), help="Model bundle (dir or .tar.gz)."
+)
 @click.option("--index", required=True, help="Index holding the posts and their semdup fields.")
 @click.option("--title", default="", help="The new post's title.")
 @click.option("--body", default="", help="The new post's body.")
@@ -28,8 +30,13 @@ def _templates(value: str) -> tuple[str, ...]:
 @click.option("--templates", default="bm25", show_default=True, help=_TEMPLATES_HELP)
 @click.option("--sparse", is_flag=True, help="Add learned-sparse candidates (bag-of-words bundles).")
 @click.option("--knn", is_flag=True, help="Add k-NN candidates (index mapped with knn_vector).")
-@click.option("--k-candidates", type=click.IntRange(1, 1000), default=100, show_default=True,
-              help="Candidates per retrieval path.")
+@click.option(
+    "--k-candidates",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="Candidates per retrieval path.",
+)
 @click.option("--exclude-id", help="Leave this post id out (the query itself, when indexed).")
 @click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
@@ -48,17 +55,29 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
     env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
     client = connect(OpenSearchSettings.from_env(env=env))
     try:
-        rr = Reranker.from_bundle(bundle, client, index, templates=_templates(templates), sparse=sparse, knn=knn,
-                                  k_candidates=k_candidates)
+        rr = Reranker.from_bundle(
+            bundle, client, index, templates=_templates(templates), sparse=sparse, knn=knn, k_candidates=k_candidates
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     cands = rr.rank(Post(exclude_id or "_query", title, body), k=k, exclude_id=exclude_id)
     if as_json:
-        click.echo(json.dumps({"model": rr.version, "index": index, "threshold": rr.threshold,
-                               "candidates": [c.to_json() for c in cands]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "model": rr.version,
+                    "index": index,
+                    "threshold": rr.threshold,
+                    "candidates": [c.to_json() for c in cands],
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"model {rr.version}, threshold {rr.threshold}")
-    click.echo(f"{'rank':>4}  {'id':<20} {'score':>8} {'cos_bow':>8} {'cos_dense':>9} {'lexnorm':>8} {'P(dup)':>7}  dup")
+    click.echo(
+        f"{'rank':>4}  {'id':<20} {'score':>8} {'cos_bow':>8} {'cos_dense':>9} {'lexnorm':>8} {'P(dup)':>7}  dup"
+    )
     for i, c in enumerate(cands, 1):
         comp = c.components
 
@@ -66,8 +85,10 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
             return f"{x:>{w}.4f}" if x is not None else f"{'-':>{w}}"
 
         flag = "yes" if c.is_duplicate else ("no" if c.is_duplicate is False else "-")
-        click.echo(f"{i:>4}  {c.id:<20} {c.score:>8.4f} {fmt(comp['cos_bow'], 8)} {fmt(comp['cos_dense'], 9)} "
-                   f"{fmt(comp['lexnorm'], 8)} {fmt(c.probability, 7)}  {flag}{'' if c.complete else ' (not indexed yet)'}")
+        click.echo(
+            f"{i:>4}  {c.id:<20} {c.score:>8.4f} {fmt(comp['cos_bow'], 8)} {fmt(comp['cos_dense'], 9)} "
+            f"{fmt(comp['lexnorm'], 8)} {fmt(c.probability, 7)}  {flag}{'' if c.complete else ' (not indexed yet)'}"
+        )
 
 
 @click.command("serve")
@@ -75,13 +96,22 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
 @click.option("--index", help="Index to search (or $SEMDUP_INDEX).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", type=int, default=8080, show_default=True)
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="uvicorn worker processes (one onnxruntime session each).")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="uvicorn worker processes (one onnxruntime session each).",
+)
 @click.option("--templates", help=_TEMPLATES_HELP + " (or $SEMDUP_TEMPLATES; default bm25)")
 @click.option("--sparse/--no-sparse", default=None, help="Learned-sparse candidates (or $SEMDUP_SPARSE).")
 @click.option("--knn/--no-knn", default=None, help="k-NN candidates (or $SEMDUP_KNN).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-              help="YAML/TOML config file with opensearch: and reranker: sections (or $SEMDUP_CONFIG).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML/TOML config file with opensearch: and reranker: sections (or $SEMDUP_CONFIG).",
+)
 @click.option("--log-json", is_flag=True, default=None, help="Structured JSON log lines (or $SEMDUP_LOG_JSON).")
 @click.option("--opensearch", "url", help="OpenSearch URL (or $SEMDUP_OPENSEARCH_URL / the embedded node).")
 def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url) -> None:
@@ -100,21 +130,43 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
 
     from semdup.reranker.settings import ServiceSettings
 
-    overrides = {"bundle": bundle, "index": index, "templates": templates, "sparse": sparse, "knn": knn,
-                 "log_json": log_json}
+    overrides = {
+        "bundle": bundle,
+        "index": index,
+        "templates": templates,
+        "sparse": sparse,
+        "knn": knn,
+        "log_json": log_json,
+    }
     if url:
         os.environ["SEMDUP_OPENSEARCH_URL"] = url
     settings = ServiceSettings.from_env(config_file, **overrides)  # fails here, before any worker starts
     # Workers build their app from the environment (uvicorn --factory), so the CLI's choices travel there.
-    env_names = {"bundle": "SEMDUP_BUNDLE", "index": "SEMDUP_INDEX", "templates": "SEMDUP_TEMPLATES",
-                 "sparse": "SEMDUP_SPARSE", "knn": "SEMDUP_KNN", "log_json": "SEMDUP_LOG_JSON"}
+    env_names = {
+        "bundle": "SEMDUP_BUNDLE",
+        "index": "SEMDUP_INDEX",
+        "templates": "SEMDUP_TEMPLATES",
+        "sparse": "SEMDUP_SPARSE",
+        "knn": "SEMDUP_KNN",
+        "log_json": "SEMDUP_LOG_JSON",
+    }
     for key, var in env_names.items():
         if overrides[key] is not None:
             os.environ[var] = str(overrides[key])
     if config_file:
         os.environ["SEMDUP_CONFIG"] = str(config_file)
     os.environ.setdefault("SEMDUP_OPENSEARCH_URL", settings.opensearch.url)
-    click.echo(f"serving {settings.bundle} on index {settings.index} at http://{host}:{port} "
-               f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})", err=True)
-    uvicorn.run("semdup.reranker.service:app_from_env", factory=True, host=host, port=port, workers=workers,
-                log_level="info", access_log=False)
+    click.echo(
+        f"serving {settings.bundle} on index {settings.index} at http://{host}:{port} "
+        f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})",
+        err=True,
+    )
+    uvicorn.run(
+        "semdup.reranker.service:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        access_log=False,
+    )

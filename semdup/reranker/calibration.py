@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,13 +125,19 @@ def load_calibration(path: str | Path, version: str) -> Calibration | None:
         table = json.loads(p.read_text(encoding="utf-8"))
         entry = table.get(version)
         if entry is None:
-            logger.warning("%s has no calibration for bundle %s (it holds %s); fit one with "
-                           "`semdup eval decisions --fit`", p, version, sorted(table))
+            logger.warning(
+                "%s has no calibration for bundle %s (it holds %s); fit one with `semdup eval decisions --fit`",
+                p,
+                version,
+                sorted(table),
+            )
             return None
         return Calibration(**entry)
     except (ValueError, TypeError, AttributeError) as exc:
-        raise BundleError(f"{p} is not a calibration file (JSON object: bundle version -> a, b, threshold …): "
-                          f"{exc}; delete it and fit again") from exc
+        raise BundleError(
+            f"{p} is not a calibration file (JSON object: bundle version -> a, b, threshold …): "
+            f"{exc}; delete it and fit again"
+        ) from exc
 
 
 def save_calibration(path: str | Path, version: str, calibration: Calibration) -> Path:
@@ -150,4 +156,3 @@ def save_calibration(path: str | Path, version: str, calibration: Calibration) -
     os.replace(tmp, p)
     logger.info("calibration for %s written to %s", version, p)
     return p
-

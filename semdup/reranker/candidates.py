@@ -1,10 +1,11 @@
 """Candidate generation: stored lexical templates, learned-sparse and k-NN queries, merged without duplicates.
 
 One ``_msearch/template`` call runs every stored template (BM25, LMJ, DFR, IB …) and, through a stored
-pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learned-sparse query (a ``bool`` ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>``
-with the ``linear`` function and boost = the query's own weight, i.e. the dot product cos_bow inside
-OpenSearch) and the ``knn`` query on ``semdup.vector``. The candidates' stored semdup fields are then
-read with one ``mget``.
+pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learned-sparse query (a ``bool``
+``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>`` with the ``linear`` function and
+boost = the query's own weight, i.e. the dot product cos_bow inside OpenSearch) and the ``knn`` query on
+``semdup.vector``. The candidates' stored semdup fields are then read with one ``mget`` (or the exact field
+cache, :mod:`semdup.reranker.field_cache`).
 
 Every OpenSearch call carries an explicit ``request_timeout``; a timeout raises :class:`SearchTimeout`
 (the service answers 504), a connection failure :class:`~semdup.errors.OpenSearchUnavailable` (503), a
@@ -75,7 +76,9 @@ def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
             "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
         ) from exc
     except os_exc.NotFoundError as exc:
-        raise IndexError_(f"{what}: index not found ({getattr(exc, 'error', exc)}); index posts into it first") from exc
+        raise IndexError_(
+            f"{what}: index not found ({getattr(exc, 'error', exc)}); index posts into it first"
+        ) from exc
     except os_exc.TransportError as exc:
         if exc.status_code in (502, 503, 504) or exc.status_code == 429:
             raise OpenSearchUnavailable(f"OpenSearch answered HTTP {exc.status_code} {what}: {exc.error}") from exc
@@ -118,8 +121,7 @@ def knn_query(
     flt = _filters(exclude_id, restrict_ids)
     if flt:
         knn["filter"] = {"bool": flt}
-    return {"size": int(size), "_source": False, "track_total_hits": False,
-            "query": {"knn": {"semdup.vector": knn}}}
+    return {"size": int(size), "_source": False, "track_total_hits": False, "query": {"knn": {"semdup.vector": knn}}}
 
 
 def merge_hits(named: Sequence[tuple[str, Sequence[tuple[str, float]]]], primary: str) -> CandidateSet:
@@ -183,8 +185,13 @@ def search_candidates(
     names: list[str] = []
     ids = list(restrict_ids) if restrict_ids is not None else None
     for model in templates:
-        body += [{"index": index}, {"id": template_id(model, variant),
-                                     "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids)}]
+        body += [
+            {"index": index},
+            {
+                "id": template_id(model, variant),
+                "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids),
+            },
+        ]
         names.append(model)
     inline: list[tuple[str, dict[str, Any]]] = []
     if sparse_terms:
@@ -198,12 +205,14 @@ def search_candidates(
             names.append(name)
         else:
             plain += [{"index": index}, query]
-    resp = call_opensearch(client.msearch_template, f"searching candidates in {index!r}", body=body,
-                           params={"request_timeout": timeout})
+    resp = call_opensearch(
+        client.msearch_template, f"searching candidates in {index!r}", body=body, params={"request_timeout": timeout}
+    )
     responses = list(resp["responses"])
     if plain:  # no stored pass-through template (no right to store scripts): a second round trip
-        more = call_opensearch(client.msearch, f"searching candidates in {index!r}", body=plain,
-                               params={"request_timeout": timeout})
+        more = call_opensearch(
+            client.msearch, f"searching candidates in {index!r}", body=plain, params={"request_timeout": timeout}
+        )
         responses += more["responses"]
         names += [name for name, _ in inline]
     named = [(name, _response_hits(r, index, name)) for name, r in zip(names, responses, strict=True)]
@@ -217,15 +226,24 @@ def register_query_template(client: Any, timeout: float = 10.0) -> str | None:
     (75 per 5 minutes by default); a stored template is compiled once.
     """
     try:
-        client.put_script(id=QUERY_TEMPLATE_ID, body={"script": {"lang": "mustache", "source": _QUERY_SOURCE}},
-                          request_timeout=timeout)
+        client.put_script(
+            id=QUERY_TEMPLATE_ID,
+            body={"script": {"lang": "mustache", "source": _QUERY_SOURCE}},
+            request_timeout=timeout,
+        )
     except os_exc.AuthorizationException:
-        logger.warning("not allowed to store the search template %s; learned-sparse and k-NN candidates take a "
-                       "second round trip (grant cluster:admin/script/put to the reranker's user)", QUERY_TEMPLATE_ID)
+        logger.warning(
+            "not allowed to store the search template %s; learned-sparse and k-NN candidates take a "
+            "second round trip (grant cluster:admin/script/put to the reranker's user)",
+            QUERY_TEMPLATE_ID,
+        )
         return None
     except (os_exc.ConnectionError, os_exc.TransportError) as exc:
-        logger.warning("could not store the search template %s (%s); learned-sparse and k-NN candidates take a "
-                       "second round trip", QUERY_TEMPLATE_ID, exc.__class__.__name__)
+        logger.warning(
+            "could not store the search template %s (%s); learned-sparse and k-NN candidates take a second round trip",
+            QUERY_TEMPLATE_ID,
+            exc.__class__.__name__,
+        )
         return None
     return QUERY_TEMPLATE_ID
 
@@ -238,8 +256,9 @@ def lexical_scores_for(
         return {}
     params = template_params(text, size=len(ids), ids=list(ids))
     body = [{"index": index}, {"id": template_id(model, variant), "params": params}]
-    resp = call_opensearch(client.msearch_template, f"scoring candidates in {index!r}", body=body,
-                           params={"request_timeout": timeout})
+    resp = call_opensearch(
+        client.msearch_template, f"scoring candidates in {index!r}", body=body, params={"request_timeout": timeout}
+    )
     return dict(_response_hits(resp["responses"][0], index, model))
 
 
@@ -256,7 +275,12 @@ def _semdup_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def fetch_semdup_fields(
-    client: Any, index: str, ids: Sequence[str], *, timeout: float, cache: FieldCache | None = None,
+    client: Any,
+    index: str,
+    ids: Sequence[str],
+    *,
+    timeout: float,
+    cache: FieldCache | None = None,
     uuids: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any] | None]:
     """``id -> the document's semdup object`` (``{}`` when the post has none yet, None when the post is gone).
@@ -270,15 +294,21 @@ def fetch_semdup_fields(
     if cache is None or uuids is None:
         # The whole _source, unfiltered: OpenSearch copies stored bytes as they are, while source filtering parses
         # and re-serialises every float of every vector (measured: 100 Travel posts, 40 ms whole vs 108-130 ms).
-        resp = call_opensearch(client.mget, what, index=index, body={"ids": list(ids)},
-                               params={"request_timeout": timeout})
+        resp = call_opensearch(
+            client.mget, what, index=index, body={"ids": list(ids)}, params={"request_timeout": timeout}
+        )
         out: dict[str, dict[str, Any] | None] = {}
         for doc in resp["docs"]:
             _doc_error(doc, index)
             out[str(doc["_id"])] = _semdup_of(doc)
         return out
-    heads = call_opensearch(client.mget, what, index=index, body={"ids": list(ids)},
-                            params={"_source": "false", "request_timeout": timeout})["docs"]
+    heads = call_opensearch(
+        client.mget,
+        what,
+        index=index,
+        body={"ids": list(ids)},
+        params={"_source": "false", "request_timeout": timeout},
+    )["docs"]
     out = {}
     missing: dict[str, tuple[tuple[str, str], tuple[int, int, int]]] = {}
     for doc in heads:
@@ -295,14 +325,17 @@ def fetch_semdup_fields(
         else:
             out[doc_id] = fields
     if missing:
-        resp = call_opensearch(client.mget, what, index=index, body={"ids": list(missing)},
-                               params={"request_timeout": timeout})
+        resp = call_opensearch(
+            client.mget, what, index=index, body={"ids": list(missing)}, params={"request_timeout": timeout}
+        )
         for doc in resp["docs"]:
             _doc_error(doc, index)
             doc_id = str(doc["_id"])
             fields = _semdup_of(doc)
             out[doc_id] = fields
-            if fields is not None and (doc.get("_seq_no"), doc.get("_primary_term"), doc.get("_version")) == \
-                    missing[doc_id][1]:  # cache only what matches the version the head read saw
+            if (
+                fields is not None
+                and (doc.get("_seq_no"), doc.get("_primary_term"), doc.get("_version")) == missing[doc_id][1]
+            ):  # cache only what matches the version the head read saw
                 cache.put(missing[doc_id][0], missing[doc_id][1], fields)
     return out

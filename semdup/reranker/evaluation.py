@@ -66,8 +66,16 @@ def _index_name(stem: str) -> str:
 
 
 @contextmanager
-def semantic_index(client: Any, bundle: Bundle, posts: Sequence[Post], stem: str, *, keep: bool = False,
-                   progress: bool = True, batch: int = 64) -> Iterator[str]:
+def semantic_index(
+    client: Any,
+    bundle: Bundle,
+    posts: Sequence[Post],
+    stem: str,
+    *,
+    keep: bool = False,
+    progress: bool = True,
+    batch: int = 64,
+) -> Iterator[str]:
     """A fresh index holding ``posts`` with lexical and semdup fields (``index_batch``), dropped afterwards.
 
     The k-NN mapping is used when the cluster has the plugin, so k-NN candidates can be measured.
@@ -87,8 +95,9 @@ def semantic_index(client: Any, bundle: Bundle, posts: Sequence[Post], stem: str
             failed.extend(result.failed)
         client.indices.refresh(index=name, request_timeout=60)
         if failed:
-            raise BulkWriteError(f"{len(failed)} of {len(unique)} posts were not indexed into {name!r} "
-                                 f"(first: {failed[0]})", failed)
+            raise BulkWriteError(
+                f"{len(failed)} of {len(unique)} posts were not indexed into {name!r} (first: {failed[0]})", failed
+            )
         logger.info("indexed %d posts into %s (knn mapping: %s)", len(unique), name, knn)
         yield name
     finally:
@@ -101,8 +110,16 @@ def _reranker(bundle: Bundle, client: Any, index: str, **settings: Any) -> Reran
 
 
 def semeval_predictions(
-    client: Any, sem: Any, bundle_path: str | Path, mode: str, variant: str, k: int, *, keep_index: bool = False,
-    progress: bool = True, complete: Callable[[dict[str, float], Sequence[str]], dict[str, float]],
+    client: Any,
+    sem: Any,
+    bundle_path: str | Path,
+    mode: str,
+    variant: str,
+    k: int,
+    *,
+    keep_index: bool = False,
+    progress: bool = True,
+    complete: Callable[[dict[str, float], Sequence[str]], dict[str, float]],
 ) -> tuple[dict[str, dict[str, float]], float | None]:
     """``orgq -> relq -> score`` through the reranker; ``complete`` gives unretrieved gold candidates a floor.
 
@@ -125,8 +142,15 @@ def semeval_predictions(
 
 
 def stackexchange_ranking(
-    client: Any, queries: Sequence[Any], corpus: Sequence[Post], bundle_path: str | Path, variant: str, top: int, *,
-    keep_index: bool = False, progress: bool = True,
+    client: Any,
+    queries: Sequence[Any],
+    corpus: Sequence[Post],
+    bundle_path: str | Path,
+    variant: str,
+    top: int,
+    *,
+    keep_index: bool = False,
+    progress: bool = True,
 ) -> dict[str, list[tuple[str, float]]]:
     """``query id -> [(post id, score)]`` (top ``top``): BM25's ``top`` candidates reranked by the bundle."""
     bundle = Bundle.load(bundle_path)
@@ -139,8 +163,14 @@ def stackexchange_ranking(
 
 
 def candidate_recall(
-    client: Any, bundle: Bundle, index: str, queries: Sequence[tuple[Post, set[str], str | None]], k: int,
-    sets: Sequence[str] = tuple(CANDIDATE_SETS), variant: str = "text", progress: bool = True,
+    client: Any,
+    bundle: Bundle,
+    index: str,
+    queries: Sequence[tuple[Post, set[str], str | None]],
+    k: int,
+    sets: Sequence[str] = tuple(CANDIDATE_SETS),
+    variant: str = "text",
+    progress: bool = True,
 ) -> dict[str, dict[str, float]]:
     """Per candidate set: micro recall (relevant found / relevant), mean candidates per query, queries.
 
@@ -162,8 +192,12 @@ def candidate_recall(
             found += len(relevant & got)
             total += len(relevant)
             n_cands += len(got)
-        out[name] = {"recall": 100.0 * found / max(total, 1), "candidates": n_cands / max(len(queries), 1),
-                     "relevant": total, "queries": len(queries)}
+        out[name] = {
+            "recall": 100.0 * found / max(total, 1),
+            "candidates": n_cands / max(len(queries), 1),
+            "relevant": total,
+            "queries": len(queries),
+        }
     return out
 
 
@@ -205,8 +239,15 @@ def _fit(scores: np.ndarray, labels: np.ndarray, fitted_on: str, criterion: str 
     threshold, acc = (best_threshold if criterion == "accuracy" else best_f1_threshold)(scores, labels)
     fitted_on = f"{fitted_on}, threshold by {criterion}"
     platt = fit_platt(scores, labels)
-    return Calibration(a=platt.a, b=platt.b, threshold=threshold, fitted_on=fitted_on, n=platt.n,
-                       positives=platt.positives, dev_accuracy=acc)
+    return Calibration(
+        a=platt.a,
+        b=platt.b,
+        threshold=threshold,
+        fitted_on=fitted_on,
+        n=platt.n,
+        positives=platt.positives,
+        dev_accuracy=acc,
+    )
 
 
 def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -222,8 +263,16 @@ def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) 
     return np.asarray(scores), np.asarray(labels)
 
 
-def semeval_decisions(client: Any, bundle_path: str | Path, dev: Any, test: Any, *, save: bool = True,
-                      progress: bool = True, criterion: str = "accuracy") -> DecisionRun:
+def semeval_decisions(
+    client: Any,
+    bundle_path: str | Path,
+    dev: Any,
+    test: Any,
+    *,
+    save: bool = True,
+    progress: bool = True,
+    criterion: str = "accuracy",
+) -> DecisionRun:
     """SemEval-2016 subtask B decisions: threshold and Platt fitted on dev, P/R/F1/Acc on test (rerank mode)."""
     bundle = Bundle.load(bundle_path)
     dev_s, dev_y = _semeval_pair_scores(client, bundle, dev, progress)
@@ -234,8 +283,16 @@ def semeval_decisions(client: Any, bundle_path: str | Path, dev: Any, test: Any,
     return DecisionRun("semeval", bundle.version, float(cal.threshold), float(cal.dev_accuracy), metrics, cal, path)
 
 
-def askubuntu_decisions(client: Any, bundle_path: str | Path, train: Sequence[Any], test: Sequence[Any], *,
-                        save: bool = True, progress: bool = True, criterion: str = "accuracy") -> DecisionRun:
+def askubuntu_decisions(
+    client: Any,
+    bundle_path: str | Path,
+    train: Sequence[Any],
+    test: Sequence[Any],
+    *,
+    save: bool = True,
+    progress: bool = True,
+    criterion: str = "accuracy",
+) -> DecisionRun:
     """AskUbuntu pairs: each pair's candidate ranked alone (``restrict_ids``), threshold on train, Acc on test."""
     bundle = Bundle.load(bundle_path)
     posts = [p.candidate for p in [*train, *test]]

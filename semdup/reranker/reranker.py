@@ -78,9 +78,15 @@ class Candidate:
     sources: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "score": self.score, "components": dict(self.components),
-                "probability": self.probability, "is_duplicate": self.is_duplicate,
-                "complete": self.complete, "sources": list(self.sources)}
+        return {
+            "id": self.id,
+            "score": self.score,
+            "components": dict(self.components),
+            "probability": self.probability,
+            "is_duplicate": self.is_duplicate,
+            "complete": self.complete,
+            "sources": list(self.sources),
+        }
 
 
 def _component(x: float, weight: float | None) -> float | None:
@@ -98,8 +104,14 @@ class Reranker:
         calibration: Platt scaling and threshold fitted on held-out pairs (overrides the bundle's threshold).
     """
 
-    def __init__(self, bundle: Bundle, client: Any, index: str, settings: RerankerSettings | None = None,
-                 calibration: Calibration | None = None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        client: Any,
+        index: str,
+        settings: RerankerSettings | None = None,
+        calibration: Calibration | None = None,
+    ) -> None:
         self.bundle = bundle
         self.client = client
         self.index = index
@@ -112,8 +124,10 @@ class Reranker:
         self.field_cache = FieldCache(self.settings.field_cache) if self.settings.field_cache else None
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
         if self.settings.sparse and bundle.term_weights is None:
-            raise ValueError(f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
-                             "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True")
+            raise ValueError(
+                f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
+                "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True"
+            )
         if self.settings.knn and bundle.dimension is None:
             raise ValueError(f"bundle {bundle.version} has no dense encoder; drop knn=True")
 
@@ -176,17 +190,26 @@ class Reranker:
         cached = self._uuids.get(name)
         if cached is not None and now - cached[0] < UUID_TTL_S:
             return cached[1]
-        resp = call_opensearch(self.client.indices.get_settings, f"reading the settings of {name!r}", index=name,
-                               params={"filter_path": "*.settings.index.uuid",
-                                       "request_timeout": self.settings.search_timeout})
+        resp = call_opensearch(
+            self.client.indices.get_settings,
+            f"reading the settings of {name!r}",
+            index=name,
+            params={"filter_path": "*.settings.index.uuid", "request_timeout": self.settings.search_timeout},
+        )
         uuids = {k: v["settings"]["index"]["uuid"] for k, v in resp.items()}
         with self._lock:
             self._uuids[name] = (now, uuids)
         return uuids
 
     # --- one query ---------------------------------------------------------------------------
-    def candidates(self, post: Post, *, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None,
-                   index: str | None = None) -> tuple[CandidateSet, np.ndarray | None, dict[str, float] | None]:
+    def candidates(
+        self,
+        post: Post,
+        *,
+        exclude_id: str | None = None,
+        restrict_ids: Sequence[str] | None = None,
+        index: str | None = None,
+    ) -> tuple[CandidateSet, np.ndarray | None, dict[str, float] | None]:
         """The merged candidate set, and the query's dense vector and BOW terms (encoded once)."""
         check_post(post)
         name = index or self.index
@@ -203,10 +226,17 @@ class Reranker:
                     self._query_template = register_query_template(self.client, s.search_timeout)
             query_template = self._query_template or None
         cands = search_candidates(
-            self.client, name, query_text(post.title, post.body if s.variant == "text" else ""),
-            templates=s.templates, variant=s.variant, size=s.k_candidates if restrict_ids is None else
-            max(len(restrict_ids), 1), timeout=s.search_timeout, exclude_id=exclude_id, restrict_ids=restrict_ids,
-            sparse_terms=q_terms if s.sparse else None, knn_vector=q_vec if s.knn else None,
+            self.client,
+            name,
+            query_text(post.title, post.body if s.variant == "text" else ""),
+            templates=s.templates,
+            variant=s.variant,
+            size=s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1),
+            timeout=s.search_timeout,
+            exclude_id=exclude_id,
+            restrict_ids=restrict_ids,
+            sparse_terms=q_terms if s.sparse else None,
+            knn_vector=q_vec if s.knn else None,
             query_template=query_template,
         )
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
@@ -216,8 +246,14 @@ class Reranker:
                     cands.sources[str(rid)] = ["restrict"]
         return cands, q_vec, q_terms
 
-    def rank(self, post: Post, k: int = 10, exclude_id: str | None = None,
-             restrict_ids: Sequence[str] | None = None, index: str | None = None) -> list[Candidate]:
+    def rank(
+        self,
+        post: Post,
+        k: int = 10,
+        exclude_id: str | None = None,
+        restrict_ids: Sequence[str] | None = None,
+        index: str | None = None,
+    ) -> list[Candidate]:
         """The top ``k`` candidates for ``post``, best first.
 
         Raises:
@@ -235,12 +271,21 @@ class Reranker:
         if self.fusion.get("alpha", 0.0) != 0.0:
             unscored = [i for i in cands.ids if i not in cands.lexical]
             if unscored:  # found by sparse / k-NN / restrict only: ask the primary template for their score
-                cands.lexical.update(lexical_scores_for(self.client, name, primary_text, unscored,
-                                                        model=s.templates[0], variant=s.variant,
-                                                        timeout=s.search_timeout))
+                cands.lexical.update(
+                    lexical_scores_for(
+                        self.client,
+                        name,
+                        primary_text,
+                        unscored,
+                        model=s.templates[0],
+                        variant=s.variant,
+                        timeout=s.search_timeout,
+                    )
+                )
         uuids = self._index_uuids(name) if self.field_cache is not None else None
-        stored = fetch_semdup_fields(self.client, name, cands.ids, timeout=s.search_timeout, cache=self.field_cache,
-                                     uuids=uuids)
+        stored = fetch_semdup_fields(
+            self.client, name, cands.ids, timeout=s.search_timeout, cache=self.field_cache, uuids=uuids
+        )
         ids = [i for i in cands.ids if stored.get(i) is not None]  # None = deleted since the search
         docs = [stored[i] for i in ids]
         wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
@@ -252,8 +297,16 @@ class Reranker:
         lexical = [cands.lexical.get(i, 0.0) for i in ids]
         return self._score(ids, docs, lexical, q_vec, q_terms, cands.sources, k)
 
-    def _score(self, ids: list[str], docs: list[dict[str, Any]], lexical: list[float], q_vec: np.ndarray | None,
-               q_terms: dict[str, float] | None, sources: dict[str, list[str]], k: int) -> list[Candidate]:
+    def _score(
+        self,
+        ids: list[str],
+        docs: list[dict[str, Any]],
+        lexical: list[float],
+        q_vec: np.ndarray | None,
+        q_terms: dict[str, float] | None,
+        sources: dict[str, list[str]],
+        k: int,
+    ) -> list[Candidate]:
         comps = compute_components(q_vec, q_terms, docs, lexical)
         scores, complete = compute_fused(comps, self.fusion)
         has_model = [d.get("model") is not None for d in docs]
@@ -262,13 +315,20 @@ class Reranker:
         threshold = self.threshold
         # complete candidates first, each group by score; ties broken by id for a stable answer
         order = sorted(range(len(ids)), key=lambda i: (not complete[i], -scores[i], ids[i]))[:k]
-        weights = {"cos_bow": self.fusion["beta_bow"] if q_terms is not None else None,
-                   "cos_dense": self.fusion["beta_dense"] if q_vec is not None else None,
-                   "lexical": 1.0, "lexnorm": 1.0}
+        weights = {
+            "cos_bow": self.fusion["beta_bow"] if q_terms is not None else None,
+            "cos_dense": self.fusion["beta_dense"] if q_vec is not None else None,
+            "lexical": 1.0,
+            "lexnorm": 1.0,
+        }
         incomplete = int((~complete).sum())
         if incomplete:
-            logger.warning("%d of %d candidates have no semdup fields yet; they are ranked after the others: run "
-                           "`semdup backfill` or check the indexing workers", incomplete, len(ids))
+            logger.warning(
+                "%d of %d candidates have no semdup fields yet; they are ranked after the others: run "
+                "`semdup backfill` or check the indexing workers",
+                incomplete,
+                len(ids),
+            )
         return [
             Candidate(
                 id=ids[i],
@@ -282,9 +342,15 @@ class Reranker:
             for i in order
         ]
 
-    def rank_batch(self, posts: Sequence[Post], k: int = 10, exclude_ids: Sequence[str | None] | None = None,
-                   restrict_ids: Sequence[Sequence[str] | None] | None = None, index: str | None = None,
-                   on_error: str = "raise") -> dict[str, list[Candidate]]:
+    def rank_batch(
+        self,
+        posts: Sequence[Post],
+        k: int = 10,
+        exclude_ids: Sequence[str | None] | None = None,
+        restrict_ids: Sequence[Sequence[str] | None] | None = None,
+        index: str | None = None,
+        on_error: str = "raise",
+    ) -> dict[str, list[Candidate]]:
         """``rank`` for several posts: post id → candidates.
 
         Args:
@@ -297,8 +363,13 @@ class Reranker:
         skipped = 0
         for i, post in enumerate(posts):
             try:
-                out[post.id] = self.rank(post, k=k, exclude_id=exclude_ids[i] if exclude_ids else None,
-                                         restrict_ids=restrict_ids[i] if restrict_ids else None, index=index)
+                out[post.id] = self.rank(
+                    post,
+                    k=k,
+                    exclude_id=exclude_ids[i] if exclude_ids else None,
+                    restrict_ids=restrict_ids[i] if restrict_ids else None,
+                    index=index,
+                )
             except PostError as exc:
                 if on_error == "raise":
                     raise

@@ -24,7 +24,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
-
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -86,6 +85,7 @@ class RerankRequest(BaseModel):
     index: str | None = Field(None, description="Index to search (default: the server's).")
     templates: list[str] | None = Field(None, description="Lexical candidate templates (default: the server's).")
 
+
 class CandidateOut(BaseModel):
     id: str
     score: float
@@ -94,6 +94,7 @@ class CandidateOut(BaseModel):
     is_duplicate: bool | None
     complete: bool
     sources: list[str]
+
 
 class RerankResponse(BaseModel):
     model: str
@@ -116,8 +117,13 @@ class _BodyLimit:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            await _send_json(send, 413, "BodyTooLarge", f"request body of {int(length)} bytes is over the limit of "
-                             f"{self.limit} bytes; shorten the post or raise SEMDUP_MAX_BODY_BYTES")
+            await _send_json(
+                send,
+                413,
+                "BodyTooLarge",
+                f"request body of {int(length)} bytes is over the limit of "
+                f"{self.limit} bytes; shorten the post or raise SEMDUP_MAX_BODY_BYTES",
+            )
             return
         seen = 0
 
@@ -133,8 +139,13 @@ class _BodyLimit:
         try:
             await self.app(scope, limited, send)
         except _TooLarge as exc:
-            await _send_json(send, 413, "BodyTooLarge", f"request body over the limit of {self.limit} bytes "
-                             f"({exc.args[0]} read); shorten the post or raise SEMDUP_MAX_BODY_BYTES")
+            await _send_json(
+                send,
+                413,
+                "BodyTooLarge",
+                f"request body over the limit of {self.limit} bytes "
+                f"({exc.args[0]} read); shorten the post or raise SEMDUP_MAX_BODY_BYTES",
+            )
 
 
 class _TooLarge(Exception):
@@ -147,8 +158,13 @@ class _AuthError(Exception):
 
 async def _send_json(send: Any, status: int, kind: str, message: str) -> None:
     body = json.dumps({"error": {"type": kind, "message": message}}).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -163,15 +179,27 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
 
         client = connect(settings.opensearch, check=False)  # the service starts while the cluster is down
         reranker = Reranker.from_bundle(
-            settings.bundle, client, settings.index, templates=settings.reranker.templates,
-            variant=settings.reranker.variant, sparse=settings.reranker.sparse, knn=settings.reranker.knn,
-            k_candidates=settings.reranker.k_candidates, search_timeout=settings.reranker.search_timeout,
-            calibration=settings.calibration, field_cache=settings.reranker.field_cache,
+            settings.bundle,
+            client,
+            settings.index,
+            templates=settings.reranker.templates,
+            variant=settings.reranker.variant,
+            sparse=settings.reranker.sparse,
+            knn=settings.reranker.knn,
+            k_candidates=settings.reranker.k_candidates,
+            search_timeout=settings.reranker.search_timeout,
+            calibration=settings.calibration,
+            field_cache=settings.reranker.field_cache,
         )
     registry = CollectorRegistry()
     requests_total = Counter("semdup_rerank_requests", "HTTP requests", ["path", "status"], registry=registry)
-    latency = Histogram("semdup_rerank_request_seconds", "HTTP request latency", ["path"], registry=registry,
-                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+    latency = Histogram(
+        "semdup_rerank_request_seconds",
+        "HTTP request latency",
+        ["path"],
+        registry=registry,
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    )
     errors_total = Counter("semdup_rerank_errors", "HTTP error answers by type", ["path", "type"], registry=registry)
 
     def require_key(request: Request) -> None:
@@ -187,8 +215,12 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         yield
 
-    app = FastAPI(title="semdup reranker", version=reranker.version, lifespan=lifespan,
-                  description="Ranked duplicate candidates for a new post, with fused scores and decisions.")
+    app = FastAPI(
+        title="semdup reranker",
+        version=reranker.version,
+        lifespan=lifespan,
+        description="Ranked duplicate candidates for a new post, with fused scores and decisions.",
+    )
     app.state.reranker = reranker
     app.state.settings = settings
 
@@ -208,8 +240,9 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         return response
 
     def _error(request: Request, status: int, kind: str, message: str) -> JSONResponse:
-        errors_total.labels(request.url.path if request.url.path in _OPEN_PATHS | {"/v1/rerank"} else "other",
-                            kind).inc()
+        errors_total.labels(
+            request.url.path if request.url.path in _OPEN_PATHS | {"/v1/rerank"} else "other", kind
+        ).inc()
         return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
     @app.exception_handler(_AuthError)
@@ -220,8 +253,13 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        return _error(request, 400, "BadRequest", f"{where or 'body'}: {first.get('msg', 'invalid request')}; "
-                      "expected JSON {title, body, k, exclude_id?, index?, templates?}")
+        return _error(
+            request,
+            400,
+            "BadRequest",
+            f"{where or 'body'}: {first.get('msg', 'invalid request')}; "
+            "expected JSON {title, body, k, exclude_id?, index?, templates?}",
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -261,12 +299,18 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
             checks["index"] = models
             wrong = {k: v for k, v in models.items() if v not in (None, reranker.version)}
             if wrong:
-                return JSONResponse({"ready": False, "checks": checks,
-                                     "reason": f"index holds model {sorted(set(wrong.values()))}, not "
-                                               f"{reranker.version}"}, status_code=503)
+                return JSONResponse(
+                    {
+                        "ready": False,
+                        "checks": checks,
+                        "reason": f"index holds model {sorted(set(wrong.values()))}, not {reranker.version}",
+                    },
+                    status_code=503,
+                )
         except Exception as exc:  # any failure means "not ready"; the reason goes back to the probe
-            return JSONResponse({"ready": False, "checks": checks, "reason": f"{type(exc).__name__}: {exc}"[:500]},
-                                status_code=503)
+            return JSONResponse(
+                {"ready": False, "checks": checks, "reason": f"{type(exc).__name__}: {exc}"[:500]}, status_code=503
+            )
         return JSONResponse({"ready": True, "checks": checks})
 
     @app.get("/metrics", tags=["probes"])
@@ -282,8 +326,10 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         if req.k > settings.max_k:
             raise ValueError(f"k = {req.k} is over this server's max_k = {settings.max_k}; ask for fewer candidates")
         if len(req.title) + len(req.body) > settings.max_text_chars:
-            raise PostError(f"title + body hold {len(req.title) + len(req.body)} characters, over the limit of "
-                            f"{settings.max_text_chars}; send the first part of the post")
+            raise PostError(
+                f"title + body hold {len(req.title) + len(req.body)} characters, over the limit of "
+                f"{settings.max_text_chars}; send the first part of the post"
+            )
         rr = reranker
         if req.templates:
             from dataclasses import replace
@@ -292,8 +338,12 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
             rr = rr.with_settings(templates=new.templates)
         post = Post(id=req.exclude_id or "_query", title=req.title, body=req.body)
         cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=req.index)
-        return {"model": rr.version, "index": req.index or settings.index, "threshold": rr.threshold,
-                "candidates": [c.to_json() for c in cands]}
+        return {
+            "model": rr.version,
+            "index": req.index or settings.index,
+            "threshold": rr.threshold,
+            "candidates": [c.to_json() for c in cands],
+        }
 
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # outermost: before any parsing
     return app

@@ -151,12 +151,22 @@ class ServiceSettings:
                 raise ConfigError(f"section 'reranker' in {path} must be a mapping")
             values.update(section)
         env_names = {
-            "bundle": "SEMDUP_BUNDLE", "index": "SEMDUP_INDEX", "templates": "SEMDUP_TEMPLATES",
-            "variant": "SEMDUP_TEMPLATE_VARIANT", "sparse": "SEMDUP_SPARSE", "knn": "SEMDUP_KNN",
-            "k_candidates": "SEMDUP_K_CANDIDATES", "api_key": "SEMDUP_API_KEY", "auth": "SEMDUP_AUTH",
-            "max_body_bytes": "SEMDUP_MAX_BODY_BYTES", "max_text_chars": "SEMDUP_MAX_TEXT_CHARS",
-            "search_timeout": "SEMDUP_SEARCH_TIMEOUT", "threads": "SEMDUP_THREADS", "log_json": "SEMDUP_LOG_JSON",
-            "calibration": "SEMDUP_CALIBRATION", "field_cache": "SEMDUP_FIELD_CACHE",
+            "bundle": "SEMDUP_BUNDLE",
+            "index": "SEMDUP_INDEX",
+            "templates": "SEMDUP_TEMPLATES",
+            "variant": "SEMDUP_TEMPLATE_VARIANT",
+            "sparse": "SEMDUP_SPARSE",
+            "knn": "SEMDUP_KNN",
+            "k_candidates": "SEMDUP_K_CANDIDATES",
+            "api_key": "SEMDUP_API_KEY",
+            "auth": "SEMDUP_AUTH",
+            "max_body_bytes": "SEMDUP_MAX_BODY_BYTES",
+            "max_text_chars": "SEMDUP_MAX_TEXT_CHARS",
+            "search_timeout": "SEMDUP_SEARCH_TIMEOUT",
+            "threads": "SEMDUP_THREADS",
+            "log_json": "SEMDUP_LOG_JSON",
+            "calibration": "SEMDUP_CALIBRATION",
+            "field_cache": "SEMDUP_FIELD_CACHE",
         }
         for key, var in env_names.items():
             if env.get(var):
@@ -165,12 +175,16 @@ class ServiceSettings:
         return cls.from_mapping(values, OpenSearchSettings.from_env(config_file, env), source=str(path or "env"))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], opensearch: OpenSearchSettings, source: str = "") -> ServiceSettings:
+    def from_mapping(
+        cls, values: Mapping[str, Any], opensearch: OpenSearchSettings, source: str = ""
+    ) -> ServiceSettings:
         """Build from plain values (strings from the environment are parsed here)."""
         known = {f.name for f in fields(RerankerSettings)} | {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown reranker setting(s) {unknown} in {source}; accepted: {', '.join(sorted(known))}")
+            raise ConfigError(
+                f"unknown reranker setting(s) {unknown} in {source}; accepted: {', '.join(sorted(known))}"
+            )
         for required in ("bundle", "index"):
             if not values.get(required):
                 raise ConfigError(f"the reranker needs a {required}: set SEMDUP_{required.upper()} or --{required}")

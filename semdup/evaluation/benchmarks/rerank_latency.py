@@ -40,8 +40,12 @@ logger = logging.getLogger(__name__)
 
 def _percentiles(ms: Sequence[float]) -> dict[str, float]:
     x = np.asarray(ms, dtype=np.float64)
-    return {"p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)), "mean": float(x.mean()),
-            "n": int(x.size)}
+    return {
+        "p50": float(np.percentile(x, 50)),
+        "p99": float(np.percentile(x, 99)),
+        "mean": float(x.mean()),
+        "n": int(x.size),
+    }
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -69,8 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=10, help="candidates returned by the rerank call")
     parser.add_argument("--onnx-threads", type=int, default=1, help="onnxruntime intra-op threads")
     parser.add_argument("--threads", type=int, default=4, help="concurrent callers for the throughput pass (0 = skip)")
-    parser.add_argument("--field-cache", type=int, default=50_000,
-                        help="also time rerank with the exact field cache of this many entries (0 = skip)")
+    parser.add_argument(
+        "--field-cache",
+        type=int,
+        default=50_000,
+        help="also time rerank with the exact field cache of this many entries (0 = skip)",
+    )
     parser.add_argument("--keep-index", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -99,11 +107,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"command: {' '.join([sys.executable, '-m', 'semdup.evaluation.benchmarks.rerank_latency', *sys.argv[1:]])}")
     print(f"hardware: {_hardware()}; load average at start {os.getloadavg()[0]:.1f} (other work shares these cores)")
-    print(f"versions: {_versions()}, onnxruntime providers {onnxruntime.get_available_providers()}, "
-          f"OpenSearch {server} at {settings.safe_url}")
-    print(f"bundle: {bundle.version} (dimension {bundle.dimension}, BOW {'yes' if bundle.term_weights is not None else 'no'}); "
-          f"corpus {len(corpus)} Travel posts; {len(queries)} query posts x {args.rounds} rounds, "
-          f"{args.warmup} warm-up calls each; k_candidates {args.k_candidates}; onnx threads {args.onnx_threads}")
+    print(
+        f"versions: {_versions()}, onnxruntime providers {onnxruntime.get_available_providers()}, "
+        f"OpenSearch {server} at {settings.safe_url}"
+    )
+    print(
+        f"bundle: {bundle.version} (dimension {bundle.dimension}, "
+        f"BOW {'yes' if bundle.term_weights is not None else 'no'}); "
+        f"corpus {len(corpus)} Travel posts; {len(queries)} query posts x {args.rounds} rounds, "
+        f"{args.warmup} warm-up calls each; k_candidates {args.k_candidates}; onnx threads {args.onnx_threads}"
+    )
 
     with semantic_index(client, bundle, corpus, "latency", keep=args.keep_index, progress=True) as index:
         rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=args.k_candidates, search_timeout=30))
@@ -111,9 +124,15 @@ def main(argv: list[str] | None = None) -> int:
         tid = template_id("bm25", "text")
 
         def bm25(post: Any) -> Callable[[], Any]:
-            body = [{"index": index}, {"id": tid, "params": template_params(query_text(post.title, post.body),
-                                                                              size=args.k_candidates,
-                                                                              exclude_id=post.id)}]
+            body = [
+                {"index": index},
+                {
+                    "id": tid,
+                    "params": template_params(
+                        query_text(post.title, post.body), size=args.k_candidates, exclude_id=post.id
+                    ),
+                },
+            ]
             return lambda: client.msearch_template(body=body, params={"request_timeout": 30})
 
         def rerank(post: Any) -> Callable[[], Any]:
@@ -128,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         methods = {"bm25": bm25, "rerank": rerank, "encode": encode}
         if rr_cached is not None:
             methods["cached"] = rerank_cached
-        for name, make in methods.items():
+        for make in methods.values():
             for post in queries[: args.warmup]:
                 make(post)()
         times: dict[str, list[float]] = {name: [] for name in methods}
@@ -149,24 +168,34 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"load average at end {os.getloadavg()[0]:.1f}")
     print(f"mean candidates per rerank call: {np.mean(n_candidates):.1f}")
-    print(f"{'method':<8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'calls/s':>8} "
-          f"{f'calls/s x{args.threads}':>12} {'n':>6}")
+    print(
+        f"{'method':<8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'calls/s':>8} "
+        f"{f'calls/s x{args.threads}':>12} {'n':>6}"
+    )
     for name, s in stats.items():
         conc = f"{throughput[name]:12.1f}" if name in throughput else f"{'-':>12}"
-        print(f"{name:<8} {s['p50']:8.2f} {s['p99']:8.2f} {s['mean']:8.2f} {1000.0 / s['mean']:8.1f} {conc} {s['n']:6d}")
+        print(
+            f"{name:<8} {s['p50']:8.2f} {s['p99']:8.2f} {s['mean']:8.2f} {1000.0 / s['mean']:8.1f} {conc} {s['n']:6d}"
+        )
     p50 = stats["rerank"]["p50"] / stats["bm25"]["p50"]
     p99 = stats["rerank"]["p99"] / stats["bm25"]["p99"]
-    print(f"ratio rerank / bm25: p50 {p50:.2f}x, p99 {p99:.2f}x (target p99 <= 1.5x: {'met' if p99 <= 1.5 else 'NOT met'})")
+    verdict = "met" if p99 <= 1.5 else "NOT met"
+    print(f"ratio rerank / bm25: p50 {p50:.2f}x, p99 {p99:.2f}x (target p99 <= 1.5x: {verdict})")
     if "cached" in stats:
         c50 = stats["cached"]["p50"] / stats["bm25"]["p50"]
         c99 = stats["cached"]["p99"] / stats["bm25"]["p99"]
         hits, misses = cache_stats
-        print(f"ratio cached rerank / bm25: p50 {c50:.2f}x, p99 {c99:.2f}x (target p99 <= 1.5x: "
-              f"{'met' if c99 <= 1.5 else 'NOT met'}); field cache hits {hits}, misses {misses} "
-              f"(warm after the warm-up and first round: the same queries repeat)")
+        print(
+            f"ratio cached rerank / bm25: p50 {c50:.2f}x, p99 {c99:.2f}x (target p99 <= 1.5x: "
+            f"{'met' if c99 <= 1.5 else 'NOT met'}); field cache hits {hits}, misses {misses} "
+            f"(warm after the warm-up and first round: the same queries repeat)"
+        )
     if throughput:
-        print("throughput ratio vs bm25 with " f"{args.threads} callers: "
-              + ", ".join(f"{n} {throughput[n] / throughput['bm25']:.2f}" for n in throughput if n != "bm25"))
+        print(
+            "throughput ratio vs bm25 with "
+            f"{args.threads} callers: "
+            + ", ".join(f"{n} {throughput[n] / throughput['bm25']:.2f}" for n in throughput if n != "bm25")
+        )
     return 0
 
 
