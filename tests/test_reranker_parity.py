@@ -236,3 +236,21 @@ def test_field_cache_serves_exact_current_fields(
     finally:
         index_batch(opensearch_client, index, [posts[target].to_json()], bundle)
         opensearch_client.indices.refresh(index=index)
+
+
+def test_knn_on_an_index_without_knn_vector_is_skipped_not_failed(
+    opensearch_client: Any,
+    unique_index: str,
+    served: tuple[Bundle, str],
+    real_posts: list[Post],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bundle, _ = served
+    create_index(opensearch_client, unique_index, dimension=bundle.dimension, knn=False)  # stored float vector
+    assert not index_batch(opensearch_client, unique_index, [p.to_json() for p in real_posts[:30]], bundle).failed
+    opensearch_client.indices.refresh(index=unique_index)
+    rr = Reranker(bundle, opensearch_client, unique_index, RerankerSettings(knn=True, k_candidates=10))
+    with caplog.at_level("WARNING", logger="semdup.reranker.reranker"):
+        cands = rr.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)
+    assert cands and all("knn" not in c.sources for c in cands)
+    assert "k-NN candidates are off" in caplog.text

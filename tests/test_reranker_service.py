@@ -240,3 +240,69 @@ def test_real_uvicorn_service_equals_the_offline_reranker(
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+def test_cli_rerank_prints_the_reranker_answer(
+    served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str, opensearch_client: Any, real_posts: list[Post]
+) -> None:
+    import json
+
+    bundle, index = served
+    post = real_posts[9]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "semdup",
+            "rerank",
+            "--bundle",
+            str(tiny_bundle),
+            "--index",
+            index,
+            "--title",
+            post.title,
+            "--body",
+            post.body,
+            "--exclude-id",
+            post.id,
+            "--k",
+            "4",
+            "--json",
+            "--opensearch",
+            opensearch_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)["candidates"]
+    want = Reranker(bundle, opensearch_client, index).rank(post, k=4, exclude_id=post.id)
+    assert [c["id"] for c in got] == [c.id for c in want]
+
+
+def test_cli_serve_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("SEMDUP_API_KEY", "SEMDUP_AUTH")}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "semdup",
+            "serve",
+            "--bundle",
+            str(tiny_bundle),
+            "--index",
+            "x",
+            "--opensearch",
+            opensearch_url,
+            "--port",
+            str(any_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 1 and "SEMDUP_API_KEY" in out.stderr

@@ -123,6 +123,7 @@ class Reranker:
         self._query_template: str | None | bool = False  # False = not registered yet
         self.field_cache = FieldCache(self.settings.field_cache) if self.settings.field_cache else None
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
+        self._knn_ok: dict[str, bool] = {}
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(
                 f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
@@ -181,8 +182,35 @@ class Reranker:
                 f"index {concrete!r} holds vectors of model {other}, but the reranker serves bundle {self.version}; "
                 f"serve bundle {other}, or index the posts with {self.version} into a new index and point an alias"
             )
+        knn_ok = True
+        if self.settings.knn:
+            knn_ok = self._maps_knn_vector(name)
         with self._lock:
             self._checked[name] = True
+            self._knn_ok[name] = knn_ok
+
+    def _maps_knn_vector(self, name: str) -> bool:
+        """Whether every concrete index behind ``name`` maps ``semdup.vector`` as ``knn_vector`` (else warn once)."""
+        resp = call_opensearch(
+            self.client.indices.get_field_mapping,
+            f"reading the mapping of {name!r}",
+            index=name,
+            fields="semdup.vector",
+            params={"request_timeout": self.settings.search_timeout},
+        )
+        types = {
+            concrete: (m.get("mappings", {}).get("semdup.vector", {}).get("mapping", {}).get("vector", {}).get("type"))
+            for concrete, m in resp.items()
+        }
+        bad = {k: v for k, v in types.items() if v != "knn_vector"}
+        if bad:
+            logger.warning(
+                "k-NN candidates are off for %s: semdup.vector is mapped as %s there, not knn_vector (no k-NN plugin "
+                "when it was created?); re-create the index with the plugin present, or drop knn",
+                name,
+                bad,
+            )
+        return not bad
 
     def _index_uuids(self, name: str) -> dict[str, str]:
         """Concrete index name -> uuid for ``name`` (an index or alias), re-read every ``UUID_TTL_S`` seconds."""
@@ -236,7 +264,7 @@ class Reranker:
             exclude_id=exclude_id,
             restrict_ids=restrict_ids,
             sparse_terms=q_terms if s.sparse else None,
-            knn_vector=q_vec if s.knn else None,
+            knn_vector=q_vec if s.knn and self._knn_ok.get(name, True) else None,
             query_template=query_template,
         )
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
@@ -382,7 +410,8 @@ class Reranker:
     def with_settings(self, **changes: Any) -> Reranker:
         """The same bundle and client with other candidate settings (shares the onnxruntime session)."""
         other = Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
-        other._checked = self._checked
+        if other.settings.knn == self.settings.knn:
+            other._checked, other._knn_ok = self._checked, self._knn_ok
         other._query_template = self._query_template
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids
