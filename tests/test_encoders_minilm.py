@@ -18,7 +18,9 @@ from semdup.errors import ConfigError
 from semdup.posts import Post
 
 POSTS = [
-    Post("1", "How do I mount a USB drive?", "<p>I plugged it in &amp; <b>nothing</b> happens</p><pre>sudo mount</pre>"),
+    Post(
+        "1", "How do I mount a USB drive?", "<p>I plugged it in &amp; <b>nothing</b> happens</p><pre>sudo mount</pre>"
+    ),
     Post("2", "Visa for Qatar", ""),
     Post("3", "", "Ünïcödé café in Doha; which one is best??? " + "very " * 300),
     Post("4", "See http://example.org/a?b=1", "It's 12.04 — wi-fi doesn't work"),

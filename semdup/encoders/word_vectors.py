@@ -188,10 +188,16 @@ def _pair_texts(path: Path, source: str, once) -> Iterator[tuple[str, str]]:
 def train_word2vec(
     out_path: str | Path = DEFAULT_WORD2VEC_PATH,
     data_dir: str | Path = DEFAULT_DATA_DIR,
-    settings: Word2VecSettings = Word2VecSettings(),
-    pipeline_settings: TextPipelineSettings = TextPipelineSettings(max_tokens=100_000),
+    settings: Word2VecSettings | None = None,
+    pipeline_settings: TextPipelineSettings | None = None,
 ) -> WordVectors:
-    """Train in-domain word2vec on :func:`corpus_texts` and save ``<out_path>.npy`` + ``<out_path>.json``."""
+    """Train in-domain word2vec on :func:`corpus_texts` and save ``<out_path>.npy`` + ``<out_path>.json``.
+
+    ``pipeline_settings`` default to the shared pipeline's with ``max_tokens`` lifted to 100,000, so whole
+    comments and bodies are read (the encoders' own cut is irrelevant for word2vec).
+    """
+    settings = settings or Word2VecSettings()
+    pipeline_settings = pipeline_settings or TextPipelineSettings(max_tokens=100_000)
     try:
         from gensim.models import Word2Vec
     except ImportError as exc:

@@ -54,7 +54,9 @@ def load_wordpiece_tokenizer(path: str | Path, max_len: int = 128) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:
-        raise ImportError('the wordpiece input kind needs the tokenizers package: pip install "tokenizers>=0.15"') from exc
+        raise ImportError(
+            'the wordpiece input kind needs the tokenizers package: pip install "tokenizers>=0.15"'
+        ) from exc
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises plain Exception subclasses from Rust

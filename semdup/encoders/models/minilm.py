@@ -120,7 +120,9 @@ class MiniLM(EncoderModel):
         super().__init__()
         unknown = set(hparams) - set(self.default_hparams())
         if unknown:
-            raise ConfigError(f"unknown {type(self).__name__} settings {sorted(unknown)}; known: {sorted(self.default_hparams())}")
+            raise ConfigError(
+                f"unknown {type(self).__name__} settings {sorted(unknown)}; known: {sorted(self.default_hparams())}"
+            )
         self.hparams = {**self.default_hparams(), **dict(hparams)}
         self.model_dir = minilm_model_dir(self.hparams["model_dir"] or None)
         self.tokenizer_path = self.model_dir / "tokenizer.json"

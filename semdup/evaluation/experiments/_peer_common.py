@@ -28,11 +28,15 @@ def semeval_set(split: str):
     from semdup.evaluation.datasets.semeval import load_semeval_xml
 
     if split == "dev":
-        return load_semeval_xml(SEMEVAL / "SemEval2016-Task3-CQA-QL-dev.xml",
-                                SEMEVAL / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy")
+        return load_semeval_xml(
+            SEMEVAL / "SemEval2016-Task3-CQA-QL-dev.xml",
+            SEMEVAL / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy",
+        )
     if split == "test":
-        return load_semeval_xml(SEMEVAL / "SemEval2016-Task3-CQA-QL-test-input.xml",
-                                SEMEVAL / "SemEval2016-Task3-CQA-QL-test.xml.subtaskB.relevancy")
+        return load_semeval_xml(
+            SEMEVAL / "SemEval2016-Task3-CQA-QL-test-input.xml",
+            SEMEVAL / "SemEval2016-Task3-CQA-QL-test.xml.subtaskB.relevancy",
+        )
     raise ValueError(f"unknown SemEval split {split!r}; accepted: dev, test")
 
 

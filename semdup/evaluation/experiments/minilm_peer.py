@@ -81,7 +81,11 @@ def main() -> None:
     tr_s, tr_y = pair_scores(askubuntu_pairs("train"))
     te_s, te_y = pair_scores(askubuntu_pairs("test"))
     thr, tr_acc = best_threshold(tr_s, tr_y)
-    results["askubuntu"] = {"threshold": thr, "train_acc": tr_acc, "test_acc": 100 * float(np.mean((te_s >= thr) == te_y))}
+    results["askubuntu"] = {
+        "threshold": thr,
+        "train_acc": tr_acc,
+        "test_acc": 100 * float(np.mean((te_s >= thr) == te_y)),
+    }
     print(f"# MiniLM peer, max_len={args.max_len}")
     for name, m in results.items():
         print(name, json.dumps({k: round(v, 2) for k, v in m.items()}))

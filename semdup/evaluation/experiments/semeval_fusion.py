@@ -159,7 +159,13 @@ def run_variants(feats: dict[str, SetFeatures]) -> list[tuple[str, dict, dict]]:
             def fused(f: SetFeatures, w=trip, n=n) -> np.ndarray:
                 return f.x[:, 0] + w[0] * f.x[:, 1] + w[1] * f.x[:, idx["inv_rank"]] + w[2] * f.x[:, idx[n]]
 
-            rows.append((f"minilm + {trip[0]}*bm25 + {trip[1]}*inv_rank + {trip[2]}*{n}", official(dev, fused(dev)), official(test, fused(test))))
+            rows.append(
+                (
+                    f"minilm + {trip[0]}*bm25 + {trip[1]}*inv_rank + {trip[2]}*{n}",
+                    official(dev, fused(dev)),
+                    official(test, fused(test)),
+                )
+            )
     subsets = [
         ("minilm", "bm25"),
         ("minilm", "inv_rank"),
@@ -244,7 +250,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             cvec.update({p.id: v[i] for i, p in enumerate(allp)})
 
         def comment_score(q, r):
-            vs = np.stack([cvec[c.id] for c in r.comments if c.id in cvec])
+            got = [cvec[c.id] for c in r.comments if c.id in cvec]
+            if not got:  # every comment of the thread is empty
+                return 0.0, 0.0
+            vs = np.stack(got)
             cos = vs @ cvec[q.id]
             centre = vs.mean(axis=0)
             return float(cos.max()), float(centre @ cvec[q.id] / max(np.linalg.norm(centre), 1e-9))
