@@ -17,6 +17,7 @@ from semdup.encoders.losses.bow_cnn_logistic import BowCNNLogisticLoss, compute_
 from semdup.encoders.models._base import EncoderModel
 from semdup.encoders.models.bow_cnn import BowCNN
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
+from semdup.encoders.training.fusion_choice import best_dense_scale
 from semdup.encoders.training.offline_eval import eval_semeval
 from semdup.encoders.training.pairs import TrainingData, TrainingGroup, semeval_training_data
 from semdup.encoders.training.recipes import recipe_defaults
@@ -185,3 +186,30 @@ def test_recipe_defaults_are_copies() -> None:
     got["hparams"]["x"] = 1
     assert "x" not in recipe_defaults("bow-cnn", "travel")["hparams"]
     assert recipe_defaults("no-such-arch", "travel") == {"hparams": {}}
+
+
+def test_dense_scale_is_chosen_on_dev_and_saved_in_the_checkpoint(tmp_path: Path) -> None:
+    pipe = _pipeline()
+    model = _model(pipe).eval()
+    target = 0.5 * model.fusion()["beta_dense"]
+    calls: list[int] = []
+    scorer = CheckpointScorer(model, pipe)
+
+    def dev(s: CheckpointScorer) -> dict[str, float]:
+        s.score_matrix(POSTS, POSTS)
+        calls.append(1)
+        return {"MAP": -abs(s.fusion["beta_dense"] - target)}
+
+    scale, figures, per_scale = best_dense_scale(scorer, dev, "MAP", (0.0, 0.5, 1.0))
+    assert scale == 0.5 and figures["MAP"] == pytest.approx(0.0, abs=1e-6) and len(per_scale) == 3
+    assert len(calls) == 3
+
+    groups = tuple(TrainingGroup(POSTS[i], POSTS[j], (POSTS[4], POSTS[2])) for i, j in [(0, 1), (1, 0)])
+    settings = TrainSettings(
+        arch="bow-cnn", epochs=1, lr=1e-2, batch_size=2, negatives=2, threads=1, dense_scales=(0.0, 1.0),
+        hparams={"word_vectors": "none", "emb_dim": 8, "conv_units": 16},
+    )
+    result = train(settings, TrainingData(groups, (), tuple(POSTS), {}), lambda s: {"MAP": -s.fusion["beta_dense"]},
+                   "MAP", tmp_path / "ckpt")
+    assert result.metrics["dense_scale"] == 0.0 and result.curve[-1]["dense_scale"] == 0.0
+    assert CheckpointScorer.from_dir(tmp_path / "ckpt").fusion["beta_dense"] == 0.0

@@ -31,6 +31,19 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _parse_scales(text: str | None) -> tuple[float, ...] | None:
+    """``"0,0.5,1"`` → (0.0, 0.5, 1.0); None stays None (the defaults apply)."""
+    if text is None:
+        return None
+    try:
+        scales = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}", param_hint="--dense-scales") from exc
+    if any(s < 0 for s in scales):
+        raise click.BadParameter(f"scales must be >= 0, got {text!r}", param_hint="--dense-scales")
+    return scales
+
+
 @click.command(name="train")
 @click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="Architecture to train.")
 @click.option(
@@ -69,6 +82,11 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--max-steps", type=int, help="Cap on steps per epoch (quick runs).")
 @click.option("--term-lr", type=float, help="Learning rate of the BOW term weights t (default: --lr).")
 @click.option("--evals-per-epoch", type=int, help="Dev evaluations per epoch (2 = every half epoch).")
+@click.option(
+    "--dense-scales",
+    help="BOW + dense models: comma-separated factors s; β_dense × s is chosen on dev at each evaluation "
+    "(e.g. 0,0.25,0.5,1).",
+)
 @click.option(
     "--lexical-negatives",
     default=None,
@@ -115,6 +133,7 @@ def train(
     max_steps: int | None,
     term_lr: float | None,
     evals_per_epoch: int | None,
+    dense_scales: str | None,
     lexical_negatives: int | None,
     related_negatives: bool | None,
     dev_only: bool,
@@ -161,6 +180,7 @@ def train(
         "threads": threads,
         "term_lr": term_lr,
         "evals_per_epoch": evals_per_epoch,
+        "dense_scales": _parse_scales(dense_scales),
     }
     settings = TrainSettings.for_arch(arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams)
     if chosen:

@@ -33,6 +33,7 @@ from semdup.encoders.inputs import build_inputs
 from semdup.encoders.models._base import EncoderModel
 from semdup.encoders.registry import ArchSpec, get_arch
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
+from semdup.encoders.training.fusion_choice import best_dense_scale
 from semdup.encoders.training.pairs import TrainingData
 from semdup.errors import ConfigError, DataError
 from semdup.posts import Post
@@ -68,6 +69,8 @@ class TrainSettings:
             its IDF start, which is what the BOW path's quality rests on.
         evals_per_epoch: dev evaluations per epoch (early stopping and the best checkpoint are
             chosen among them); 2 = every half epoch.
+        dense_scales: models with both a BOW and a dense path: at each dev evaluation also try
+            β_dense × s for these s and keep the best (see ``fusion_choice``); () = off.
     """
 
     arch: str
@@ -87,6 +90,7 @@ class TrainSettings:
     threads: int = 2
     term_lr: float | None = None
     evals_per_epoch: int = 1
+    dense_scales: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -210,6 +214,16 @@ def _optimizer(model: EncoderModel, settings: TrainSettings) -> torch.optim.Opti
     return torch.optim.SGD(groups, lr=settings.lr, weight_decay=settings.weight_decay)
 
 
+def _scale_dense_weight(model: EncoderModel, scale: float) -> None:
+    """β_dense ← β_dense × scale in the model itself, so the checkpoint's fusion carries the choice."""
+    beta = getattr(model, "beta_dense", 1.0)
+    if isinstance(beta, torch.Tensor):
+        with torch.no_grad():
+            beta.mul_(scale)
+    else:
+        model.beta_dense = float(beta) * scale
+
+
 def _penalty(model: EncoderModel) -> torch.Tensor | float:
     """A model's own regulariser (``model.penalty()``, e.g. BOW-CNN's ‖t − IDF‖²), else 0."""
     fn = getattr(model, "penalty", None)
@@ -259,6 +273,8 @@ def train(
         sum(p.numel() for p in params),
     )
     stop = False
+    best_scale = 1.0
+    tune_scale = bool(settings.dense_scales) and model.uses_bow and model.dense_encoder() is not None
     for epoch in range(1, settings.epochs + 1):
         t0 = time.monotonic()
         rng.shuffle(items)
@@ -282,8 +298,14 @@ def train(
             if step not in eval_at:
                 continue
             model.eval()
+            scale, by_scale = 1.0, None
             with torch.no_grad():
-                dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
+                if tune_scale:
+                    scale, dev, by_scale = best_dense_scale(
+                        CheckpointScorer(model, pipeline), evaluate_dev, dev_metric, settings.dense_scales
+                    )
+                else:
+                    dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
             model.train()
             if dev_metric not in dev:
                 raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
@@ -294,12 +316,14 @@ def train(
                 "dev": dev,
                 "seconds": round(time.monotonic() - t0, 1),
             }
+            if by_scale is not None:
+                row.update(dense_scale=scale, dev_by_dense_scale={str(k): v for k, v in by_scale.items()})
             curve.append(row)
             logger.info(
                 "epoch %g: loss %.4f dev %s %.2f (%.0fs)", point, row["loss"], dev_metric, dev[dev_metric], row["seconds"]
             )
             if dev[dev_metric] > best_dev:
-                best_dev, best_epoch, bad = float(dev[dev_metric]), point, 0
+                best_dev, best_epoch, bad, best_scale = float(dev[dev_metric]), point, 0, scale
                 best_state = copy.deepcopy(model.state_dict())
             else:
                 bad += 1
@@ -310,6 +334,9 @@ def train(
         if stop:
             break
     model.load_state_dict(best_state)
+    if tune_scale and best_scale != 1.0:
+        _scale_dense_weight(model, best_scale)
+        logger.info("β_dense scaled by %g (chosen on dev): fusion %s", best_scale, model.fusion())
     model.eval()
     final: dict[str, Any] = {}
     if evaluate_final is not None:
@@ -322,6 +349,7 @@ def train(
         "seed": settings.seed,
         "data": data.summary,
         "best_epoch": best_epoch,
+        "dense_scale": best_scale if tune_scale else None,
         "threshold": final.get("threshold"),
         **dict(extra_config or {}),
     }
@@ -330,6 +358,7 @@ def train(
         "arch": settings.arch,
         "best_epoch": best_epoch,
         f"best_dev_{dev_metric}": best_dev,
+        "dense_scale": best_scale if tune_scale else None,
         "curve": curve,
         **final,
     }
