@@ -33,14 +33,15 @@ import json
 import logging
 import os
 import tarfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from semdup.encoders.inputs import build_inputs, input_names
-from semdup.encoders.text_pipeline import TextPipeline, check_post
+from semdup.encoders.inputs import build_inputs, input_names, pad_sequences
+from semdup.encoders.text_pipeline import PAD_ID, UNK_ID, TextPipeline, check_post
 from semdup.errors import BundleError, SemdupError
 from semdup.indexer.schema import feature_name
 from semdup.posts import Post
@@ -244,6 +245,7 @@ class Bundle:
         self.input_kind: str = manifest["input_kind"]
         self.term_weights = term_weights
         self.session = session
+        self._names_cache: tuple[Any, list[str]] | None = None
 
     @classmethod
     def load(cls, path: str | Path, providers: list[str] | None = None, intra_op_threads: int | None = None) -> Bundle:
@@ -284,6 +286,30 @@ class Bundle:
         feed = {n: arrays[n] for n in input_names(self.input_kind)}
         return np.asarray(self.session.run([OUTPUT_NAME], feed)[0], dtype=np.float32)
 
+    def _text_ids(self, posts: Sequence[Post]) -> list[list[int]]:
+        """Vocabulary ids of each post's title + body tokens: the ``text_ids`` input and the BOW counts alike."""
+        pipeline = self.pipeline
+        return [pipeline.ids(pipeline.text_tokens(p)) for p in posts]
+
+    def _dense(self, posts: Sequence[Post], ids: list[list[int]] | None, batch_size: int) -> np.ndarray:
+        """Unit vectors [N, D]; ``ids`` (from :meth:`_text_ids`) spare the ``text_ids`` kind a second tokenisation.
+
+        Batches and padding are those of :func:`semdup.encoders.inputs.build_inputs` (``text_ids`` pads each
+        batch of ``batch_size`` posts to its longest sequence), so the vectors are the same either way.
+        """
+        if not posts:
+            return np.zeros((0, self.dimension or 0), dtype=np.float32)
+        chunks = []
+        for i in range(0, len(posts), batch_size):
+            if ids is not None and self.input_kind == "text_ids":
+                arrays = {"ids": pad_sequences(ids[i : i + batch_size], self.pipeline.settings.max_tokens)}
+            else:
+                arrays = build_inputs(self.input_kind, self.pipeline, posts[i : i + batch_size])
+            chunks.append(self.run_encoder(arrays))
+        x = np.concatenate(chunks)
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+
     def encode_dense(self, posts: Sequence[Post], batch_size: int = 64) -> np.ndarray | None:
         """L2-normalised dense vectors [N, D] float32 (a zero vector stays zero), or None without an encoder.
 
@@ -294,15 +320,39 @@ class Bundle:
             return None
         for p in posts:
             check_post(p)
-        if not posts:
-            return np.zeros((0, self.dimension or 0), dtype=np.float32)
-        chunks = []
-        for i in range(0, len(posts), batch_size):
-            arrays = build_inputs(self.input_kind, self.pipeline, posts[i : i + batch_size])
-            chunks.append(self.run_encoder(arrays))
-        x = np.concatenate(chunks)
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+        return self._dense(posts, None, batch_size)
+
+    def _feature_names(self) -> list[str]:
+        """``feature_name`` of every vocabulary token, by id (built once: the indexer asks for it per token)."""
+        vocab = self.pipeline.vocab
+        cached = self._names_cache
+        if cached is None or cached[0] is not vocab:
+            cached = self._names_cache = (vocab, [feature_name(t) for t in vocab.itos])
+        return cached[1]
+
+    def _terms(self, ids: list[list[int]]) -> list[dict[str, float]]:
+        """Term weights from each post's text ids (see :meth:`encode_terms`)."""
+        t = self.term_weights.astype(np.float64)
+        names = self._feature_names()
+        tiny = float(np.finfo(np.float32).tiny)  # Lucene's FeatureField refuses subnormal values
+        out: list[dict[str, float]] = []
+        for seq in ids:
+            tf = Counter(seq)  # first-occurrence order, as TextPipeline.term_frequencies
+            tf.pop(UNK_ID, None)
+            tf.pop(PAD_ID, None)
+            if not tf:
+                out.append({})
+                continue
+            keys = np.fromiter(tf.keys(), dtype=np.int64, count=len(tf))
+            v = np.fromiter(tf.values(), dtype=np.float64, count=len(tf)) * t[keys]
+            norm = float(np.sqrt(np.sum(v * v)))
+            if norm <= 0:
+                out.append({})
+                continue
+            v = v / norm
+            keep = v > tiny
+            out.append(dict(zip(map(names.__getitem__, keys[keep].tolist()), v[keep].tolist(), strict=True)))
+        return out
 
     def encode_terms(self, posts: Sequence[Post]) -> list[dict[str, float]] | None:
         """Per post ``{feature_name(token): (tf·t)_w / ‖tf·t‖}``, only strictly positive weights; None without BOW.
@@ -315,35 +365,23 @@ class Bundle:
         """
         if self.term_weights is None:
             return None
-        t = self.term_weights.astype(np.float64)
-        itos = self.pipeline.vocab.itos
-        tiny = float(np.finfo(np.float32).tiny)  # Lucene's FeatureField refuses subnormal values
-        out: list[dict[str, float]] = []
         for p in posts:
             check_post(p)
-            tf = self.pipeline.term_frequencies(self.pipeline.text_tokens(p))
-            if not tf:
-                out.append({})
-                continue
-            ids = np.fromiter(tf.keys(), dtype=np.int64, count=len(tf))
-            v = np.fromiter(tf.values(), dtype=np.float64, count=len(tf)) * t[ids]
-            norm = float(np.sqrt(np.sum(v * v)))
-            if norm <= 0:
-                out.append({})
-                continue
-            v = v / norm
-            pairs = zip(ids.tolist(), v.tolist(), strict=True)
-            out.append({feature_name(itos[i]): float(w) for i, w in pairs if w > tiny})
-        return out
+        return self._terms(self._text_ids(posts))
 
     def document_fields(self, posts: Sequence[Post], batch_size: int = 64) -> list[dict[str, Any]]:
         """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "model"}``.
 
         ``vector`` is a list of floats (None without a dense encoder), ``terms`` the positive BOW weights
-        (``{}`` without a BOW path), ``model`` this bundle's version.
+        (``{}`` without a BOW path), ``model`` this bundle's version. Equal to ``encode_dense`` and
+        ``encode_terms``, but each post is tokenised once for both (the indexer's hot path).
         """
-        dense = self.encode_dense(posts, batch_size=batch_size)
-        terms = self.encode_terms(posts)
+        for p in posts:
+            check_post(p)
+        shared = self.term_weights is not None or (self.session is not None and self.input_kind == "text_ids")
+        ids = self._text_ids(posts) if shared else None
+        dense = None if self.session is None else self._dense(posts, ids, batch_size)
+        terms = None if self.term_weights is None else self._terms(ids)
         return [
             {
                 "vector": None if dense is None else dense[i].tolist(),

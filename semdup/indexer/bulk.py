@@ -3,6 +3,12 @@
 Built on ``opensearchpy.helpers.streaming_bulk`` with ``raise_on_error=False`` and ``max_retries`` set, because
 with the default ``raise_on_error=True`` an item rejected with 429 raises instead of being retried
 (opensearch-py#964). Chunks close by count or by bytes, whichever comes first.
+
+Bulk lines are serialised with orjson instead of the client's stdlib ``json`` (it was the largest Python cost
+of semantic indexing: 400 floats per post). numpy arrays are written natively: a float32 vector (what
+``semantic.semdup_source`` puts under ``semdup.vector``) as each value's shortest float32 round-trip decimal,
+so OpenSearch parses back exactly the same float32 values from about half the bytes. A body orjson cannot
+write (say a non-string dict key) is left to the client's serializer, as before.
 """
 
 from __future__ import annotations
@@ -12,16 +18,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import streaming_bulk
+from opensearchpy.helpers import expand_action, streaming_bulk
 from tqdm.auto import tqdm
 
 from semdup.errors import OpenSearchUnavailable
 
-__all__ = ["BulkReport", "bulk_write", "chunked"]
+__all__ = ["BulkReport", "bulk_write", "chunked", "bulk_lines"]
 
 logger = logging.getLogger(__name__)
+
+_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 @dataclass
@@ -76,6 +85,7 @@ def bulk_write(
             max_backoff=max_backoff,
             raise_on_error=False,
             raise_on_exception=True,
+            expand_action_callback=bulk_lines,
             yield_ok=True,
             request_timeout=request_timeout,
         ):
@@ -97,6 +107,23 @@ def bulk_write(
     if report.failed:
         logger.warning("bulk write: %d written, %d failed", report.written, len(report.failed))
     return report
+
+
+def _dumps(obj: Any) -> Any:
+    """orjson text of ``obj``, or ``obj`` unchanged for the client's serializer if orjson cannot write it."""
+    try:
+        return orjson.dumps(obj, option=_ORJSON_OPTIONS).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return obj
+
+
+def bulk_lines(action: dict[str, Any]) -> tuple[Any, Any]:
+    """The (action line, source line) of one bulk action, as JSON text (``expand_action``'s split, then orjson).
+
+    The client's serializer passes text through unchanged, and so do its 429 retries.
+    """
+    head, body = expand_action(action)
+    return _dumps(head), (None if body is None else _dumps(body))
 
 
 def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -5,6 +5,8 @@ This is the work of the Celery tasks without Celery, so it can be run and tested
 * ``index_batch``: posts (JSON) → ``index`` actions with ``_id = post id`` holding ``post_id``, ``title``,
   ``body`` (cleaned by the shared text pipeline) and ``semdup.{model, terms, vector}`` from the bundle.
   Content is a pure function of (post, bundle), so writing a batch twice writes the same documents.
+  Encoding and writing overlap: the batch goes in chunks, and while one chunk's bulk request is in flight (on a
+  helper thread; the HTTP wait releases the GIL) the next chunk is encoded (onnxruntime releases it too).
 * ``backfill_batch``: ids → reads the posts' text from the index and replaces only ``semdup`` (a scripted
   partial update: ``ctx._source.semdup = params.semdup``, so another model's term keys cannot linger by
   object merging). The index's other fields are untouched.
@@ -27,16 +29,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
 from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
-from semdup.indexer.bulk import BulkReport, bulk_write
+from semdup.indexer.bulk import BulkReport, bulk_write, chunked
 from semdup.indexer.documents import lexical_document
 from semdup.posts import Post
 
@@ -47,6 +51,8 @@ __all__ = [
     "TEXT_FIELDS_META_KEY",
     "semdup_source",
     "index_batch",
+    "write_overlapped",
+    "INDEX_CHUNK",
     "backfill_batch",
     "delete_batch",
     "index_model",
@@ -59,6 +65,7 @@ logger = logging.getLogger(__name__)
 MODEL_META_KEY = "semdup_model"
 TEXT_FIELDS_META_KEY = "semdup_text_fields"  # set by `semdup enable` on indices with other field names
 _TIMEOUT = 30.0
+INDEX_CHUNK = 32  # posts per encoder call and bulk request inside index_batch: a 64-post task overlaps 2 chunks
 _REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "circuit_breaking_exception")
 
 
@@ -81,10 +88,14 @@ class BatchResult:
 
 
 def semdup_source(fields: dict[str, Any]) -> dict[str, Any]:
-    """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry."""
+    """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry.
+
+    The vector becomes a float32 array (exact: the encoder's output is float32, which is what a ``knn_vector``
+    holds), so ``bulk_write`` writes each value as its shortest float32 decimal rather than 17 float64 digits.
+    """
     out: dict[str, Any] = {"model": fields["model"], "terms": dict(fields["terms"])}
     if fields.get("vector") is not None:
-        out["vector"] = [float(x) for x in fields["vector"]]
+        out["vector"] = np.asarray(fields["vector"], dtype=np.float32)
     return out
 
 
@@ -196,22 +207,54 @@ def index_batch(
     bundle: DocumentEncoder,
     *,
     settings: TextPipelineSettings | None = None,
+    chunk_size: int = INDEX_CHUNK,
 ) -> BatchResult:
-    """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects."""
+    """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects.
+
+    The batch is encoded and written in chunks of ``chunk_size`` posts, each chunk's bulk request overlapping
+    the encoding of the next (see :func:`write_overlapped`); the documents are the same as in one request.
+    """
     result = BatchResult()
     posts = _parse_posts(batch, result)
-    encoded = _encode(bundle, posts, result)
-    actions = []
-    for post, fields in encoded:
-        source = lexical_document(post, settings)
-        source["semdup"] = semdup_source(fields)
-        actions.append({"_op_type": "index", "_index": index, "_id": post.id, "_source": source})
-        result.payloads[post.id] = post.to_json()
-    report = bulk_write(client, actions, total=len(actions))
+
+    def action_chunks() -> Iterable[list[dict[str, Any]]]:
+        for chunk in chunked(posts, chunk_size):
+            actions = []
+            for post, fields in _encode(bundle, chunk, result):
+                source = lexical_document(post, settings)
+                source["semdup"] = semdup_source(fields)
+                actions.append({"_op_type": "index", "_index": index, "_id": post.id, "_source": source})
+            yield actions
+
+    report = write_overlapped(client, action_chunks())
     _split_failures(report, result, "index_posts")
     failed = {i for i, _ in result.failed}
+    by_id = {p.id: p for p in posts}
     result.payloads = {k: v for k, v in result.payloads.items() if k in failed}
+    for pid in failed - result.payloads.keys():
+        if pid in by_id:
+            result.payloads[pid] = by_id[pid].to_json()
     return result
+
+
+def write_overlapped(client: OpenSearch, action_chunks: Iterable[list[dict[str, Any]]]) -> BulkReport:
+    """Bulk-write each chunk of actions on a helper thread while the caller's iterator builds the next one.
+
+    One request is in flight at a time and chunks are written in order. An error of a request is raised once
+    the chunk after it is built; whatever was in flight is waited for before this returns or raises.
+    """
+    report = BulkReport()
+    pending: Future[BulkReport] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="semdup-bulk") as pool:
+        for actions in action_chunks:
+            if pending is not None:
+                report = report.merge(pending.result())
+                pending = None
+            if actions:
+                pending = pool.submit(bulk_write, client, actions, total=len(actions), chunk_size=len(actions))
+        if pending is not None:
+            report = report.merge(pending.result())
+    return report
 
 
 def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
