@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from opensearchpy import exceptions as os_exc
 
 from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
@@ -332,6 +333,9 @@ def fetch_semdup_fields(
             _doc_error(doc, index)
             doc_id = str(doc["_id"])
             fields = _semdup_of(doc)
+            if fields and fields.get("vector") is not None:
+                # kept as the float32 array the fusion stacks (the stored values are float32s: exact)
+                fields = {**fields, "vector": np.asarray(fields["vector"], dtype=np.float32)}
             out[doc_id] = fields
             if (
                 fields is not None

@@ -8,6 +8,7 @@ written by ``index_batch``) and the same real query posts, interleaved query by 
 * rerank: ``Reranker.rank`` with ``--k-candidates`` BM25 candidates: query encoding (onnxruntime), the same
   template search, one ``mget`` of the candidates' semdup fields, fusion;
 * encode: the query encoding alone (dense vector + learned BOW), to show where the extra time goes;
+* http (``--http``): ``POST /v1/rerank`` on a real ``semdup serve`` (uvicorn, 1 worker, cache off), loopback;
 * cached: ``rank`` with the exact field cache (:mod:`semdup.reranker.field_cache`); the same queries repeat
   over the rounds, so this is the warm-cache case (hits and misses are printed).
 
@@ -62,6 +63,42 @@ def _concurrent(calls: Sequence[Callable[[], Any]], threads: int) -> float:
     return len(calls) / (time.perf_counter() - t0)
 
 
+def _start_service(bundle: str, index: str, url: str) -> tuple[Any, Any]:
+    """A real ``semdup serve`` on a free loopback port (field cache off), and an httpx client with its key."""
+    import secrets
+    import subprocess
+
+    import httpx
+
+    from semdup.deploy.local_process import any_free_port
+
+    port, key = any_free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "SEMDUP_API_KEY": key,
+        "SEMDUP_OPENSEARCH_URL": url,
+        "SEMDUP_FIELD_CACHE": "0",
+        "SEMDUP_SEARCH_TIMEOUT": "30",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "semdup", "serve", "--bundle", bundle, "--index", index, "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key}, timeout=60)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if client.get("/readyz").status_code == 200:
+                return client, proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError("semdup serve did not become ready within 120 s; run it by hand to see why")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--bundle", required=True, help="model bundle directory or .tar.gz")
@@ -78,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=50_000,
         help="also time rerank with the exact field cache of this many entries (0 = skip)",
+    )
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="also time POST /v1/rerank on a real `semdup serve` (1 worker, field cache off) on loopback",
     )
     parser.add_argument("--keep-index", action="store_true")
     args = parser.parse_args(argv)
@@ -147,6 +189,19 @@ def main(argv: list[str] | None = None) -> int:
         methods = {"bm25": bm25, "rerank": rerank, "encode": encode}
         if rr_cached is not None:
             methods["cached"] = rerank_cached
+        service = _start_service(args.bundle, index, settings.url) if args.http else None
+        if service is not None:
+            http, proc = service
+
+            def over_http(post: Any) -> Callable[[], Any]:
+                payload = {"title": post.title, "body": post.body, "k": args.k, "exclude_id": post.id}
+
+                def call() -> None:
+                    http.post("/v1/rerank", json=payload).raise_for_status()
+
+                return call
+
+            methods["http"] = over_http
         for make in methods.values():
             for post in queries[: args.warmup]:
                 make(post)()
@@ -165,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
                 if name in methods:
                     throughput[name] = _concurrent([methods[name](p) for p in queries], args.threads)
         cache_stats = (rr_cached.field_cache.hits, rr_cached.field_cache.misses) if rr_cached is not None else None
+        if service is not None:
+            http.close()
+            proc.terminate()
+            proc.wait(timeout=30)
 
     print(f"load average at end {os.getloadavg()[0]:.1f}")
     print(f"mean candidates per rerank call: {np.mean(n_candidates):.1f}")
