@@ -33,8 +33,6 @@ def demo(skip_travel: bool) -> None:
     Example:
       semdup demo                # or: bash scripts/demo.sh on a fresh machine
     """
-    import dataclasses
-
     from semdup.config import OpenSearchSettings, connect
     from semdup.evaluation.data_paths import semeval_files, travel_dir
     from semdup.evaluation.datasets import load_semeval_xml, load_stackexchange_dump
@@ -44,7 +42,7 @@ def demo(skip_travel: bool) -> None:
     from semdup.indexer.schema import LEXICAL_MODELS
 
     url = _ensure_opensearch()
-    client = connect(dataclasses.replace(OpenSearchSettings.from_env(), url=url))
+    client = connect(OpenSearchSettings.from_env(env={**os.environ, "SEMDUP_OPENSEARCH_URL": url}))
     click.echo(f"OpenSearch: {url}")
     methods = [parse_method(m) for m in LEXICAL_MODELS]
 

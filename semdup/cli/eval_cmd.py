@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -29,12 +30,9 @@ def _client(url: str | None, needed: bool):
         return None
     from semdup.config import OpenSearchSettings, connect
 
-    settings = OpenSearchSettings.from_env()
-    if url:
-        import dataclasses
-
-        settings = dataclasses.replace(settings, url=url)
-    return connect(settings)
+    # --opensearch wins over the environment's URL; credentials and TLS settings still come from it
+    env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
+    return connect(OpenSearchSettings.from_env(env=env))
 
 
 def _print_table(rows: list[tuple[str, dict[str, float]]], columns: list[str], as_json: bool) -> None:
