@@ -2,8 +2,8 @@
 
 * ``Bundle.document_fields`` tokenises each post once for the dense input and the term weights: it must equal
   the reference (``build_inputs`` per batch for the vector, ``TextPipeline.term_frequencies`` for the terms).
-* ``bulk_lines`` serialises with orjson: the JSON must parse to the same values the stdlib writes, and a float32
-  vector must come back as the same float32 values.
+* ``bulk_lines`` serialises with orjson: the JSON must parse to the same values the stdlib writes, and the float32
+  vector and term weights (``semdup_source``) must come back as the same float32 values.
 * ``write_overlapped`` writes every chunk, in order, and waits for the request in flight before it raises.
 
 Real posts (AskUbuntu test pairs: HTML, code, URLs) and a tiny bundle exported here; the trained Travel bundle too
@@ -116,7 +116,11 @@ def test_bulk_lines_parse_to_what_the_stdlib_writes(tiny_bundle: Bundle, posts: 
         vector = parsed["semdup"].pop("vector")
         assert np.array_equal(np.asarray(vector, dtype=np.float32), np.asarray(f["vector"], dtype=np.float32))
         np.testing.assert_allclose(vector, f["vector"], atol=1e-7, rtol=0)
-        reference = json.loads(json.dumps({**source, "semdup": {"model": f["model"], "terms": f["terms"]}}))
+        terms = parsed["semdup"].pop("terms")
+        assert list(terms) == list(f["terms"])
+        assert [np.float32(w) for w in terms.values()] == [np.float32(w) for w in f["terms"].values()]
+        assert all(abs(terms[k] - w) < 1e-7 for k, w in f["terms"].items())
+        reference = json.loads(json.dumps({**source, "semdup": {"model": f["model"]}}))
         assert parsed == reference
 
 

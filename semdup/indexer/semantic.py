@@ -92,8 +92,12 @@ def semdup_source(fields: dict[str, Any]) -> dict[str, Any]:
 
     The vector becomes a float32 array (exact: the encoder's output is float32, which is what a ``knn_vector``
     holds), so ``bulk_write`` writes each value as its shortest float32 decimal rather than 17 float64 digits.
+    Term weights become float32 too: OpenSearch parses a rank feature as a float (and keeps fewer bits still),
+    so the index loses nothing, and the ``_source`` copy differs from the float64 weight by < 1e-7.
     """
-    out: dict[str, Any] = {"model": fields["model"], "terms": dict(fields["terms"])}
+    terms = fields["terms"]
+    weights = np.asarray(list(terms.values()), dtype=np.float32)
+    out: dict[str, Any] = {"model": fields["model"], "terms": dict(zip(terms.keys(), weights, strict=True))}
     if fields.get("vector") is not None:
         out["vector"] = np.asarray(fields["vector"], dtype=np.float32)
     return out

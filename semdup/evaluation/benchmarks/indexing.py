@@ -1,18 +1,24 @@
 """Semantic indexing vs plain lexical bulk indexing of the same posts, on this machine, in one run.
 
-Measures, over the same posts and the same OpenSearch:
+Measures, over the same posts (given as the JSON objects an indexing task receives), the same OpenSearch, the
+same index settings (semdup's schema, 1 shard, refresh every 1 s; the semantic index adds the ``semdup``
+fields) and the same bulk settings (one batch of ``--batch-size`` posts per task, refresh at the end):
 
-* lexical: text pipeline cleaning + bulk ``index`` of the lexical fields (what a plain BM25 index costs);
-* semantic: the same plus the bundle's encoder (dense vector + learned BOW weights) and the ``semdup`` fields
-  — the work one indexing task does, without the broker hop;
-* encoder only: ``Bundle.document_fields`` with no OpenSearch at all.
+* lexical: per batch, parse the posts, clean them with the text pipeline and bulk-``index`` the lexical fields
+  in one request (what a plain BM25 indexing task costs);
+* semantic: per batch, :func:`semdup.indexer.semantic.index_batch` — the function the Celery ``index_posts``
+  task runs (text pipeline + encoder + term weights + bulk, encoding a chunk while the previous chunk's
+  request is in flight), without the broker hop and the once-per-task mapping read;
+* encoder only: ``Bundle.document_fields`` per batch with no OpenSearch at all.
 
-Each condition runs ``--runs`` times into a fresh index; the median posts/s is reported with the ratio
-semantic / lexical (target on CPU: ≥ 0.5). No torch is imported.
+Conditions are interleaved run by run, each run into a fresh index; the median posts/s is reported with the
+ratio semantic / lexical (target on CPU: ≥ 0.5). Beside wall time it prints the CPU seconds the client process
+and the OpenSearch node(s) (``_nodes/stats``) spent per run, and the load average, because on a shared machine
+wall time follows the CPU share. No torch is imported.
 
 Example::
 
-    python -m semdup.evaluation.benchmarks.indexing --bundle artifacts/bundles/bow-cnn --runs 3
+    python -m semdup.evaluation.benchmarks.indexing --bundle artifacts/bundles/bow-cnn-travel --runs 3
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from importlib import metadata
+from typing import Any
 
 from semdup.posts import Post
 
@@ -62,13 +69,21 @@ def _time(fn: Callable[[], None]) -> float:
     return time.monotonic() - t0
 
 
+def _node_cpu_seconds(client: Any) -> float:
+    """Total CPU seconds of every OpenSearch node's process so far (0 when the stats do not say)."""
+    time.sleep(1.1)  # the nodes refresh their process stats once a second
+    stats = client.nodes.stats(metric="process", request_timeout=30)
+    return sum(n.get("process", {}).get("cpu", {}).get("total_in_millis", 0) for n in stats["nodes"].values()) / 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--bundle", required=True, help="model bundle directory or .tar.gz")
     parser.add_argument("--data", default=None, help="Stack Exchange dump folder (default: the Travel dump)")
     parser.add_argument("--posts", type=int, default=0, help="use only the first N posts (0 = all)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64, help="posts per encoder call / indexing task")
+    parser.add_argument("--batch-size", type=int, default=64, help="posts per task = per lexical bulk request")
+    parser.add_argument("--chunk", type=int, default=None, help="index_batch chunk (default: INDEX_CHUNK)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     parser.add_argument("--no-knn", action="store_true", help="store the vector unindexed even if k-NN is there")
     args = parser.parse_args(argv)
@@ -79,63 +94,81 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
     from semdup.export.bundle import Bundle
     from semdup.indexer.bulk import bulk_write, chunked
-    from semdup.indexer.documents import index_action, lexical_document
+    from semdup.indexer.documents import index_action
     from semdup.indexer.lexical_index import create_index, delete_index
-    from semdup.indexer.semantic import semdup_source
+    from semdup.indexer.semantic import INDEX_CHUNK, index_batch
 
     posts: list[Post] = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())
     if args.posts:
         posts = posts[: args.posts]
+    payloads = [p.to_json() for p in posts]
+    chunk = args.chunk or INDEX_CHUNK
     bundle = Bundle.load(args.bundle, intra_op_threads=args.threads)
     client = connect(OpenSearchSettings.from_env())
     knn = bundle.dimension is not None and not args.no_knn and knn_available(client)
     index = f"semdup-bench-{os.getpid()}"
 
     def lexical() -> None:
-        report = bulk_write(client, (index_action(index, p) for p in posts), total=len(posts))
+        for batch in chunked(payloads, args.batch_size):
+            actions = [index_action(index, Post.from_json(obj)) for obj in batch]
+            report = bulk_write(client, actions, total=len(actions), chunk_size=len(actions))
+            if report.failed:
+                raise RuntimeError(f"{len(report.failed)} lexical writes failed: {report.failed[:3]}")
         client.indices.refresh(index=index)
-        if report.failed:
-            raise RuntimeError(f"{len(report.failed)} lexical writes failed: {report.failed[:3]}")
 
     def semantic() -> None:
-        def actions():
-            for batch in chunked(posts, args.batch_size):
-                for post, fields in zip(batch, bundle.document_fields(batch), strict=True):
-                    source = lexical_document(post)
-                    source["semdup"] = semdup_source(fields)
-                    yield {"_op_type": "index", "_index": index, "_id": post.id, "_source": source}
-
-        report = bulk_write(client, actions(), total=len(posts), chunk_size=args.batch_size * 4)
+        for batch in chunked(payloads, args.batch_size):
+            result = index_batch(client, index, batch, bundle, chunk_size=chunk)
+            if result.failed:
+                raise RuntimeError(f"{len(result.failed)} semantic writes failed: {result.failed[:3]}")
         client.indices.refresh(index=index)
-        if report.failed:
-            raise RuntimeError(f"{len(report.failed)} semantic writes failed: {report.failed[:3]}")
 
     def encoder_only() -> None:
         for batch in chunked(posts, args.batch_size):
             bundle.document_fields(batch)
 
-    times: dict[str, list[float]] = {"lexical": [], "semantic": [], "encoder": []}
+    conditions: tuple[tuple[str, Callable[[], None], int | None], ...] = (
+        ("lexical", lexical, None),
+        ("semantic", semantic, bundle.dimension),
+        ("encoder", encoder_only, -1),
+    )
+    times: dict[str, list[float]] = {name: [] for name, _, _ in conditions}
+    client_cpu: dict[str, list[float]] = {name: [] for name, _, _ in conditions}
+    server_cpu: dict[str, list[float]] = {name: [] for name, _, _ in conditions}
+    load_before = os.getloadavg()
     try:
         for _ in range(args.runs):
-            for name, fn, dim in (("lexical", lexical, None), ("semantic", semantic, bundle.dimension)):
-                create_index(client, index, dimension=dim, knn=knn and dim is not None, recreate=True)
+            for name, fn, dim in conditions:
+                if dim != -1:
+                    create_index(client, index, dimension=dim, knn=knn and dim is not None, recreate=True)
+                s0, c0 = _node_cpu_seconds(client), time.process_time()
                 times[name].append(_time(fn))
-            times["encoder"].append(_time(encoder_only))
+                client_cpu[name].append(time.process_time() - c0)
+                server_cpu[name].append(_node_cpu_seconds(client) - s0)
     finally:
         delete_index(client, index)
+    load_after = os.getloadavg()
 
     rate = {k: len(posts) / statistics.median(v) for k, v in times.items()}
     module = __spec__.name if __spec__ else __name__
     providers = bundle.session.get_providers() if bundle.session else []
     print(f"command:   python -m {module} {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"hardware:  {_hardware()}")
+    print(f"load avg:  {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} before, "
+          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after (1/5/15 min)")
     print(f"versions:  {_versions()}; OpenSearch {client.info()['version']['number']}; providers {providers}")
     print(f"bundle:    {bundle.version} (dimension {bundle.dimension}); knn_vector {knn}; onnx threads {args.threads}")
-    print(f"posts:     {len(posts)}; runs {args.runs} (median); batch {args.batch_size}")
-    labels = {"lexical": "lexical bulk indexing", "semantic": "semantic indexing", "encoder": "encoder only (CPU)"}
+    print(f"posts:     {len(posts)}; runs {args.runs} (median, interleaved); {args.batch_size} posts per task and "
+          f"per lexical bulk request; index_batch chunk {chunk}; refresh 1 s + once at the end")
+    labels = {
+        "lexical": "lexical bulk indexing",
+        "semantic": "semantic (index_batch)",
+        "encoder": "encoder only (CPU)",
+    }
     for key, label in labels.items():
         runs = ", ".join(f"{t:.2f}s" for t in times[key])
-        print(f"{label + ':':<25}{rate[key]:8.1f} posts/s  (runs: {runs})")
+        cpu = f"client CPU {statistics.median(client_cpu[key]):.1f}s, OpenSearch CPU {statistics.median(server_cpu[key]):.1f}s"
+        print(f"{label + ':':<25}{rate[key]:8.1f} posts/s  (runs: {runs}; median {cpu})")
     ratio = rate["semantic"] / rate["lexical"]
     print(f"ratio semantic/lexical:  {ratio:.2f}  (target >= 0.50: {'OK' if ratio >= 0.5 else 'BELOW'})")
     return 0
