@@ -121,14 +121,18 @@ def _top_half_scores(preds: dict[str, dict[str, float]]) -> dict[str, dict[str, 
 @click.option("--run", "run_out", type=click.Path(path_type=Path), help="Write a run file (QID DOCID RANK SCORE, top 100); several methods: a directory.")
 @click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
 @click.option("--keep-index", is_flag=True)
+@click.option("--offline", is_flag=True,
+              help="Score checkpoints and bundles exhaustively against every post, without OpenSearch "
+                   "(compares a bundle with its checkpoint; default for bundles: through the reranker).")
 @click.option("--json", "as_json", is_flag=True)
-def stackexchange(dump, split, methods, fields, run_out, url, keep_index, as_json) -> None:
+def stackexchange(dump, split, methods, fields, run_out, url, keep_index, offline, as_json) -> None:
     """Retrieve duplicates from a whole Stack Exchange community; print Accuracy@1/5/10, MAP, MRR.
 
     \b
     Example:
       semdup eval stackexchange --split test --method lexical
       semdup eval stackexchange --dump ../shared/data/travel-stackexchange --split dev --method bm25 --run bm25.run
+      semdup eval stackexchange --offline --method checkpoint:artifacts/bow-cnn-travel --method bundle:bundles/b.tar.gz
     """
     from semdup.evaluation.data_paths import travel_dir
     from semdup.evaluation.datasets import load_stackexchange_dump
@@ -136,10 +140,11 @@ def stackexchange(dump, split, methods, fields, run_out, url, keep_index, as_jso
     from semdup.evaluation.stackexchange_eval import run_stackexchange
 
     ms = _methods(methods)
+    if offline and any(m.lexical for m in ms):
+        raise click.UsageError("--offline scores trained models only; lexical methods need OpenSearch")
     d = load_stackexchange_dump(dump or travel_dir())
-    runs = run_stackexchange(d, split, ms, client=_client(url, any(m.lexical or m.kind == "bundle" for m in ms)),
-                             variant=fields,
-                             keep_index=keep_index)
+    needs_os = not offline and any(m.lexical or m.kind == "bundle" for m in ms)
+    runs = run_stackexchange(d, split, ms, client=_client(url, needs_os), variant=fields, keep_index=keep_index)
     if run_out:
         for run in runs:
             path = run_out if len(runs) == 1 else run_out / f"{run.method.replace(':', '_').replace('/', '_')}.{split}.run"
