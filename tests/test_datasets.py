@@ -17,8 +17,9 @@ from semdup.evaluation.datasets import (
     load_stackexchange_dump,
 )
 from semdup.evaluation.datasets._reading import _CheckedReader
+from semdup.evaluation.data_paths import default_data_dir
 
-DATA = Path(os.environ.get("SEMDUP_DATA", "/work/shared/data"))
+DATA = default_data_dir()
 SEMEVAL = DATA / "semeval2016-task3"
 OFFICIAL = SEMEVAL / "official"
 DEV_XML = OFFICIAL / "SemEval2016-Task3-CQA-QL-dev.xml"
@@ -30,7 +31,7 @@ TRAIN1_JSONL = SEMEVAL / "train-part1.pairs.jsonl"
 ASKUBUNTU = DATA / "askubuntu-pairs"
 TRAVEL = DATA / "travel-stackexchange"
 
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA} (set SEMDUP_DATA)")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA} (set SEMDUP_DATA_DIR)")
 
 
 @pytest.fixture(scope="module")

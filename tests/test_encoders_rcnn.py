@@ -16,8 +16,9 @@ from semdup.encoders.losses.max_margin import MaxMarginLoss, compute_max_margin_
 from semdup.encoders.models.rcnn import RCNN, GatedRecurrence
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.errors import ConfigError
+from semdup.evaluation.data_paths import default_data_dir
 
-DATA = Path("/work/shared/data/semeval2016-task3/official")
+DATA = default_data_dir() / "semeval2016-task3" / "official"
 
 
 def test_max_margin_loss_on_hand_built_scores() -> None:

@@ -15,8 +15,9 @@ from semdup.encoders.models.scqa import SCQA, TrigramCNNEncoder, _max_pool
 from semdup.encoders.registry import get_arch
 from semdup.encoders.tscqa import fuse
 from semdup.errors import ConfigError
+from semdup.evaluation.data_paths import default_data_dir
 
-DATA = Path("/work/shared/data/semeval2016-task3/official")
+DATA = default_data_dir() / "semeval2016-task3" / "official"
 
 
 def test_contrastive_loss_on_hand_built_cosines() -> None:

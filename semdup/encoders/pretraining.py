@@ -45,6 +45,7 @@ from semdup.encoders.models.rcnn import RCNN, RCNN_DEFAULTS, GatedRecurrence
 from semdup.encoders.text_pipeline import PAD_ID, UNK_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.errors import ConfigError, DataError
 from semdup.posts import Post
+from semdup.evaluation.data_paths import default_data_dir
 
 __all__ = [
     "PretrainSettings",
@@ -58,7 +59,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = Path("/work/shared/data")
+DEFAULT_DATA_DIR = default_data_dir()
 _FORMAT = "semdup-rcnn-pretrain-v1"
 
 

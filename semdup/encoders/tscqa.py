@@ -32,6 +32,7 @@ from semdup.encoders.scorer import PostScorer, minmax_normalise
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.errors import ConfigError
 from semdup.evaluation.metrics import best_threshold, retrieval_scores, semeval_scores
+from semdup.evaluation.data_paths import default_data_dir
 
 __all__ = ["ALPHA_GRID", "semeval_components", "travel_components", "fuse", "tune_alpha"]
 
@@ -101,12 +102,13 @@ def _travel_figures(
 
 
 def tune_alpha(
-    checkpoint: str | Path, data: str, data_dir: str | Path = "/work/shared/data", metric: str = "MAP"
+    checkpoint: str | Path, data: str, data_dir: str | Path | None = None, metric: str = "MAP"
 ) -> dict[str, Any]:
     """Dev curve over :data:`ALPHA_GRID`, the best α, and dev/test figures at it and at the paper's 0.8."""
     from semdup.encoders.checkpoint import CheckpointScorer
     from semdup.encoders.training.recipes import DataPaths, _load_semeval
 
+    data_dir = data_dir or default_data_dir()
     scorer = CheckpointScorer.from_dir(checkpoint)
     if scorer.fusion.get("beta_bow", 0.0) != 0.0:
         raise ConfigError(f"{checkpoint} has a BOW term; T-SCQA interpolates a dense-only SCQA checkpoint")
@@ -193,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Tune T-SCQA's α on dev and report dev/test")
     parser.add_argument("--checkpoint", required=True, help="a trained scqa checkpoint directory")
     parser.add_argument("--data", required=True, choices=["semeval", "travel"])
-    parser.add_argument("--data-dir", default="/work/shared/data")
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--out", help="write a t-scqa checkpoint here (copy with the tuned α)")
     args = parser.parse_args(argv)
     result = tune_alpha(args.checkpoint, args.data, args.data_dir)

