@@ -56,10 +56,9 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Checkpoint directory.")
 @click.option(
     "--data-dir",
-    default="/work/shared/data",
-    show_default=True,
+    default=None,
     type=click.Path(file_okay=False),
-    help="Root of the shared data sets.",
+    help="Root of the shared data sets (default: SEMDUP_DATA_DIR, else shared/data beside the checkout).",
 )
 @click.option(
     "--train",
@@ -117,7 +116,7 @@ def train(
     arch: str,
     data_set: str,
     out_dir: str,
-    data_dir: str,
+    data_dir: str | None,
     train_paths: tuple[str, ...],
     dev_path: str | None,
     test_path: str | None,
@@ -185,7 +184,9 @@ def train(
     settings = TrainSettings.for_arch(arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams)
     if chosen:
         logger.info("dev-chosen defaults for %s on %s: %s (options given on the command line win)", arch, data_set, chosen)
-    paths = DataPaths.defaults(data_set, data_dir).override(train_paths, dev_path, test_path)
+    from semdup.evaluation.data_paths import default_data_dir
+
+    paths = DataPaths.defaults(data_set, data_dir or default_data_dir()).override(train_paths, dev_path, test_path)
     recipe = build_recipe(
         data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs,
         report_test=not dev_only,

@@ -1,6 +1,6 @@
 """Per-data-set training recipes: which files train, which tune, which test, and how each is scored.
 
-Torch-free. Each recipe follows the data set's official protocol (``/work/shared/data/*/README.md``):
+Torch-free. Each recipe follows the data set's official protocol (``shared/data/*/README.md``):
 
 * ``semeval``: train = part 1 (JSONL) + part 2 (XML); early stopping on dev MAP; dev and test
   reported with the official measure; a duplicate threshold chosen on dev accuracy (for serving).
@@ -37,6 +37,7 @@ from semdup.encoders.training.pairs import (
     travel_training_data,
 )
 from semdup.errors import ConfigError, DataError
+from semdup.evaluation.data_paths import default_data_dir
 from semdup.evaluation.metrics import best_threshold
 
 __all__ = ["DATA_SETS", "DEFAULT_DATA_DIR", "DataPaths", "Recipe", "build_recipe", "RECIPE_DEFAULTS", "recipe_defaults"]
@@ -44,7 +45,7 @@ __all__ = ["DATA_SETS", "DEFAULT_DATA_DIR", "DataPaths", "Recipe", "build_recipe
 logger = logging.getLogger(__name__)
 
 DATA_SETS = ("semeval", "travel", "askubuntu")
-DEFAULT_DATA_DIR = Path("/work/shared/data")
+DEFAULT_DATA_DIR = default_data_dir()  # SEMDUP_DATA_DIR, else shared/data beside the checkout
 _SEMEVAL = "semeval2016-task3"
 _OFFICIAL = "semeval2016-task3/official/SemEval2016-Task3-CQA-QL"
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from semdup.encoders.lexical_scores import LexicalIndex
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings
+from semdup.evaluation.data_paths import default_data_dir
 from semdup.evaluation.metrics import retrieval_scores
 
 __all__ = ["lexical_dev_scores", "main"]
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from semdup.evaluation.datasets import load_stackexchange_dump
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dump", default="/work/shared/data/travel-stackexchange", type=Path)
+    ap.add_argument("--dump", default=default_data_dir() / "travel-stackexchange", type=Path)
     ap.add_argument("--max-tokens", type=int, nargs="+", default=[100, 200, 400, 800])
     ap.add_argument("--kinds", nargs="+", default=["tfidf", "bm25"])
     ap.add_argument("--split", default="dev", choices=["train", "dev"])
