@@ -213,3 +213,18 @@ def test_dense_scale_is_chosen_on_dev_and_saved_in_the_checkpoint(tmp_path: Path
                    "MAP", tmp_path / "ckpt")
     assert result.metrics["dense_scale"] == 0.0 and result.curve[-1]["dense_scale"] == 0.0
     assert CheckpointScorer.from_dir(tmp_path / "ckpt").fusion["beta_dense"] == 0.0
+
+
+@pytest.mark.parametrize("arch", ["bow-cnn", "cnn"])
+def test_travel_recipe_defaults_build_valid_settings_and_models(arch: str) -> None:
+    chosen = recipe_defaults(arch, "travel")
+    hparams = chosen.pop("hparams")
+    chosen.pop("lexical_negatives", None)
+    chosen.pop("related_negatives", None)
+    settings = TrainSettings.for_arch(arch, hparams=hparams, **chosen)
+    pipe = _pipeline(max_tokens=settings.max_tokens or 40)
+    from semdup.encoders.registry import get_arch
+
+    spec = get_arch(arch)
+    model = spec.model_class.from_hparams({**spec.defaults, **hparams, "word_vectors": "none", "emb_dim": 8}, pipe)
+    assert model.get_config_dict()["seed"] == 0 and settings.max_tokens is not None
