@@ -7,8 +7,9 @@ fields) and the same bulk settings (one batch of ``--batch-size`` posts per task
 * lexical: per batch, parse the posts, clean them with the text pipeline and bulk-``index`` the lexical fields
   in one request (what a plain BM25 indexing task costs);
 * semantic: per batch, :func:`semdup.indexer.semantic.index_batch` — the function the Celery ``index_posts``
-  task runs (text pipeline + encoder + term weights + bulk, encoding a chunk while the previous chunk's
-  request is in flight), without the broker hop and the once-per-task mapping read;
+  task runs (text pipeline + encoder + term weights + bulk; a batch larger than ``--chunk`` posts is written in
+  chunks, each encoded while the previous chunk's request is in flight), without the broker hop and the
+  once-per-task mapping read;
 * encoder only: ``Bundle.document_fields`` per batch with no OpenSearch at all.
 
 Conditions are interleaved run by run, each run into a fresh index; the median posts/s is reported with the
