@@ -30,7 +30,7 @@ from tqdm import tqdm
 from semdup.encoders.inputs import build_inputs, input_names
 from semdup.encoders.models._base import EncoderModel
 from semdup.encoders.registry import get_arch
-from semdup.encoders.scorer import bow_matrix, cosine_matrix, cosine_rows, fused_scores, minmax_normalise
+from semdup.encoders.scorer import EncodingScorer, bow_matrix
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary, check_post
 from semdup.errors import BundleError, SemdupError
 from semdup.posts import Post
@@ -155,7 +155,7 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[EncoderModel, TextPipeline, d
     return model, pipeline, config
 
 
-class CheckpointScorer:
+class CheckpointScorer(EncodingScorer):
     """:class:`semdup.encoders.scorer.PostScorer` over a torch checkpoint: batched, no_grad, CPU.
 
     Scores follow the contract s = β_bow·cos_bow + β_dense·cos_dense + α·lexnorm, with cos_bow
@@ -213,21 +213,3 @@ class CheckpointScorer:
         bow = bow_matrix(self.pipeline, posts, self._t) if self._t is not None else None
         return dense, bow
 
-    def score(self, query: Post, candidates: Sequence[Post], lexical: Sequence[float] | None = None) -> np.ndarray:
-        if not candidates:
-            return np.zeros(0)
-        dense, bow = self.encode([query, *candidates])
-        n = len(candidates)
-        cos_dense = cosine_rows(np.repeat(dense[:1], n, axis=0), dense[1:]) if dense is not None else None
-        cos_bow = None
-        if bow is not None:
-            cos_bow = np.asarray((bow[1:] @ bow[0].T).todense()).ravel()
-        lexnorm = minmax_normalise(lexical) if lexical is not None else None
-        return fused_scores(cos_bow, cos_dense, lexnorm, self.fusion)
-
-    def score_matrix(self, queries: Sequence[Post], corpus: Sequence[Post]) -> np.ndarray:
-        q_dense, q_bow = self.encode(queries)
-        c_dense, c_bow = self.encode(corpus)
-        cos_dense = cosine_matrix(q_dense, c_dense) if q_dense is not None else None
-        cos_bow = cosine_matrix(q_bow, c_bow) if q_bow is not None else None
-        return fused_scores(cos_bow, cos_dense, None, self.fusion)

@@ -33,6 +33,7 @@ from semdup.posts import Post
 
 __all__ = [
     "PostScorer",
+    "EncodingScorer",
     "Fusion",
     "DEFAULT_FUSION",
     "check_fusion",
@@ -140,3 +141,33 @@ def fused_scores(
         if x is not None and w != 0.0:
             out += w * np.asarray(x, dtype=np.float64)
     return out
+
+
+class EncodingScorer:
+    """The fusion half of a :class:`PostScorer`, shared by the torch and the onnxruntime scorers.
+
+    Subclasses provide ``encode(posts) -> (dense [N, D] or None, L2-normalised BOW CSR or None)`` and a
+    ``fusion`` dict; the scores are then the same maths whatever ran the encoder.
+    """
+
+    fusion: Mapping[str, float]
+
+    def encode(self, posts: Sequence[Post]) -> tuple[np.ndarray | None, sp.csr_matrix | None]:
+        raise NotImplementedError
+
+    def score(self, query: Post, candidates: Sequence[Post], lexical: Sequence[float] | None = None) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0)
+        dense, bow = self.encode([query, *candidates])
+        n = len(candidates)
+        cos_dense = cosine_rows(np.repeat(dense[:1], n, axis=0), dense[1:]) if dense is not None else None
+        cos_bow = np.asarray((bow[1:] @ bow[0].T).todense()).ravel() if bow is not None else None
+        lexnorm = minmax_normalise(lexical) if lexical is not None else None
+        return fused_scores(cos_bow, cos_dense, lexnorm, self.fusion)
+
+    def score_matrix(self, queries: Sequence[Post], corpus: Sequence[Post]) -> np.ndarray:
+        q_dense, q_bow = self.encode(queries)
+        c_dense, c_bow = self.encode(corpus)
+        cos_dense = cosine_matrix(q_dense, c_dense) if q_dense is not None else None
+        cos_bow = cosine_matrix(q_bow, c_bow) if q_bow is not None else None
+        return fused_scores(cos_bow, cos_dense, None, self.fusion)

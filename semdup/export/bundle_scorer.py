@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from semdup.encoders.scorer import bow_matrix, cosine_matrix, cosine_rows, fused_scores, minmax_normalise
+from semdup.encoders.scorer import EncodingScorer, bow_matrix
 from semdup.encoders.text_pipeline import check_post
 from semdup.export.bundle import Bundle
 from semdup.posts import Post
@@ -32,7 +32,7 @@ __all__ = ["BundleScorer"]
 logger = logging.getLogger(__name__)
 
 
-class BundleScorer:
+class BundleScorer(EncodingScorer):
     """:class:`semdup.encoders.scorer.PostScorer` over a verified :class:`Bundle` (torch-free).
 
     Args:
@@ -69,19 +69,3 @@ class BundleScorer:
         bow = bow_matrix(self.bundle.pipeline, posts, t) if t is not None else None
         return dense, bow
 
-    def score(self, query: Post, candidates: Sequence[Post], lexical: Sequence[float] | None = None) -> np.ndarray:
-        if not candidates:
-            return np.zeros(0)
-        dense, bow = self.encode([query, *candidates])
-        n = len(candidates)
-        cos_dense = cosine_rows(np.repeat(dense[:1], n, axis=0), dense[1:]) if dense is not None else None
-        cos_bow = np.asarray((bow[1:] @ bow[0].T).todense()).ravel() if bow is not None else None
-        lexnorm = minmax_normalise(lexical) if lexical is not None else None
-        return fused_scores(cos_bow, cos_dense, lexnorm, self.fusion)
-
-    def score_matrix(self, queries: Sequence[Post], corpus: Sequence[Post]) -> np.ndarray:
-        q_dense, q_bow = self.encode(queries)
-        c_dense, c_bow = self.encode(corpus)
-        cos_dense = cosine_matrix(q_dense, c_dense) if q_dense is not None else None
-        cos_bow = cosine_matrix(q_bow, c_bow) if q_bow is not None else None
-        return fused_scores(cos_bow, cos_dense, None, self.fusion)
