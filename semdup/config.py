@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "check_broker",
     "redact_url",
     "load_config_file",
+    "opensearch_errors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,20 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _START_HINT = "start the embedded one with `semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
 _BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
+
+
+@contextmanager
+def opensearch_errors(action: str) -> Iterator[None]:
+    """Turn opensearch-py's connection errors during ``action`` into one OpenSearchUnavailable that says
+    how to start a cluster (the CLI prints it as one line)."""
+    from opensearchpy.exceptions import ConnectionError as ClientConnectionError
+
+    try:
+        yield
+    except ClientConnectionError as exc:  # includes ConnectionTimeout
+        raise OpenSearchUnavailable(
+            f"OpenSearch did not answer while {action} ({type(exc).__name__}); {_START_HINT}"
+        ) from exc
 
 
 def redact_url(url: str) -> str:

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
+from semdup.config import opensearch_errors
 from semdup.encoders.text_pipeline import TextPipelineSettings
-from semdup.errors import BulkWriteError, OpenSearchUnavailable, PostError, SemdupError
+from semdup.errors import BulkWriteError, PostError, SemdupError
 from semdup.indexer.bulk import BulkReport, bulk_write
 from semdup.indexer.documents import index_action
 from semdup.indexer.schema import index_body
@@ -25,14 +26,10 @@ def create_index(
 ) -> None:
     """Create ``index`` with semdup's schema; ``recreate`` drops an existing one first."""
     try:
-        if recreate:
-            client.indices.delete(index=index, ignore_unavailable=True)
-        client.indices.create(index=index, body=index_body(dimension=dimension, knn=knn))
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch did not answer while creating {index!r}; start the embedded one with "
-            "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
-        ) from exc
+        with opensearch_errors(f"creating {index!r}"):
+            if recreate:
+                client.indices.delete(index=index, ignore_unavailable=True)
+            client.indices.create(index=index, body=index_body(dimension=dimension, knn=knn))
     except os_exc.RequestError as exc:
         raise SemdupError(f"cannot create index {index!r}: {exc.error}: {exc.info}") from exc
 
@@ -69,7 +66,8 @@ def load_posts(
         logger.warning("%d of %d posts were not indexed into %s", len(report.failed), len(posts), index)
         if strict:
             first = "; ".join(f"{i}: {e}" for i, e in report.failed[:3])
-            raise BulkWriteError(f"{len(report.failed)} posts were not indexed into {index!r} ({first})", report.failed)
+            message = f"{len(report.failed)} posts were not indexed into {index!r} ({first})"
+            raise BulkWriteError(message, report.failed)
     return report
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
+from semdup.config import opensearch_errors
+from semdup.errors import IndexError_, SemdupError
 from semdup.search_templates.templates import all_templates
 
 __all__ = ["register_templates", "render_template", "Hit", "msearch_templates", "MAX_QUERY_TERMS", "query_text"]
@@ -79,11 +80,7 @@ def msearch_templates(
 
 def _call(fn, **kwargs):
     try:
-        return fn(**kwargs)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch did not answer ({exc.__class__.__name__}); start the embedded one with "
-            "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
-        ) from exc
+        with opensearch_errors(f"running {fn.__name__}"):
+            return fn(**kwargs)
     except os_exc.NotFoundError as exc:
         raise IndexError_(f"not found: {exc.info if hasattr(exc, 'info') else exc}") from exc
