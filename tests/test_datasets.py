@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from semdup.errors import DataError
+from semdup.evaluation.data_paths import default_data_dir
 from semdup.evaluation.datasets import (
     load_pairs_jsonl,
     load_relevancy,
@@ -17,7 +17,6 @@ from semdup.evaluation.datasets import (
     load_stackexchange_dump,
 )
 from semdup.evaluation.datasets._reading import _CheckedReader
-from semdup.evaluation.data_paths import default_data_dir
 
 DATA = default_data_dir()
 SEMEVAL = DATA / "semeval2016-task3"

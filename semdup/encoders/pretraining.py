@@ -44,8 +44,8 @@ from semdup.encoders.inputs import pad_sequences
 from semdup.encoders.models.rcnn import RCNN, RCNN_DEFAULTS, GatedRecurrence
 from semdup.encoders.text_pipeline import PAD_ID, UNK_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.errors import ConfigError, DataError
-from semdup.posts import Post
 from semdup.evaluation.data_paths import default_data_dir
+from semdup.posts import Post
 
 __all__ = [
     "PretrainSettings",

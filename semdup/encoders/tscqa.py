@@ -31,8 +31,8 @@ from semdup.encoders.lexical_scores import LexicalIndex
 from semdup.encoders.scorer import PostScorer, minmax_normalise
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.errors import ConfigError
-from semdup.evaluation.metrics import best_threshold, retrieval_scores, semeval_scores
 from semdup.evaluation.data_paths import default_data_dir
+from semdup.evaluation.metrics import best_threshold, retrieval_scores, semeval_scores
 
 __all__ = ["ALPHA_GRID", "semeval_components", "travel_components", "fuse", "tune_alpha"]
 

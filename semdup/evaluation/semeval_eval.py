@@ -70,7 +70,7 @@ def _lexical_predictions(
             requests.append((tid, template_params(text, size=k)))
     hits = msearch_templates(client, index, requests)
     preds = {}
-    for q, qhits in zip(sem.questions, hits):
+    for q, qhits in zip(sem.questions, hits, strict=True):
         ids = [r.post.id for r in q.related]
         wanted = set(ids)
         preds[q.post.id] = _complete({h.id: h.score for h in qhits if h.id in wanted}, ids)
@@ -97,7 +97,7 @@ def _scorer_predictions(
             related = [r for r in related if lexical_rows[i][r.post.id] > floor] or related
         lex = [lexical_rows[i][r.post.id] for r in related] if lexical_rows is not None else None
         scores = scorer.score(q.post, [r.post for r in related], lexical=lex)
-        preds[q.post.id] = _complete({r.post.id: float(s) for r, s in zip(related, scores)},
+        preds[q.post.id] = _complete({r.post.id: float(s) for r, s in zip(related, scores, strict=True)},
                                      [r.post.id for r in q.related])
     return preds, getattr(scorer, "threshold", None)
 

@@ -69,7 +69,7 @@ def run_stackexchange(
                     for q in queries
                 ]
                 hits = msearch_templates(client, index, requests)
-                ranked = {q.post.id: [(h.id, h.score) for h in qh] for q, qh in zip(queries, hits)}
+                ranked = {q.post.id: [(h.id, h.score) for h in qh] for q, qh in zip(queries, hits, strict=True)}
             elif method.kind == "bundle" and client is not None:
                 # through the query-time Reranker (BM25's top 100 reranked): the service's figures
                 from semdup.reranker.evaluation import stackexchange_ranking

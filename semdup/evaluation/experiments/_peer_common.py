@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from semdup.posts import Post
 from semdup.evaluation.data_paths import default_data_dir
+from semdup.posts import Post
 
 logger = logging.getLogger(__name__)
 
