@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tiny_training import random_semeval_map, tiny_semeval_run
 
 from semdup.encoders.checkpoint import CheckpointScorer, load_checkpoint
 from semdup.encoders.inputs import build_inputs
@@ -19,12 +19,10 @@ from semdup.encoders.models.bow_cnn import BowCNN
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.encoders.training.fusion_choice import best_dense_scale
 from semdup.encoders.training.offline_eval import eval_semeval
-from semdup.encoders.training.pairs import TrainingData, TrainingGroup, semeval_training_data
+from semdup.encoders.training.pairs import TrainingData, TrainingGroup
 from semdup.encoders.training.recipes import recipe_defaults
 from semdup.encoders.training.trainer import TrainSettings, train
 from semdup.posts import Post
-
-DATA = Path("/work/shared/data/semeval2016-task3/official")
 
 
 def test_logistic_loss_uses_the_hardest_negative() -> None:
@@ -43,27 +41,8 @@ def test_logistic_loss_falls_as_the_margin_grows() -> None:
     assert large < small
 
 
-def random_semeval_map(semeval_set, repeats: int = 200, seed: int = 0) -> float:
-    """Expected MAP of a random ranking, estimated by averaging shuffled rankings."""
-    from semdup.evaluation.metrics import semeval_scores
-
-    rng = random.Random(seed)
-    total = 0.0
-    for _ in range(repeats):
-        preds = {q.post.id: {r.post.id: rng.random() for r in q.related} for q in semeval_set.questions}
-        total += semeval_scores(preds, semeval_set.gold())["MAP"]
-    return total / repeats
-
-
 @pytest.mark.slow
 def test_tiny_bow_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
-    from semdup.evaluation.datasets import load_semeval_xml
-
-    train_set = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-train-part2.xml")
-    dev = load_semeval_xml(
-        DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"
-    )
-    data = semeval_training_data([train_set], negatives=5, seed=0)
     settings = TrainSettings(
         arch="bow-cnn",
         epochs=3,
@@ -75,14 +54,7 @@ def test_tiny_bow_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
         threads=1,
         hparams={"word_vectors": "none", "emb_dim": 16, "conv_units": 32},
     )
-    result = train(
-        settings,
-        data,
-        lambda s: eval_semeval(s, dev),
-        "MAP",
-        tmp_path / "ckpt",
-        lambda s: {"dev": eval_semeval(s, dev)},
-    )
+    result, dev = tiny_semeval_run(settings, tmp_path / "ckpt", negatives=5)
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
     assert result.metrics["dev"]["MAP"] > random_semeval_map(dev) + 5.0
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")

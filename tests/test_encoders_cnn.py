@@ -6,13 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_encoders_bow_cnn import DATA, random_semeval_map
+from tiny_training import random_semeval_map, tiny_semeval_run
 
 from semdup.encoders.losses.mse_cosine import MSECosineLoss, compute_mse_loss_from_scores
 from semdup.encoders.models.cnn import ConvSumEncoder
-from semdup.encoders.training.offline_eval import eval_semeval
-from semdup.encoders.training.pairs import semeval_training_data
-from semdup.encoders.training.trainer import TrainSettings, train
+from semdup.encoders.training.trainer import TrainSettings
 from semdup.errors import ConfigError
 
 
@@ -54,13 +52,6 @@ def test_mean_pooling_does_not_saturate_on_long_posts() -> None:
 
 @pytest.mark.slow
 def test_tiny_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
-    from semdup.evaluation.datasets import load_semeval_xml
-
-    train_set = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-train-part2.xml")
-    dev = load_semeval_xml(
-        DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"
-    )
-    data = semeval_training_data([train_set], seed=0)
     settings = TrainSettings(
         arch="cnn",
         epochs=4,
@@ -71,13 +62,6 @@ def test_tiny_cnn_training_on_semeval_learns(tmp_path: Path) -> None:
         threads=1,
         hparams={"word_vectors": "none", "emb_dim": 16, "conv_units": 32},
     )
-    result = train(
-        settings,
-        data,
-        lambda s: eval_semeval(s, dev),
-        "MAP",
-        tmp_path / "ckpt",
-        lambda s: {"dev": eval_semeval(s, dev)},
-    )
+    result, dev = tiny_semeval_run(settings, tmp_path / "ckpt")
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
     assert result.metrics["dev"]["MAP"] > random_semeval_map(dev)

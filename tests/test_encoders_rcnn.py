@@ -4,21 +4,18 @@ pre-trained weights loading, and tiny real training and pre-training runs."""
 from __future__ import annotations
 
 import math
-import random
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tiny_training import random_semeval_map, tiny_semeval_run
 
 from semdup.encoders.losses.max_margin import MaxMarginLoss, compute_max_margin_loss
 from semdup.encoders.models.rcnn import RCNN, GatedRecurrence
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.errors import ConfigError
-from semdup.evaluation.data_paths import default_data_dir
-
-DATA = default_data_dir() / "semeval2016-task3" / "official"
 
 
 def test_max_margin_loss_on_hand_built_scores() -> None:
@@ -163,30 +160,12 @@ def test_pretrained_encoder_loads_weights_and_shared_words(tmp_path: Path) -> No
         load_pretrained_encoder(target, pipe, tmp_path / "missing.pt")
 
 
-def _random_semeval_map(semeval_set, repeats: int = 200, seed: int = 0) -> float:
-    from semdup.evaluation.metrics import semeval_scores
-
-    rng = random.Random(seed)
-    total = 0.0
-    for _ in range(repeats):
-        preds = {q.post.id: {r.post.id: rng.random() for r in q.related} for q in semeval_set.questions}
-        total += semeval_scores(preds, semeval_set.gold())["MAP"]
-    return total / repeats
-
-
 @pytest.mark.slow
 def test_tiny_rcnn_training_on_semeval_learns(tmp_path: Path) -> None:
     from semdup.encoders.checkpoint import CheckpointScorer
     from semdup.encoders.training.offline_eval import eval_semeval
-    from semdup.encoders.training.pairs import semeval_training_data
-    from semdup.encoders.training.trainer import TrainSettings, train
-    from semdup.evaluation.datasets import load_semeval_xml
+    from semdup.encoders.training.trainer import TrainSettings
 
-    train_set = load_semeval_xml(DATA / "SemEval2016-Task3-CQA-QL-train-part2.xml")
-    dev = load_semeval_xml(
-        DATA / "SemEval2016-Task3-CQA-QL-dev.xml", DATA / "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"
-    )
-    data = semeval_training_data([train_set], negatives=5, seed=0)
     settings = TrainSettings(
         arch="rcnn",
         epochs=3,
@@ -198,16 +177,9 @@ def test_tiny_rcnn_training_on_semeval_learns(tmp_path: Path) -> None:
         threads=1,
         hparams={"word_vectors": "none", "emb_dim": 16, "hidden_dim": 24, "freeze_embeddings": False},
     )
-    result = train(
-        settings,
-        data,
-        lambda s: eval_semeval(s, dev),
-        "MAP",
-        tmp_path / "ckpt",
-        lambda s: {"dev": eval_semeval(s, dev)},
-    )
+    result, dev = tiny_semeval_run(settings, tmp_path / "ckpt", negatives=5)
     assert result.curve[-1]["loss"] < result.curve[0]["loss"]
-    assert result.metrics["dev"]["MAP"] > _random_semeval_map(dev) + 3.0
+    assert result.metrics["dev"]["MAP"] > random_semeval_map(dev) + 3.0
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")
     assert eval_semeval(scorer, dev)["MAP"] == pytest.approx(result.metrics["dev"]["MAP"], abs=1e-6)
 
