@@ -88,3 +88,26 @@ def tune_shingle_size(pipeline: TextPipeline, pairs: Sequence[Any]) -> tuple[int
         if best is None or acc > best[2]:
             best = (n, thr, acc)
     return best
+
+
+def main() -> None:
+    """``python -m semdup.encoders.shingles``: the Jaccard baseline on the AskUbuntu pairs (Bogdanova protocol):
+    shingle size and threshold chosen on train, accuracy reported on test."""
+    from semdup.encoders.text_pipeline import TextPipelineSettings
+    from semdup.evaluation.data_paths import askubuntu_files
+    from semdup.evaluation.datasets import load_pairs_jsonl
+    from semdup.evaluation.metrics import pair_accuracy
+
+    train_path, test_path = askubuntu_files()
+    pipeline = TextPipeline(TextPipelineSettings())
+    size, threshold, train_acc = tune_shingle_size(pipeline, load_pairs_jsonl(train_path))
+    test = load_pairs_jsonl(test_path)
+    scorer = ShingleJaccardScorer(pipeline, size)
+    scores = [float(scorer.score(p.query, [p.candidate])[0]) for p in test]
+    acc = pair_accuracy(scores, [p.duplicate for p in test], threshold)
+    print(f"jaccard shingles: size {size}, threshold {threshold:.4f} (train accuracy {train_acc:.2f}); "
+          f"test accuracy {acc:.2f} on {len(test)} pairs")
+
+
+if __name__ == "__main__":
+    main()
