@@ -42,6 +42,7 @@ __all__ = [
     "redact_url",
     "load_config_file",
     "opensearch_errors",
+    "parse_bool",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _parse_bool(name: str, value: Any) -> bool:
+def parse_bool(name: str, value: Any) -> bool:
+    """A boolean setting from the environment or a config file (1/0, true/false, yes/no, on/off)."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -230,7 +232,7 @@ class OpenSearchSettings:
             if env.get(var):
                 values[field_name] = env[var]
         if "verify_certs" in values:
-            values["verify_certs"] = _parse_bool("verify_certs", values["verify_certs"])
+            values["verify_certs"] = parse_bool("verify_certs", values["verify_certs"])
         if "timeout" in values:
             values["timeout"] = _parse_number("timeout", values["timeout"], float)
         if "max_retries" in values:

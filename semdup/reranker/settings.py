@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from semdup.config import OpenSearchSettings, load_config_file
+from semdup.config import OpenSearchSettings, load_config_file, parse_bool
 from semdup.errors import ConfigError
 from semdup.indexer.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
@@ -38,21 +38,6 @@ from semdup.search_templates import VARIANTS
 __all__ = ["RerankerSettings", "ServiceSettings"]
 
 logger = logging.getLogger(__name__)
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigError(f"{name} must be true or false, got {value!r}")
-
 
 @dataclass(frozen=True)
 class RerankerSettings:
@@ -195,8 +180,8 @@ class ServiceSettings:
             rr = RerankerSettings(
                 templates=tuple(templates),
                 variant=str(values.get("variant", "text")),
-                sparse=_bool("sparse", values.get("sparse", False)),
-                knn=_bool("knn", values.get("knn", False)),
+                sparse=parse_bool("sparse", values.get("sparse", False)),
+                knn=parse_bool("knn", values.get("knn", False)),
                 k_candidates=int(values.get("k_candidates", 100)),
                 search_timeout=float(values.get("search_timeout", 5.0)),
                 field_cache=int(values.get("field_cache", 50_000)),
@@ -208,12 +193,12 @@ class ServiceSettings:
                 opensearch=opensearch,
                 reranker=rr,
                 api_key=str(values["api_key"]) if values.get("api_key") else None,
-                auth=_bool("auth", auth_value),
+                auth=parse_bool("auth", auth_value),
                 max_body_bytes=int(values.get("max_body_bytes", 1 << 20)),
                 max_text_chars=int(values.get("max_text_chars", 100_000)),
                 max_k=int(values.get("max_k", 100)),
                 threads=int(values.get("threads", 8)),
-                log_json=_bool("log_json", values.get("log_json", False)),
+                log_json=parse_bool("log_json", values.get("log_json", False)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,
             )
         except (TypeError, ValueError) as exc:
