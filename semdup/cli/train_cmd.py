@@ -98,6 +98,13 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
     help="Travel: related links (LinkTypeId=1) as negatives (default on, or the dev-chosen setting).",
 )
 @click.option(
+    "--random-pair-negatives",
+    default=None,
+    type=int,
+    help="Travel, pair losses (SCQA): random posts added as 0-pairs per positive beside the hard ones "
+    "(default 0 or the dev-chosen one).",
+)
+@click.option(
     "--dev-only",
     is_flag=True,
     help="Tuning runs: evaluate dev only, never test (choose settings on dev; report test once).",
@@ -135,6 +142,7 @@ def train(
     dense_scales: str | None,
     lexical_negatives: int | None,
     related_negatives: bool | None,
+    random_pair_negatives: int | None,
     dev_only: bool,
     qa_pairs: bool,
     threads: int,
@@ -165,6 +173,8 @@ def train(
     lexical_negatives = chosen_lexical if lexical_negatives is None else lexical_negatives
     chosen_related = chosen.pop("related_negatives", True)
     related_negatives = chosen_related if related_negatives is None else related_negatives
+    chosen_random = chosen.pop("random_pair_negatives", 0)
+    random_pair_negatives = chosen_random if random_pair_negatives is None else random_pair_negatives
     cli = {
         "epochs": epochs,
         "seed": seed,
@@ -191,6 +201,7 @@ def train(
         data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs,
         report_test=not dev_only,
         related_negatives=related_negatives,
+        random_pair_negatives=random_pair_negatives,
     )
     result = run_training(
         settings,

@@ -199,7 +199,12 @@ def _semeval_recipe(paths: DataPaths, negatives: int, seed: int, qa_pairs: bool 
 
 
 def _travel_recipe(
-    paths: DataPaths, negatives: int, seed: int, lexical_negatives: int, related_negatives: bool = True
+    paths: DataPaths,
+    negatives: int,
+    seed: int,
+    lexical_negatives: int,
+    related_negatives: bool = True,
+    random_pair_negatives: int = 0,
 ) -> Recipe:
     from semdup.evaluation.datasets import load_stackexchange_dump
 
@@ -219,7 +224,13 @@ def _travel_recipe(
         tops = index.top_k(pipe, [dump.posts[i] for i in ids], lexical_negatives)
         lex = dict(zip(ids, tops, strict=True))
     data = travel_training_data(
-        dump, "train", negatives=negatives, lexical_negatives=lex, seed=seed, related_negatives=related_negatives
+        dump,
+        "train",
+        negatives=negatives,
+        lexical_negatives=lex,
+        seed=seed,
+        related_negatives=related_negatives,
+        random_pair_negatives=random_pair_negatives,
     )
 
     def final(scorer: PostScorer) -> dict[str, Any]:
@@ -232,6 +243,8 @@ def _travel_recipe(
         "lexical_negatives": lexical_negatives,
         "related_negatives": related_negatives,
     }
+    if random_pair_negatives > 0:
+        extra["random_pair_negatives"] = random_pair_negatives
     return Recipe(data, lambda s: eval_travel(s, dump, "dev"), "MAP", final, extra)
 
 
@@ -276,17 +289,20 @@ def build_recipe(
     qa_pairs: bool = False,
     report_test: bool = True,
     related_negatives: bool = True,
+    random_pair_negatives: int = 0,
 ) -> Recipe:
     """The recipe of data set ``data`` (``semeval``, ``travel`` or ``askubuntu``) over ``paths``.
 
     ``qa_pairs`` (SemEval only) adds question–answer pairs from the training comments (SCQA).
-    ``related_negatives`` (Travel) uses related links as negatives. ``report_test=False`` (tuning runs) leaves test out of the final evaluation, so a setting can
+    ``related_negatives`` (Travel) uses related links as negatives. ``random_pair_negatives``
+    (Travel) adds that many random 0-pairs per positive for pair losses (SCQA's easy negatives).
+    ``report_test=False`` (tuning runs) leaves test out of the final evaluation, so a setting can
     only be chosen on dev.
     """
     if data == "semeval":
         recipe = _semeval_recipe(paths, negatives, seed, qa_pairs)
     elif data == "travel":
-        recipe = _travel_recipe(paths, negatives, seed, lexical_negatives, related_negatives)
+        recipe = _travel_recipe(paths, negatives, seed, lexical_negatives, related_negatives, random_pair_negatives)
     elif data == "askubuntu":
         recipe = _askubuntu_recipe(paths, negatives, seed)
     else:
