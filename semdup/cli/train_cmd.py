@@ -113,6 +113,12 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
               help="SemEval: add question-answer pairs from the training comments (SCQA's signal; pair losses).")
 @click.option("--threads", type=int, default=2, show_default=True, help="torch CPU threads.")
 @click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="torch device to train on, e.g. cuda (the checkpoint is written from CPU tensors and loads anywhere).",
+)
+@click.option(
     "--set",
     "sets",
     multiple=True,
@@ -146,6 +152,7 @@ def train(
     dev_only: bool,
     qa_pairs: bool,
     threads: int,
+    device: str,
     sets: tuple[str, ...],
 ) -> None:
     """Train an encoder on real data; write config.json, vocab.json, model.pt and metrics.json to --out.
@@ -187,6 +194,7 @@ def train(
         "min_df": min_df,
         "max_steps_per_epoch": max_steps,
         "threads": threads,
+        "device": device,
         "term_lr": term_lr,
         "evals_per_epoch": evals_per_epoch,
         "dense_scales": _parse_scales(dense_scales),

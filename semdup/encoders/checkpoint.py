@@ -156,7 +156,7 @@ def load_checkpoint(ckpt_dir: str | Path) -> tuple[EncoderModel, TextPipeline, d
 
 
 class CheckpointScorer(EncodingScorer):
-    """:class:`semdup.encoders.scorer.PostScorer` over a torch checkpoint: batched, no_grad, CPU.
+    """:class:`semdup.encoders.scorer.PostScorer` over a torch checkpoint: batched, no_grad, on the model's device.
 
     Scores follow the contract s = β_bow·cos_bow + β_dense·cos_dense + α·lexnorm, with cos_bow
     computed torch-free from the term weights exactly as serving does.
@@ -206,9 +206,10 @@ class CheckpointScorer(EncodingScorer):
             with torch.no_grad():
                 for i in tqdm(starts, desc="encode", unit="batch", disable=not self.progress):
                     arrays = build_inputs(self.model.input_kind, self.pipeline, posts[i : i + self.batch_size])
-                    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+                    device = next(self._dense.parameters()).device  # CPU, or the GPU a training run is on
+                    tensors = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
                     names = input_names(self.model.input_kind)
-                    chunks.append(self._dense(*[tensors[n] for n in names]).float().numpy())
+                    chunks.append(self._dense(*[tensors[n] for n in names]).float().cpu().numpy())
             dense = np.concatenate(chunks) if chunks else np.zeros((0, 0), dtype=np.float32)
         bow = bow_matrix(self.pipeline, posts, self._t) if self._t is not None else None
         return dense, bow

@@ -94,9 +94,12 @@ def _load_bert(model_dir: Path, pretrained: bool) -> nn.Module:
         from transformers import AutoConfig, AutoModel
     except ImportError as exc:
         raise ImportError('the MiniLM peer needs transformers: pip install "semdup[train]"') from exc
+    # float32 whatever the stored dtype: a half-precision copy of the weights (small enough to ship to a GPU
+    # machine) still trains and scores in float32, and newer transformers would otherwise keep the file's dtype.
     if pretrained:
-        return AutoModel.from_pretrained(str(model_dir), local_files_only=True)
-    return AutoModel.from_config(AutoConfig.from_pretrained(str(model_dir), local_files_only=True))
+        return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    return AutoModel.from_config(config, dtype=torch.float32)
 
 
 class MiniLM(EncoderModel):

@@ -151,8 +151,8 @@ class RCNNEncoder(nn.Module):
         mask = (ids != 0).to(torch.float32)  # (B, L)
         x = self.dropout(self.embedding(ids))  # (B, L, E)
         batch = ids.shape[0]
-        h0 = torch.zeros((batch, self.hidden_dim), dtype=x.dtype)
-        c0 = torch.zeros((batch, self.recurrence.order, self.hidden_dim), dtype=x.dtype)
+        h0 = torch.zeros((batch, self.hidden_dim), dtype=x.dtype, device=x.device)
+        c0 = torch.zeros((batch, self.recurrence.order, self.hidden_dim), dtype=x.dtype, device=x.device)
         total, last = self.recurrence(x, mask, h0, c0)  # (B, H), (B, H)
         count = mask.sum(dim=1, keepdim=True)  # (B, 1)
         present = (count > 0).to(torch.float32)  # (B, 1)

@@ -71,6 +71,8 @@ class TrainSettings:
             chosen among them); 2 = every half epoch.
         dense_scales: models with both a BOW and a dense path: at each dev evaluation also try
             β_dense × s for these s and keep the best (see ``fusion_choice``); () = off.
+        device: torch device of training and dev scoring (``"cuda"`` on a GPU machine); the checkpoint is
+            always written from CPU tensors, so it loads anywhere.
     """
 
     arch: str
@@ -91,6 +93,7 @@ class TrainSettings:
     term_lr: float | None = None
     evals_per_epoch: int = 1
     dense_scales: tuple[float, ...] = ()
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -173,8 +176,15 @@ def build_pipeline(spec: ArchSpec, settings: TrainSettings, vocab_posts: Sequenc
     return out
 
 
-def _tensors(kind: str, pipeline: TextPipeline, posts: Sequence[Post], bow: bool) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v) for k, v in build_inputs(kind, pipeline, posts, with_bow=bow).items()}
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _tensors(
+    kind: str, pipeline: TextPipeline, posts: Sequence[Post], bow: bool, device: torch.device
+) -> dict[str, torch.Tensor]:
+    arrays = build_inputs(kind, pipeline, posts, with_bow=bow)
+    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in arrays.items()}
 
 
 def _group_loss(
@@ -185,8 +195,9 @@ def _group_loss(
         raise DataError("a training group has no negative; the data set is too small to sample negatives from")
     queries = [g.query for g in batch]
     cands = [p for g in batch for p in (g.positive, *g.negatives[:k])]
-    q = model.encode(_tensors(model.input_kind, pipeline, queries, model.uses_bow))  # B rows
-    c = model.encode(_tensors(model.input_kind, pipeline, cands, model.uses_bow))  # B*(1+k) rows
+    dev = _device(model)
+    q = model.encode(_tensors(model.input_kind, pipeline, queries, model.uses_bow, dev))  # B rows
+    c = model.encode(_tensors(model.input_kind, pipeline, cands, model.uses_bow, dev))  # B*(1+k) rows
     scores = model.score_encoded(q.repeat_rows(1 + k), c).view(len(batch), 1 + k)  # (B, 1+k)
     return loss_fn(scores)
 
@@ -194,9 +205,10 @@ def _group_loss(
 def _pair_loss(
     model: EncoderModel, loss_fn: torch.nn.Module, pipeline: TextPipeline, batch: Sequence[Any]
 ) -> torch.Tensor:
-    q = _tensors(model.input_kind, pipeline, [p.query for p in batch], model.uses_bow)
-    c = _tensors(model.input_kind, pipeline, [p.candidate for p in batch], model.uses_bow)
-    labels = torch.tensor([p.label for p in batch], dtype=torch.float32)
+    dev = _device(model)
+    q = _tensors(model.input_kind, pipeline, [p.query for p in batch], model.uses_bow, dev)
+    c = _tensors(model.input_kind, pipeline, [p.candidate for p in batch], model.uses_bow, dev)
+    labels = torch.tensor([p.label for p in batch], dtype=torch.float32, device=dev)
     return loss_fn(model.score(q, c), labels)
 
 
@@ -255,7 +267,8 @@ def train(
     spec = get_arch(settings.arch)
     pipeline = build_pipeline(spec, settings, data.vocab_posts)
     model = spec.model_class.from_hparams({**spec.defaults, **dict(settings.hparams)}, pipeline)
-    loss_fn = spec.loss_class(**spec.loss_defaults)
+    model.to(settings.device)
+    loss_fn = spec.loss_class(**spec.loss_defaults).to(settings.device)
     items = list(data.groups if spec.batch_format == "groups" else data.pairs)
     if not items:
         raise DataError(f"no training {spec.batch_format} for {settings.arch}; check the training data")
@@ -353,6 +366,7 @@ def train(
         "threshold": final.get("threshold"),
         **dict(extra_config or {}),
     }
+    model.to("cpu")
     out = save_checkpoint(out_dir, model, settings.arch, pipeline, config)
     metrics = {
         "arch": settings.arch,
