@@ -115,6 +115,15 @@ class EncoderModel(nn.Module):
             "alpha": val("alpha", 0.0),
         }
 
+    def scale_dense(self, factor: float) -> None:
+        """β_dense ← β_dense × factor, in the model itself, so the checkpoint's fusion carries a dev choice."""
+        beta = getattr(self, "beta_dense", 1.0)
+        if isinstance(beta, nn.Parameter):
+            with torch.no_grad():
+                beta.mul_(factor)
+        else:
+            self.beta_dense = float(beta) * factor
+
     def get_config_dict(self) -> dict[str, Any]:
         """Hyper-parameters, enough for ``from_hparams`` to rebuild the model."""
         return dict(self.hparams)

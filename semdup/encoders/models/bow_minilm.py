@@ -109,6 +109,11 @@ class BowMiniLM(MiniLM):
     def fusion(self) -> dict[str, float]:
         return EncoderModel.fusion(self)
 
+    def scale_dense(self, factor: float) -> None:
+        # β_dense is derived from the parameter beta_dense_scaled: scale that (scaling the derived tensor is lost).
+        with torch.no_grad():
+            self.beta_dense_scaled.mul_(factor)
+
 
 register(
     ArchSpec(

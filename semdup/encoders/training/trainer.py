@@ -228,12 +228,11 @@ def _optimizer(model: EncoderModel, settings: TrainSettings) -> torch.optim.Opti
 
 def _scale_dense_weight(model: EncoderModel, scale: float) -> None:
     """β_dense ← β_dense × scale in the model itself, so the checkpoint's fusion carries the choice."""
-    beta = getattr(model, "beta_dense", 1.0)
-    if isinstance(beta, torch.Tensor):
-        with torch.no_grad():
-            beta.mul_(scale)
-    else:
-        model.beta_dense = float(beta) * scale
+    before = model.fusion()["beta_dense"]
+    model.scale_dense(scale)
+    after = model.fusion()["beta_dense"]
+    if abs(after - before * scale) > 1e-6 * max(1.0, abs(before * scale)):
+        raise RuntimeError(f"{type(model).__name__}.scale_dense did not scale β_dense: {before} × {scale} gave {after}")
 
 
 def _penalty(model: EncoderModel) -> torch.Tensor | float:
