@@ -113,6 +113,11 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
               help="SemEval: add question-answer pairs from the training comments (SCQA's signal; pair losses).")
 @click.option("--threads", type=int, default=2, show_default=True, help="torch CPU threads.")
 @click.option(
+    "--loss",
+    type=click.Choice(["in-batch"]),
+    help="Replace the arch's loss: in-batch = softmax over every candidate of the batch (dense archs, e.g. minilm).",
+)
+@click.option(
     "--device",
     default="cpu",
     show_default=True,
@@ -152,6 +157,7 @@ def train(
     dev_only: bool,
     qa_pairs: bool,
     threads: int,
+    loss: str | None,
     device: str,
     sets: tuple[str, ...],
 ) -> None:
@@ -195,6 +201,7 @@ def train(
         "max_steps_per_epoch": max_steps,
         "threads": threads,
         "device": device,
+        "loss": loss,
         "term_lr": term_lr,
         "evals_per_epoch": evals_per_epoch,
         "dense_scales": _parse_scales(dense_scales),

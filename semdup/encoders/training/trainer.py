@@ -43,6 +43,7 @@ __all__ = ["TrainSettings", "TrainResult", "CachedTextPipeline", "set_seeds", "b
 logger = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adam", "sgd")
+LOSSES = ("in-batch",)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class TrainSettings:
             chosen among them); 2 = every half epoch.
         dense_scales: models with both a BOW and a dense path: at each dev evaluation also try
             β_dense × s for these s and keep the best (see ``fusion_choice``); () = off.
+        loss: ``None`` = the arch's own loss; ``"in-batch"`` = :class:`InBatchSoftmaxLoss` (dense encoders:
+            every candidate of the batch is a negative for the other queries).
         device: torch device of training and dev scoring (``"cuda"`` on a GPU machine); the checkpoint is
             always written from CPU tensors, so it loads anywhere.
     """
@@ -94,8 +97,11 @@ class TrainSettings:
     evals_per_epoch: int = 1
     dense_scales: tuple[float, ...] = ()
     device: str = "cpu"
+    loss: str | None = None
 
     def __post_init__(self) -> None:
+        if self.loss not in (None, *LOSSES):
+            raise ConfigError(f"loss {self.loss!r} is not one of {sorted(LOSSES)} (or the arch's own)")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.evals_per_epoch < 1 or (self.term_lr is not None and self.term_lr < 0):
@@ -198,6 +204,13 @@ def _group_loss(
     dev = _device(model)
     q = model.encode(_tensors(model.input_kind, pipeline, queries, model.uses_bow, dev))  # B rows
     c = model.encode(_tensors(model.input_kind, pipeline, cands, model.uses_bow, dev))  # B*(1+k) rows
+    if getattr(loss_fn, "in_batch", False):
+        if q.dense is None or model.uses_bow:
+            raise ConfigError("the in-batch loss scores dense vectors only; use it with a dense-only arch (minilm)")
+        qn = torch.nn.functional.normalize(q.dense, dim=-1)
+        cn = torch.nn.functional.normalize(c.dense, dim=-1)
+        targets = torch.arange(len(batch), device=qn.device) * (1 + k)  # each query's own positive
+        return loss_fn(qn @ cn.T, targets)  # (B, B*(1+k))
     scores = model.score_encoded(q.repeat_rows(1 + k), c).view(len(batch), 1 + k)  # (B, 1+k)
     return loss_fn(scores)
 
@@ -267,7 +280,14 @@ def train(
     pipeline = build_pipeline(spec, settings, data.vocab_posts)
     model = spec.model_class.from_hparams({**spec.defaults, **dict(settings.hparams)}, pipeline)
     model.to(settings.device)
-    loss_fn = spec.loss_class(**spec.loss_defaults).to(settings.device)
+    if settings.loss == "in-batch":
+        from semdup.encoders.losses.in_batch import InBatchSoftmaxLoss
+
+        if spec.batch_format != "groups":
+            raise ConfigError(f"the in-batch loss needs groups; {settings.arch} trains on {spec.batch_format}")
+        loss_fn: torch.nn.Module = InBatchSoftmaxLoss().to(settings.device)
+    else:
+        loss_fn = spec.loss_class(**spec.loss_defaults).to(settings.device)
     items = list(data.groups if spec.batch_format == "groups" else data.pairs)
     if not items:
         raise DataError(f"no training {spec.batch_format} for {settings.arch}; check the training data")
@@ -355,7 +375,7 @@ def train(
         with torch.no_grad():
             final = dict(evaluate_final(CheckpointScorer(model, pipeline)))
     config = {
-        "loss": {"class": spec.loss_class.__name__, **loss_fn.get_config_dict()},
+        "loss": {"class": type(loss_fn).__name__, **loss_fn.get_config_dict()},
         "batch_format": spec.batch_format,
         "train": {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(settings).items()},
         "seed": settings.seed,
