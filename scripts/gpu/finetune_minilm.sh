@@ -3,7 +3,7 @@
 # dev, the dev-best run of each data set kept (test figures are printed for every run but never used to choose).
 #
 #   python -m semdup.encoders.checkpoint_delta base16 .gpu/minilm16      # once, on a machine with the package
-#   bash scripts/gpu/finetune_minilm.sh OUT [DATA_DIR]                    # on the GPU machine
+#   GRID=fusion|in-batch bash scripts/gpu/finetune_minilm.sh OUT [DATA_DIR]   # on the GPU machine
 #
 # Each run is cut at RUN_SECONDS (default 470). OUT/summary.tsv lists every run (data set, name, dev MAP, test MAP); OUT/<data>-best.tar.part-* is the dev-best
 # checkpoint of each data set as a delta over .gpu/minilm16 (python -m semdup.encoders.checkpoint_delta read).
@@ -15,7 +15,7 @@ out=${1:?usage: finetune_minilm.sh OUT [DATA_DIR]}
 data=${2:-../shared/data}
 runs=/tmp/semdup-gpu-runs
 mkdir -p "$out" "$runs"
-base=(--device cuda --threads 2 --data-dir "$data" --set model_dir=.gpu/minilm16 --evals-per-epoch 2)
+base=(--device cuda --threads 2 --data-dir "$data" --set model_dir=.gpu/minilm16 --evals-per-epoch "${EVALS:-2}")
 
 run() {  # run NAME ARGS...: one training run, its log in OUT/logs
     local name=$1
@@ -23,16 +23,33 @@ run() {  # run NAME ARGS...: one training run, its log in OUT/logs
     timeout "${RUN_SECONDS:-470}" "$py" -m semdup train "$@" "${base[@]}" --out "$runs/$name" >"$runs/$name.log" 2>&1 || echo "run $name FAILED (see its log)"
 }
 
-# SemEval-2016 (train part 1 + 2 / dev / test): bow-MiniLM without the CPU step cap.
-run semeval-f4-lr2e5-len128 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=4 --lr 2e-5 --set max_len=128 &
-run semeval-f2-lr2e5-len256 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=2 --lr 2e-5 --set max_len=256 &
-run semeval-f4-lr5e5-len256 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=4 --lr 5e-5 --set max_len=256 &
-run semeval-f2-lr1e5-len256 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=2 --lr 1e-5 --set max_len=256 &
-# Travel Stack Exchange (its train / dev / test splits): bow-MiniLM and MiniLM alone.
-run travel-bow-f2-lr2e5 --arch bow-minilm --data travel --epochs 2 --set freeze_layers=2 --lr 2e-5 --set max_len=256 --dense-scales 0.5,1,2 &
-run travel-bow-f4-lr2e5 --arch bow-minilm --data travel --epochs 2 --set freeze_layers=4 --lr 2e-5 --set max_len=256 --dense-scales 0.5,1,2 &
-run travel-bow-f2-lr5e5 --arch bow-minilm --data travel --epochs 2 --set freeze_layers=2 --lr 5e-5 --set max_len=256 --dense-scales 0.5,1,2 &
-run travel-minilm-f2-lr2e5 --arch minilm --data travel --epochs 2 --set freeze_layers=2 --lr 2e-5 --set max_len=256 &
+case "${GRID:-fusion}" in
+fusion)  # bow-MiniLM (the BOW-CNN fusion with MiniLM as its dense path) and MiniLM, each arch's own loss
+    # SemEval-2016 (train part 1 + 2 / dev / test): bow-MiniLM without the CPU step cap.
+    run semeval-f4-lr2e5-len128 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=4 --lr 2e-5 --set max_len=128 &
+    run semeval-f2-lr2e5-len256 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=2 --lr 2e-5 --set max_len=256 &
+    run semeval-f4-lr5e5-len256 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=4 --lr 5e-5 --set max_len=256 &
+    run semeval-f2-lr1e5-len256 --arch bow-minilm --data semeval --epochs 3 --set freeze_layers=2 --lr 1e-5 --set max_len=256 &
+    # Travel Stack Exchange (its train / dev / test splits): bow-MiniLM and MiniLM alone.
+    run travel-bow-f2-lr2e5 --arch bow-minilm --data travel --epochs 2 --set freeze_layers=2 --lr 2e-5 --set max_len=256 --dense-scales 0.5,1,2 &
+    run travel-bow-f4-lr2e5 --arch bow-minilm --data travel --epochs 2 --set freeze_layers=4 --lr 2e-5 --set max_len=256 --dense-scales 0.5,1,2 &
+    run travel-bow-f2-lr5e5 --arch bow-minilm --data travel --epochs 2 --set freeze_layers=2 --lr 5e-5 --set max_len=256 --dense-scales 0.5,1,2 &
+    run travel-minilm-f2-lr2e5 --arch minilm --data travel --epochs 2 --set freeze_layers=2 --lr 2e-5 --set max_len=256 &
+    ;;
+in-batch)  # MiniLM with the loss it was pre-trained with: softmax over every candidate of the batch
+    ib=(--arch minilm --loss in-batch --negatives 1 --set max_len=256)
+    run semeval-ib-b32-f2-lr2e5 "${ib[@]}" --data semeval --epochs 3 --batch-size 32 --set freeze_layers=2 --lr 2e-5 &
+    run semeval-ib-b32-f4-lr1e5 "${ib[@]}" --data semeval --epochs 3 --batch-size 32 --set freeze_layers=4 --lr 1e-5 &
+    run travel-ib-b32-f2-lr2e5 "${ib[@]}" --data travel --epochs 2 --batch-size 32 --set freeze_layers=2 --lr 2e-5 &
+    run travel-ib-b32-f2-lr5e6 "${ib[@]}" --data travel --epochs 2 --batch-size 32 --set freeze_layers=2 --lr 5e-6 &
+    run travel-ib-b64-f2-lr1e5 "${ib[@]}" --data travel --epochs 2 --batch-size 64 --set freeze_layers=2 --lr 1e-5 &
+    run travel-ib-b32-f4-lr2e5 "${ib[@]}" --data travel --epochs 2 --batch-size 32 --set freeze_layers=4 --lr 2e-5 &
+    ;;
+*)
+    echo "unknown GRID=${GRID}; known: fusion, in-batch" >&2
+    exit 2
+    ;;
+esac
 wait
 
 "$py" - "$runs" "$out" <<'PY'
