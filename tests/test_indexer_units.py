@@ -90,10 +90,11 @@ def test_mapping_failures_are_kept_for_parking() -> None:
 
 
 def test_semdup_source_omits_a_missing_vector() -> None:
-    assert semantic.semdup_source({"vector": None, "terms": {"a": 0.5}, "model": "m"}) == {
-        "model": "m",
-        "terms": {"a": 0.5},
-    }
+    from semdup.indexer.documents import unpack_semdup_fields
+
+    out = semantic.semdup_source({"vector": None, "terms": {"a": 0.5}, "model": "m"})
+    assert set(out) == {"model", "terms", "packed"} and out["model"] == "m" and out["terms"] == {"a": 0.5}
+    assert unpack_semdup_fields(out["packed"]) == (None, {"a": 0.5})
 
 
 def test_task_args_are_read_from_positional_and_keyword_forms() -> None:

@@ -25,6 +25,7 @@ from semdup.export.bundle import Bundle
 from semdup.export.parity import sample_posts
 from semdup.indexer import semantic
 from semdup.indexer.bulk import BulkReport, bulk_lines
+from semdup.indexer.documents import unpack_semdup_fields
 from semdup.indexer.schema import feature_name
 from semdup.posts import Post
 
@@ -120,6 +121,9 @@ def test_bulk_lines_parse_to_what_the_stdlib_writes(tiny_bundle: Bundle, posts: 
         assert list(terms) == list(f["terms"])
         assert [np.float32(w) for w in terms.values()] == [np.float32(w) for w in f["terms"].values()]
         assert all(abs(terms[k] - w) < 1e-7 for k, w in f["terms"].items())
+        packed_vector, packed_terms = unpack_semdup_fields(parsed["semdup"].pop("packed"))
+        assert np.array_equal(packed_vector, np.asarray(f["vector"], dtype=np.float32))
+        assert {k: np.float32(w) for k, w in packed_terms.items()} == {k: np.float32(w) for k, w in terms.items()}
         reference = json.loads(json.dumps({**source, "semdup": {"model": f["model"]}}))
         assert parsed == reference
 

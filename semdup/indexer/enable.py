@@ -1,7 +1,8 @@
 """``semdup enable``: give semdup's fields to an index that semdup did not create, without rebuilding it.
 
 Chosen strategy: **in place** (``put_mapping``). The index's mapping gains the ``semdup`` object
-(``terms`` rank_features, ``model`` keyword, ``vector``) and its ``_meta`` gains ``semdup_model`` (the
+(``terms`` rank_features, ``model`` keyword, ``vector``, ``packed`` binary doc values for the reranker) and its
+``_meta`` gains ``semdup_model`` (the
 bundle version, the model-mixing guard) and ``semdup_text_fields`` (which of its fields hold the title and
 the body). A backfill then fills ``semdup`` with scripted partial updates that touch only ``semdup``.
 
@@ -11,7 +12,9 @@ and no join; adding a field never changes the scores of queries on the other fie
 ``put_mapping`` is allowed on any index whose mapping does not already use the name ``semdup``.
 Its limits, checked here and refused with a clear error: the index must keep ``_source`` (partial updates
 rebuild the document from it) and ``vector`` is a stored, non-searchable float array unless the index was
-created with ``index.knn: true`` (that setting cannot be turned on for an existing index). The companion
+created with ``index.knn: true`` (that setting cannot be turned on for an existing index). The vector stays
+in ``_source`` as on indices semdup creates (``_source.excludes`` cannot be added to an existing mapping, and
+semdup does not use it anywhere: it cost more indexing CPU than it saved, see ``schema.py``). The companion
 index is left as a documented alternative, not built.
 
 Nothing of the original documents is changed or lost: their fields and ``_id`` stay as they are, and the
@@ -97,7 +100,12 @@ def enable_index(
             )
         knn = str(settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")).lower() == "true"
         new_meta = {**meta, MODEL_META_KEY: version, TEXT_FIELDS_META_KEY: {"title": title_field, "body": body_field}}
-        body = {"_meta": new_meta, "properties": {"semdup": semdup_fields_mapping(dimension, knn=knn)}}
+        wanted_fields = semdup_fields_mapping(dimension, knn=knn)
+        # Enabling again (say after an upgrade that added a field) adds only what is missing: a field already
+        # mapped keeps its mapping (a knn_vector's HNSW parameters cannot be changed in place).
+        mapped = (props.get("semdup") or {}).get("properties") or {}
+        wanted_fields["properties"] = {k: v for k, v in wanted_fields["properties"].items() if k not in mapped}
+        body = {"_meta": new_meta, "properties": {"semdup": wanted_fields}}
         plans.append((name, body, knn))
 
     for name, body, knn in plans:

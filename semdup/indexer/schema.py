@@ -15,7 +15,19 @@ search template picks a model by picking a sub-field (``title.lmj``, ``text.dfr`
 semdup's own fields live under ``semdup``: ``terms`` (rank_features: the learned BOW weights tf·t, L2-normalised,
 so a bool of linear rank_feature clauses boosted by the query's weights is exactly cos_bow), ``vector`` (the dense
 vector: a lucene-engine ``knn_vector`` with cosinesimil when the k-NN plugin is there, else stored and not indexed),
-``model`` (the bundle version id, so two models' vectors are never mixed).
+``model`` (the bundle version id, so two models' vectors are never mixed), ``packed`` (a ``binary`` field with doc
+values holding the exact float32 vector and term weights, :func:`semdup.indexer.documents.pack_semdup_fields`:
+the reranker reads it with ``docvalue_fields`` from the candidate search's own hits, no second request).
+
+Measured choices (``benchmarks/indexing.py``, ``benchmarks/rerank_latency.py``, Travel posts, 400 dimensions):
+
+* The float vector stays in ``_source``: ``_source.excludes`` on ``semdup.vector`` made indexing cost *more*
+  server CPU (OpenSearch then parses every document's source into a map and writes it again), and it cannot be
+  added to an existing index's mapping anyway. The reranker reads ``packed`` instead of the ``_source`` floats.
+* HNSW ``ef_construction`` 32 instead of the plugin's 100 (``m`` stays 16): about half the graph's indexing
+  CPU. The graph is coarser, so the k-NN query searches with ``ef_search`` = 2·k
+  (:func:`semdup.reranker.candidates.knn_query`); with both, ``semdup eval candidate-recall --data travel
+  --k 100`` gave the same recall as before (+knn 85.14, +sparse+knn 88.76).
 """
 
 from __future__ import annotations
@@ -29,6 +41,8 @@ __all__ = [
     "semdup_fields_mapping",
     "lexical_field",
     "feature_name",
+    "HNSW_PARAMETERS",
+    "PACKED_FIELD",
 ]
 
 # model name -> sub-field suffix ("" = the main field, BM25)
@@ -56,6 +70,12 @@ SIMILARITIES: dict[str, dict[str, Any]] = {
 }
 
 ANALYZER = "english"  # standard tokenizer, lower-case, english stop words and Porter stemming
+
+
+# lucene HNSW build parameters of semdup.vector: m as the plugin's default, ef_construction 32 (default 100) halves
+# the graph's indexing CPU; see the module docstring for the recall trade and the query-side ef_search.
+HNSW_PARAMETERS: dict[str, int] = {"m": 16, "ef_construction": 32}
+PACKED_FIELD = "semdup.packed"  # exact vector + term weights in doc values, read by the reranker
 
 
 def lexical_field(model: str, field: str) -> str:
@@ -92,13 +112,19 @@ def semdup_fields_mapping(dimension: int | None = None, knn: bool = False) -> di
         "terms": {"type": "rank_features"},
         "model": {"type": "keyword"},
         "indexed_at": {"type": "date"},
+        "packed": {"type": "binary", "doc_values": True},
     }
     if dimension is not None:
         if knn:
             props["vector"] = {
                 "type": "knn_vector",
                 "dimension": int(dimension),
-                "method": {"name": "hnsw", "engine": "lucene", "space_type": "cosinesimil"},
+                "method": {
+                    "name": "hnsw",
+                    "engine": "lucene",
+                    "space_type": "cosinesimil",
+                    "parameters": dict(HNSW_PARAMETERS),
+                },
             }
         else:
             # Without the k-NN plugin the vector is kept in _source for the reranker, not searched.

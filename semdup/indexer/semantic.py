@@ -41,7 +41,8 @@ from opensearchpy import exceptions as os_exc
 from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
 from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
-from semdup.indexer.documents import lexical_document
+from semdup.indexer.documents import lexical_document, pack_semdup_fields
+from semdup.indexer.schema import semdup_fields_mapping
 from semdup.posts import Post
 
 __all__ = [
@@ -97,12 +98,15 @@ def semdup_source(fields: dict[str, Any]) -> dict[str, Any]:
     holds), so ``bulk_write`` writes each value as its shortest float32 decimal rather than 17 float64 digits.
     Term weights become float32 too: OpenSearch parses a rank feature as a float (and keeps fewer bits still),
     so the index loses nothing, and the ``_source`` copy differs from the float64 weight by < 1e-7.
+    ``packed`` holds the same float32 vector and weights for the reranker (:mod:`semdup.indexer.documents`).
     """
     terms = fields["terms"]
     weights = np.asarray(list(terms.values()), dtype=np.float32)
     out: dict[str, Any] = {"model": fields["model"], "terms": dict(zip(terms.keys(), weights, strict=True))}
+    vector = None
     if fields.get("vector") is not None:
-        out["vector"] = np.asarray(fields["vector"], dtype=np.float32)
+        vector = out["vector"] = np.asarray(fields["vector"], dtype=np.float32)
+    out["packed"] = pack_semdup_fields(vector, dict(zip(terms.keys(), weights.tolist(), strict=True)))
     return out
 
 
@@ -158,8 +162,8 @@ def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
     result.failed.extend(report.failed)
 
 
-def index_model(client: OpenSearch, index: str) -> dict[str, str | None]:
-    """``concrete index -> _meta.semdup_model`` (None when unclaimed) for an index or alias."""
+def _mappings(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
+    """``concrete index -> its mapping`` for an index or alias."""
     try:
         mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
     except os_exc.NotFoundError as exc:
@@ -169,7 +173,12 @@ def index_model(client: OpenSearch, index: str) -> dict[str, str | None]:
         ) from exc
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
-    return {name: (m.get("mappings", {}).get("_meta") or {}).get(MODEL_META_KEY) for name, m in mappings.items()}
+    return {name: m.get("mappings") or {} for name, m in mappings.items()}
+
+
+def index_model(client: OpenSearch, index: str) -> dict[str, str | None]:
+    """``concrete index -> _meta.semdup_model`` (None when unclaimed) for an index or alias."""
+    return {name: (m.get("_meta") or {}).get(MODEL_META_KEY) for name, m in _mappings(client, index).items()}
 
 
 def text_fields(client: OpenSearch, index: str) -> tuple[str, str]:
@@ -188,22 +197,36 @@ def text_fields(client: OpenSearch, index: str) -> tuple[str, str]:
 def ensure_index_model(client: OpenSearch, index: str, version: str) -> None:
     """Claim ``index`` for bundle ``version``, or refuse if it holds another model's vectors.
 
+    Also adds ``semdup.packed`` to an index whose ``semdup`` mapping predates it (``put_mapping`` adds a field to
+    an existing index; documents written before keep working: the reranker reads their ``_source`` instead).
+
     Raises:
         IndexError_: the index is missing, or its ``_meta.semdup_model`` is another version.
     """
-    for name, current in index_model(client, index).items():
-        if current == version:
-            continue
-        if current is not None:
+    mappings = _mappings(client, index)
+    for name, mapping in mappings.items():
+        current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
+        if current is not None and current != version:
             raise IndexError_(
                 f"index {name!r} holds vectors of model {current}, not {version}; vectors of two models are never "
                 f"mixed: index into a new index and switch an alias, or run workers with bundle {current}"
             )
-        meta = client.indices.get_mapping(index=name, request_timeout=_TIMEOUT)[name]["mappings"].get("_meta") or {}
+    for name, mapping in mappings.items():
+        current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
+        semdup_props = ((mapping.get("properties") or {}).get("semdup") or {}).get("properties")
+        if semdup_props is not None and "packed" not in semdup_props:
+            packed = semdup_fields_mapping()["properties"]["packed"]
+            client.indices.put_mapping(
+                index=name,
+                body={"properties": {"semdup": {"properties": {"packed": packed}}}},
+                request_timeout=_TIMEOUT,
+            )
+            logger.info("index %s gained semdup.packed (mapping written by an older semdup)", name)
+        if current == version:
+            continue
         # put_mapping replaces _meta as a whole: keep the keys the index's owner put there.
-        client.indices.put_mapping(
-            index=name, body={"_meta": {**meta, MODEL_META_KEY: version}}, request_timeout=_TIMEOUT
-        )
+        meta = {**(mapping.get("_meta") or {}), MODEL_META_KEY: version}
+        client.indices.put_mapping(index=name, body={"_meta": meta}, request_timeout=_TIMEOUT)
         logger.info("index %s claimed for model %s", name, version)
 
 
