@@ -221,7 +221,8 @@ def test_field_cache_serves_exact_current_fields(
     q = real_posts[8]
     first = cached.rank(q, k=100, exclude_id=q.id)
     second = cached.rank(q, k=100, exclude_id=q.id)
-    assert cached.field_cache is not None and cached.field_cache.hits >= len(second)
+    # (candidates' fields come with the search hits now; tests/test_index_design_packed.py warms the cache through
+    # the _source fallback that posts written before semdup.packed take)
     assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in first]
     assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in cold.rank(q, k=100, exclude_id=q.id)]
     # re-index the top candidate with another post's text: its stored fields change, the cache must notice

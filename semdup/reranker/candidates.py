@@ -4,8 +4,14 @@ One ``_msearch/template`` call runs every stored template (BM25, LMJ, DFR, IB �
 pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learned-sparse query (a ``bool``
 ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>`` with the ``linear`` function and
 boost = the query's own weight, i.e. the dot product cos_bow inside OpenSearch) and the ``knn`` query on
-``semdup.vector``. The candidates' stored semdup fields are then read with one ``mget`` (or the exact field
-cache, :mod:`semdup.reranker.field_cache`).
+``semdup.vector``. Every path asks for ``docvalue_fields`` ``semdup.packed`` and ``semdup.model``, so each hit
+carries its exact float32 vector and term weights (:func:`semdup.indexer.documents.pack_semdup_fields`): no
+second request. Candidates whose hits carry no packed fields (posts written before ``semdup.packed`` existed,
+posts the workers have not reached, templates stored by an older semdup) are read with one ``mget`` of their
+``_source`` (or the exact field cache, :mod:`semdup.reranker.field_cache`), :func:`fetch_semdup_fields`.
+
+Measured on Travel (100 BM25 candidates, 400 dimensions; ``benchmarks/rerank_latency.py``): the docvalue fields
+add a few ms to the template search, where the ``mget`` of 100 ``_source`` documents cost more than the search.
 
 Every OpenSearch call carries an explicit ``request_timeout``; a timeout raises :class:`SearchTimeout`
 (the service answers 504), a connection failure :class:`~semdup.errors.OpenSearchUnavailable` (503), a
@@ -23,6 +29,8 @@ import numpy as np
 from opensearchpy import exceptions as os_exc
 
 from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
+from semdup.indexer.documents import unpack_semdup_fields
+from semdup.indexer.schema import PACKED_FIELD
 from semdup.reranker.field_cache import FieldCache
 from semdup.search_templates import template_id, template_params
 
@@ -35,7 +43,9 @@ __all__ = [
     "search_candidates",
     "lexical_scores_for",
     "fetch_semdup_fields",
+    "stored_semdup_fields",
     "call_opensearch",
+    "DOCVALUE_FIELDS",
     "register_query_template",
     "MAX_SPARSE_TERMS",
     "QUERY_TEMPLATE_ID",
@@ -47,6 +57,9 @@ logger = logging.getLogger(__name__)
 MAX_SPARSE_TERMS = 512
 QUERY_TEMPLATE_ID = "semdup-reranker-query"
 _QUERY_SOURCE = "{{#toJson}}body{{/toJson}}"
+_MODEL_FIELD = "semdup.model"
+# what every candidate path asks each hit to carry: the packed vector + term weights, and the model version
+DOCVALUE_FIELDS = (PACKED_FIELD, _MODEL_FIELD)
 
 
 class SearchTimeout(OpenSearchUnavailable):
@@ -55,11 +68,13 @@ class SearchTimeout(OpenSearchUnavailable):
 
 @dataclass
 class CandidateSet:
-    """Merged candidates of one query: ids in first-seen order, the primary template's score, the paths found."""
+    """Merged candidates of one query: ids in first-seen order, the primary template's score, the paths found,
+    and the semdup fields (``{"model", "vector", "terms"}``) of the candidates whose hits carried them."""
 
     ids: list[str] = field(default_factory=list)
     lexical: dict[str, float] = field(default_factory=dict)
     sources: dict[str, list[str]] = field(default_factory=dict)
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
@@ -95,8 +110,18 @@ def _filters(exclude_id: str | None, restrict_ids: Sequence[str] | None) -> dict
     return clause
 
 
+def _with_docvalues(body: dict[str, Any], docvalue_fields: Sequence[str] | None) -> dict[str, Any]:
+    if docvalue_fields:
+        body["docvalue_fields"] = list(docvalue_fields)
+    return body
+
+
 def sparse_query(
-    terms: Mapping[str, float], size: int, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None
+    terms: Mapping[str, float],
+    size: int,
+    exclude_id: str | None = None,
+    restrict_ids: Sequence[str] | None = None,
+    docvalue_fields: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A search body whose score is Σ_w q_w·d_w over ``semdup.terms`` (cos_bow when both sides are unit vectors).
 
@@ -111,18 +136,32 @@ def sparse_query(
     top = sorted(terms.items(), key=lambda kv: -kv[1])[:MAX_SPARSE_TERMS]
     should = [{"rank_feature": {"field": f"semdup.terms.{name}", "linear": {}, "boost": float(w)}} for name, w in top]
     bool_q: dict[str, Any] = {"should": should, "minimum_should_match": 1, **_filters(exclude_id, restrict_ids)}
-    return {"size": int(size), "_source": False, "track_total_hits": False, "query": {"bool": bool_q}}
+    body = {"size": int(size), "_source": False, "track_total_hits": False, "query": {"bool": bool_q}}
+    return _with_docvalues(body, docvalue_fields)
 
 
 def knn_query(
-    vector: Sequence[float], size: int, exclude_id: str | None = None, restrict_ids: Sequence[str] | None = None
+    vector: Sequence[float],
+    size: int,
+    exclude_id: str | None = None,
+    restrict_ids: Sequence[str] | None = None,
+    docvalue_fields: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """A ``knn`` search on ``semdup.vector`` (lucene engine, cosinesimil; the filter is applied during the search)."""
-    knn: dict[str, Any] = {"vector": [float(x) for x in vector], "k": int(size)}
+    """A ``knn`` search on ``semdup.vector`` (lucene engine, cosinesimil; the filter is applied during the search).
+
+    ``ef_search`` is 2·k: the graph is built with ef_construction 32 (:data:`semdup.indexer.schema.HNSW_PARAMETERS`),
+    and the wider search beam keeps the recall of the plugin's default build at about the same query cost.
+    """
+    knn: dict[str, Any] = {
+        "vector": [float(x) for x in vector],
+        "k": int(size),
+        "method_parameters": {"ef_search": 2 * int(size)},
+    }
     flt = _filters(exclude_id, restrict_ids)
     if flt:
         knn["filter"] = {"bool": flt}
-    return {"size": int(size), "_source": False, "track_total_hits": False, "query": {"knn": {"semdup.vector": knn}}}
+    body = {"size": int(size), "_source": False, "track_total_hits": False, "query": {"knn": {"semdup.vector": knn}}}
+    return _with_docvalues(body, docvalue_fields)
 
 
 def merge_hits(named: Sequence[tuple[str, Sequence[tuple[str, float]]]], primary: str) -> CandidateSet:
@@ -147,14 +186,60 @@ def merge_hits(named: Sequence[tuple[str, Sequence[tuple[str, float]]]], primary
     return out
 
 
-def _response_hits(resp: Mapping[str, Any], index: str, what: str) -> list[tuple[str, float]]:
+def _response_hits(
+    resp: Mapping[str, Any], index: str, what: str, fields: dict[str, dict[str, Any]] | None = None
+) -> list[tuple[str, float]]:
+    """(id, score) of each hit; with ``fields``, the hits' packed semdup fields are decoded into it."""
     if "error" in resp:
         err = resp["error"]
         if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
             raise IndexError_(f"index {index!r} does not exist; index posts into it first")
         reason = err.get("root_cause", [{}])[0].get("reason") if isinstance(err, dict) else err
         raise SemdupError(f"the {what} candidate search on {index!r} failed: {reason}")
-    return [(str(h["_id"]), float(h["_score"])) for h in resp["hits"]["hits"]]
+    hits = resp["hits"]["hits"]
+    if fields is not None:
+        for h in hits:
+            doc_id = str(h["_id"])
+            if doc_id not in fields:
+                decoded = _hit_fields(h)
+                if decoded is not None:
+                    fields[doc_id] = decoded
+    return [(str(h["_id"]), float(h["_score"])) for h in hits]
+
+
+def _hit_fields(hit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``{"model", "vector", "terms"}`` from a hit's docvalue fields; None when it carries no packed value."""
+    got = hit.get("fields") or {}
+    packed, model = got.get(PACKED_FIELD), got.get(_MODEL_FIELD)
+    if not packed or not model:
+        return None
+    try:
+        vector, terms = unpack_semdup_fields(packed[0])
+    except ValueError as exc:
+        raise SemdupError(f"candidate {hit.get('_id')}: {exc}") from exc
+    return {"model": model[0], "vector": vector, "terms": terms}
+
+
+def stored_semdup_fields(semdup: Mapping[str, Any]) -> dict[str, Any]:
+    """A document's ``_source.semdup`` object as the fusion reads it: the packed copy when the post has one
+    (exact float32 vector and weights), else the ``vector`` / ``terms`` stored beside it (older documents).
+
+    ``{}`` (a post the workers have not reached) stays ``{}``.
+    """
+    if not semdup:
+        return {}
+    packed = semdup.get("packed")
+    if packed:
+        try:
+            vector, terms = unpack_semdup_fields(packed)
+        except ValueError as exc:
+            raise SemdupError(str(exc)) from exc
+        return {"model": semdup.get("model"), "vector": vector, "terms": terms}
+    out = {k: v for k, v in semdup.items() if k in ("model", "vector", "terms")}
+    if out.get("vector") is not None:
+        # kept as the float32 array the fusion stacks (the stored values are float32s: exact)
+        out["vector"] = np.asarray(out["vector"], dtype=np.float32)
+    return out
 
 
 def search_candidates(
@@ -171,6 +256,7 @@ def search_candidates(
     sparse_terms: Mapping[str, float] | None = None,
     knn_vector: Sequence[float] | None = None,
     query_template: str | None = None,
+    docvalue_fields: Sequence[str] | None = DOCVALUE_FIELDS,
 ) -> CandidateSet:
     """Run every candidate path in one ``_msearch/template`` call and merge the hits.
 
@@ -181,24 +267,26 @@ def search_candidates(
         knn_vector: the query's dense vector (adds the k-NN path), or None.
         query_template: the stored pass-through template (:func:`register_query_template`); without it the
             sparse and k-NN queries go in a second ``_msearch`` call.
+        docvalue_fields: what each hit carries (decoded into ``CandidateSet.fields``); None = ids and scores only.
     """
     body: list[dict[str, Any]] = []
     names: list[str] = []
     ids = list(restrict_ids) if restrict_ids is not None else None
+    dv = list(docvalue_fields) if docvalue_fields else None
     for model in templates:
         body += [
             {"index": index},
             {
                 "id": template_id(model, variant),
-                "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids),
+                "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids, docvalue_fields=dv),
             },
         ]
         names.append(model)
     inline: list[tuple[str, dict[str, Any]]] = []
     if sparse_terms:
-        inline.append(("sparse", sparse_query(sparse_terms, size, exclude_id, ids)))
+        inline.append(("sparse", sparse_query(sparse_terms, size, exclude_id, ids, dv)))
     if knn_vector is not None:
-        inline.append(("knn", knn_query(knn_vector, size, exclude_id, ids)))
+        inline.append(("knn", knn_query(knn_vector, size, exclude_id, ids, dv)))
     plain: list[dict[str, Any]] = []
     for name, query in inline:
         if query_template:  # the stored pass-through template: no script compilation per request
@@ -216,8 +304,11 @@ def search_candidates(
         )
         responses += more["responses"]
         names += [name for name, _ in inline]
-    named = [(name, _response_hits(r, index, name)) for name, r in zip(names, responses, strict=True)]
-    return merge_hits(named, primary=templates[0])
+    fields: dict[str, dict[str, Any]] | None = {} if dv and PACKED_FIELD in dv else None
+    named = [(name, _response_hits(r, index, name, fields)) for name, r in zip(names, responses, strict=True)]
+    out = merge_hits(named, primary=templates[0])
+    out.fields = fields or {}
+    return out
 
 
 def register_query_template(client: Any, timeout: float = 10.0) -> str | None:
@@ -272,7 +363,9 @@ def _doc_error(doc: Mapping[str, Any], index: str) -> None:
 
 
 def _semdup_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    return ((doc.get("_source") or {}).get("semdup") or {}) if doc.get("found") else None
+    if not doc.get("found"):
+        return None
+    return stored_semdup_fields((doc.get("_source") or {}).get("semdup") or {})
 
 
 def fetch_semdup_fields(
@@ -284,7 +377,9 @@ def fetch_semdup_fields(
     cache: FieldCache | None = None,
     uuids: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any] | None]:
-    """``id -> the document's semdup object`` (``{}`` when the post has none yet, None when the post is gone).
+    """``id -> the document's semdup fields`` (:func:`stored_semdup_fields`; ``{}`` when the post has none yet,
+    None when the post is gone), read from ``_source``: the fallback for candidates whose hits carried no packed
+    docvalue fields.
 
     With a ``cache`` (and ``uuids``: concrete index name -> uuid), only the sources of documents whose version
     is not cached are read (:mod:`semdup.reranker.field_cache`).
@@ -333,9 +428,6 @@ def fetch_semdup_fields(
             _doc_error(doc, index)
             doc_id = str(doc["_id"])
             fields = _semdup_of(doc)
-            if fields and fields.get("vector") is not None:
-                # kept as the float32 array the fusion stacks (the stored values are float32s: exact)
-                fields = {**fields, "vector": np.asarray(fields["vector"], dtype=np.float32)}
             out[doc_id] = fields
             if (
                 fields is not None

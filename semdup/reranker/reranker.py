@@ -5,9 +5,10 @@
         print(c.id, c.score, c.components, c.probability, c.is_duplicate)
 
 One call: encode the query with the bundle (one onnxruntime session per process), one ``_msearch/template``
-for every candidate path (:mod:`semdup.reranker.candidates`), one ``mget`` of the candidates' stored
-``semdup`` fields, then the bundle's fusion over them (:mod:`semdup.reranker.fusion`). Scores equal
-``BundleScorer.score`` on the same candidates (``tests/test_reranker_parity.py``).
+for every candidate path whose hits carry the candidates' packed vectors and term weights as docvalue fields
+(:mod:`semdup.reranker.candidates`), then the bundle's fusion over them (:mod:`semdup.reranker.fusion`). Only
+candidates whose hits carried none (written before ``semdup.packed`` existed, not indexed yet) take one ``mget``
+of their ``_source``. Scores equal ``BundleScorer.score`` on the same candidates (``tests/test_reranker_parity.py``).
 
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
 have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
@@ -310,10 +311,15 @@ class Reranker:
                         timeout=s.search_timeout,
                     )
                 )
-        uuids = self._index_uuids(name) if self.field_cache is not None else None
-        stored = fetch_semdup_fields(
-            self.client, name, cands.ids, timeout=s.search_timeout, cache=self.field_cache, uuids=uuids
-        )
+        stored: dict[str, dict[str, Any] | None] = dict(cands.fields)
+        unread = [i for i in cands.ids if i not in stored]  # hits that carried no packed fields
+        if unread:
+            uuids = self._index_uuids(name) if self.field_cache is not None else None
+            stored.update(
+                fetch_semdup_fields(
+                    self.client, name, unread, timeout=s.search_timeout, cache=self.field_cache, uuids=uuids
+                )
+            )
         ids = [i for i in cands.ids if stored.get(i) is not None]  # None = deleted since the search
         docs = [stored[i] for i in ids]
         wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})

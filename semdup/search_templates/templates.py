@@ -9,6 +9,8 @@ text against titles) or ``text`` (against title + body). Parameters:
     exclude_id   optional: leave this post out (the query itself, when it is indexed)
     ids          optional: restrict candidates to these post ids (SemEval's 10 candidates); pass
                  ``has_ids: true`` beside it, since a mustache section over a list repeats per element
+    docvalue_fields  optional: fields each hit carries from doc values (the reranker's ``semdup.packed`` and
+                 ``semdup.model``), with ``has_docvalue_fields: true`` beside it
 
 Rendered with ``_render/template`` and run with ``_search/template`` / ``_msearch/template``.
 """
@@ -26,6 +28,7 @@ VARIANTS = ("title", "text")
 _SOURCE = """{
   "size": {{size}}{{^size}}10{{/size}},
   "_source": false,
+  {{#has_docvalue_fields}}"docvalue_fields": {{#toJson}}docvalue_fields{{/toJson}},{{/has_docvalue_fields}}
   "track_total_hits": false,
   "query": {
     "bool": {
@@ -57,9 +60,13 @@ def all_templates() -> dict[str, str]:
 
 
 def template_params(
-    text: str, size: int = 10, exclude_id: str | None = None, ids: list[str] | None = None
+    text: str,
+    size: int = 10,
+    exclude_id: str | None = None,
+    ids: list[str] | None = None,
+    docvalue_fields: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Parameters for a template call; ``ids`` also sets ``has_ids``."""
+    """Parameters for a template call; ``ids`` also sets ``has_ids``, ``docvalue_fields`` ``has_docvalue_fields``."""
     if size < 1:
         raise ValueError(f"size must be at least 1, got {size}")
     params: dict[str, Any] = {"text": text, "size": int(size)}
@@ -68,4 +75,7 @@ def template_params(
     if ids is not None:
         params["ids"] = [str(i) for i in ids]
         params["has_ids"] = True
+    if docvalue_fields:
+        params["docvalue_fields"] = [str(f) for f in docvalue_fields]
+        params["has_docvalue_fields"] = True
     return params
