@@ -44,3 +44,17 @@ def test_random_pair_negatives_are_non_duplicates_per_positive() -> None:
         by_query.setdefault(pair.query.id, []).append(pair.candidate.id)
     for ids in by_query.values():
         assert len(ids) == len(set(ids))  # a positive's hard and easy negatives never repeat each other
+
+
+def test_scqa_travel_defaults_give_random_pair_negatives_and_valid_settings() -> None:
+    from semdup.encoders.training.recipes import recipe_defaults
+    from semdup.encoders.training.trainer import TrainSettings
+
+    chosen = recipe_defaults("scqa", "travel")
+    hparams = chosen.pop("hparams")
+    data_keys = {
+        k: chosen.pop(k) for k in ("lexical_negatives", "related_negatives", "random_pair_negatives") if k in chosen
+    }
+    settings = TrainSettings.for_arch("scqa", hparams=hparams, **chosen)
+    assert data_keys["random_pair_negatives"] > 0
+    assert settings.arch == "scqa" and settings.max_tokens == 100
