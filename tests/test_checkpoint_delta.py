@@ -29,7 +29,7 @@ def _fine_tuned(tmp_path: Path, model_dir: Path) -> Path:
     model = BowMiniLM.from_hparams({"model_dir": str(model_dir), "freeze_layers": 5}, pipe)
     torch.manual_seed(0)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.requires_grad:
                 p.add_(0.01 * torch.randn_like(p))
     return save_checkpoint(tmp_path / "ckpt", model, "bow-minilm", pipe, {"threshold": 0.5})

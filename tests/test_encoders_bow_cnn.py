@@ -128,7 +128,6 @@ def test_conv_max_tokens_ignores_later_tokens() -> None:
 
 
 def test_term_lr_and_half_epoch_evaluations(tmp_path: Path) -> None:
-    pipe = _pipeline()
     groups = tuple(
         TrainingGroup(POSTS[i], POSTS[j], tuple(p for p in POSTS if p.id not in {POSTS[i].id, POSTS[j].id}))
         for i, j in [(0, 1), (1, 0), (2, 3), (3, 2), (3, 4), (4, 3)]

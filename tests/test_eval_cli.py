@@ -21,8 +21,9 @@ def test_semeval_dev_bm25_both_modes_and_official_pred_file(opensearch_url, tmp_
     pred = tmp_path / "bm25.pred"
     runner = CliRunner()
     res = runner.invoke(
-        cli, ["eval", "semeval", "--set", "dev", "--method", "bm25", "--pred", str(pred), "--opensearch", opensearch_url,
-              "--json"]
+        cli,
+        ["eval", "semeval", "--set", "dev", "--method", "bm25", "--pred", str(pred), "--opensearch", opensearch_url,
+         "--json"],
     )
     assert res.exit_code == 0, res.output
     preds = read_semeval_pred(pred)
@@ -76,7 +77,9 @@ def test_missing_xml_file_is_one_clear_line(tmp_path):
 
 def test_non_utf8_xml_is_refused_with_its_byte_offset(tmp_path):
     bad = tmp_path / "bad.xml"
-    bad.write_bytes(b"<?xml version='1.0' encoding='UTF-8'?><root><OrgQuestion ORGQ_ID='Q1'>\xff\xfe</OrgQuestion></root>")
+    bad.write_bytes(
+        b"<?xml version='1.0' encoding='UTF-8'?><root><OrgQuestion ORGQ_ID='Q1'>\xff\xfe</OrgQuestion></root>"
+    )
     rel = tmp_path / "bad.relevancy"
     rel.write_text("Q1\tQ1_R1\t1\t1.0\ttrue\n")
     res = _semdup("eval", "semeval", "--xml", str(bad), "--relevancy", str(rel), "--method", "bm25")

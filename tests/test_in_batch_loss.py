@@ -28,7 +28,9 @@ def test_loss_is_cross_entropy_over_scaled_cosines() -> None:
 def _groups() -> list[SimpleNamespace]:
     p = lambda i, t: Post(str(i), t, "")  # noqa: E731
     return [
-        SimpleNamespace(query=p(1, "visa for qatar"), positive=p(2, "qatar visa rules"), negatives=(p(3, "usb drive"),)),
+        SimpleNamespace(
+            query=p(1, "visa for qatar"), positive=p(2, "qatar visa rules"), negatives=(p(3, "usb drive"),)
+        ),
         SimpleNamespace(query=p(4, "mount usb"), positive=p(5, "usb drive mount"), negatives=(p(6, "doha taxi"),)),
     ]
 

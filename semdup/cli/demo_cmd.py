@@ -93,7 +93,9 @@ def demo(workdir: Path, skip_neural: bool) -> None:
     click.echo(_row("IR baseline (organisers)", IR_BASELINE_TEST, cols))
     for mode, runs in rows.items():
         for r in runs:
-            click.echo(_row(f"{r.method} ({mode}, k=20)" if mode == "retrieve" else f"{r.method} ({mode})", r.metrics, cols))
+            click.echo(
+                _row(f"{r.method} ({mode}, k=20)" if mode == "retrieve" else f"{r.method} ({mode})", r.metrics, cols)
+            )
 
     dump = load_stackexchange_dump(travel_dir())
     travel = run_stackexchange(dump, "test", methods, client=client)
@@ -143,7 +145,10 @@ def _neural_travel(client, os_url: str, dump, workdir: Path) -> list[tuple[str, 
 
     results = []
     knn = knn_available(client)
-    for label, sparse, use_knn in (("bm25 candidates", False, False), ("bm25+lmj+dfr+ib+sparse" + ("+knn" if knn else ""), True, knn)):
+    for label, sparse, use_knn in (
+        ("bm25 candidates", False, False),
+        ("bm25+lmj+dfr+ib+sparse" + ("+knn" if knn else ""), True, knn),
+    ):
         reranker = Reranker.from_bundle(bundle, client, DEMO_INDEX, templates=("bm25",) if not sparse else
                                         ("bm25", "lmj", "dfr", "ib"), sparse=sparse, knn=use_knn, k_candidates=100)
         queries = dump.queries("test")

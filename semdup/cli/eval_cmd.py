@@ -51,16 +51,20 @@ def eval_group() -> None:
 
 
 @eval_group.command("semeval")
-@click.option("--set", "set_name", type=click.Choice(["dev", "test"]), help="A shipped SemEval-2016 set (or --xml/--relevancy).")
+@click.option("--set", "set_name", type=click.Choice(["dev", "test"]),
+              help="A shipped SemEval-2016 set (or --xml/--relevancy).")
 @click.option("--xml", type=click.Path(dir_okay=False, path_type=Path), help="SemEval XML (e.g. the test input).")
 @click.option("--relevancy", type=click.Path(dir_okay=False, path_type=Path), help="Gold .relevancy file.")
-@click.option("--method", "methods", multiple=True, required=True, help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
+@click.option("--method", "methods", multiple=True, required=True,
+              help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
 @click.option("--mode", type=click.Choice(["rerank", "retrieve"]), default="rerank", show_default=True,
               help="rerank: the 10 candidates only; retrieve: from all of the set's related questions.")
 @click.option("--fields", type=click.Choice(["text", "title"]), default="text", show_default=True,
               help="Lexical matching on title + body, or on titles only.")
-@click.option("--k", type=int, default=20, show_default=True, help="Candidates retrieved per question in retrieve mode.")
-@click.option("--pred", type=click.Path(path_type=Path), help="Write official-format predictions here (one method: a file; several: a directory).")
+@click.option("--k", type=int, default=20, show_default=True,
+              help="Candidates retrieved per question in retrieve mode.")
+@click.option("--pred", type=click.Path(path_type=Path),
+              help="Write official-format predictions here (one method: a file; several: a directory).")
 @click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
 @click.option("--keep-index", is_flag=True, help="Keep the evaluation index for inspection.")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
@@ -72,7 +76,7 @@ def semeval(set_name, xml, relevancy, methods, mode, fields, k, pred, url, keep_
       semdup eval semeval --set test --method lexical
       semdup eval semeval --xml SemEval2016-Task3-CQA-QL-test-input.xml \\
           --relevancy SemEval2016-Task3-CQA-QL-test.xml.subtaskB.relevancy --method bm25 --mode retrieve --pred bm25.pred
-    """
+    """  # noqa: E501 (the help example is kept as printed)
     from semdup.evaluation.data_paths import semeval_files
     from semdup.evaluation.datasets import load_semeval_xml
     from semdup.evaluation.run_files import write_semeval_pred
@@ -114,11 +118,14 @@ def _top_half_scores(preds: dict[str, dict[str, float]]) -> dict[str, dict[str, 
 
 
 @eval_group.command("stackexchange")
-@click.option("--dump", type=click.Path(file_okay=False, path_type=Path), help="Dump folder with Posts.xml, PostLinks.xml, splits.tsv (default: the shipped Travel dump).")
+@click.option("--dump", type=click.Path(file_okay=False, path_type=Path),
+              help="Dump folder with Posts.xml, PostLinks.xml, splits.tsv (default: the shipped Travel dump).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
-@click.option("--method", "methods", multiple=True, required=True, help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
+@click.option("--method", "methods", multiple=True, required=True,
+              help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
 @click.option("--fields", type=click.Choice(["text", "title"]), default="text", show_default=True)
-@click.option("--run", "run_out", type=click.Path(path_type=Path), help="Write a run file (QID DOCID RANK SCORE, top 100); several methods: a directory.")
+@click.option("--run", "run_out", type=click.Path(path_type=Path),
+              help="Write a run file (QID DOCID RANK SCORE, top 100); several methods: a directory.")
 @click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
 @click.option("--keep-index", is_flag=True)
 @click.option("--offline", is_flag=True,
@@ -147,10 +154,13 @@ def stackexchange(dump, split, methods, fields, run_out, url, keep_index, offlin
     runs = run_stackexchange(d, split, ms, client=_client(url, needs_os), variant=fields, keep_index=keep_index)
     if run_out:
         for run in runs:
-            path = run_out if len(runs) == 1 else run_out / f"{run.method.replace(':', '_').replace('/', '_')}.{split}.run"
+            name = f"{run.method.replace(':', '_').replace('/', '_')}.{split}.run"
+            path = run_out if len(runs) == 1 else run_out / name
             path.parent.mkdir(parents=True, exist_ok=True)
             write_trec_run(path, run.ranked)
-    _print_table([(f"{r.method} ({split})", r.metrics) for r in runs], ["Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"], as_json)
+    _print_table(
+        [(f"{r.method} ({split})", r.metrics) for r in runs], ["Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"], as_json
+    )
 
 
 @eval_group.command("decisions")
@@ -178,7 +188,9 @@ def decisions(method_text, data, save, criterion, url, as_json) -> None:
 
     method = parse_method(method_text)
     if method.kind != "bundle":
-        raise click.BadParameter("decisions are measured for exported bundles: give bundle:PATH", param_hint="--method")
+        raise click.BadParameter(
+            "decisions are measured for exported bundles: give bundle:PATH", param_hint="--method"
+        )
     client = _client(url, True)
     if data == "semeval":
         dev = load_semeval_xml(*semeval_files("dev"), name="dev")

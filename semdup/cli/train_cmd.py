@@ -38,7 +38,9 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
     try:
         scales = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}", param_hint="--dense-scales") from exc
+        raise click.BadParameter(
+            f"expected comma-separated numbers, got {text!r}", param_hint="--dense-scales"
+        ) from exc
     if any(s < 0 for s in scales):
         raise click.BadParameter(f"scales must be >= 0, got {text!r}", param_hint="--dense-scales")
     return scales
@@ -206,14 +208,23 @@ def train(
         "evals_per_epoch": evals_per_epoch,
         "dense_scales": _parse_scales(dense_scales),
     }
-    settings = TrainSettings.for_arch(arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams)
+    settings = TrainSettings.for_arch(
+        arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams
+    )
     if chosen:
-        logger.info("dev-chosen defaults for %s on %s: %s (options given on the command line win)", arch, data_set, chosen)
+        logger.info(
+            "dev-chosen defaults for %s on %s: %s (options given on the command line win)", arch, data_set, chosen
+        )
     from semdup.evaluation.data_paths import default_data_dir
 
     paths = DataPaths.defaults(data_set, data_dir or default_data_dir()).override(train_paths, dev_path, test_path)
     recipe = build_recipe(
-        data_set, paths, negatives=settings.negatives, seed=seed, lexical_negatives=lexical_negatives, qa_pairs=qa_pairs,
+        data_set,
+        paths,
+        negatives=settings.negatives,
+        seed=seed,
+        lexical_negatives=lexical_negatives,
+        qa_pairs=qa_pairs,
         report_test=not dev_only,
         related_negatives=related_negatives,
         random_pair_negatives=random_pair_negatives,

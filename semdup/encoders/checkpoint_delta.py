@@ -15,7 +15,8 @@ Run::
     # on the GPU machine: semdup train ... --set model_dir=.gpu/minilm16 --device cuda --out /tmp/ckpt
     python -m semdup.encoders.checkpoint_delta write /tmp/ckpt $OUT/ckpt
     # back here:
-    python -m semdup.encoders.checkpoint_delta read FETCHED/ckpt artifacts/bow-minilm-semeval-gpu --model-dir .gpu/minilm16
+    python -m semdup.encoders.checkpoint_delta read FETCHED/ckpt artifacts/bow-minilm-semeval-gpu \\
+        --model-dir .gpu/minilm16
 """
 
 from __future__ import annotations

@@ -176,7 +176,9 @@ class Vocabulary:
         return list(map(self.stoi.__getitem__, tokens))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"n_docs": self.n_docs, "tokens": self.itos, "df": self.df}), encoding="utf-8")
+        Path(path).write_text(
+            json.dumps({"n_docs": self.n_docs, "tokens": self.itos, "df": self.df}), encoding="utf-8"
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:

@@ -10,7 +10,10 @@ from semdup.errors import ConfigError
 __all__ = ["data_dir", "default_data_dir", "semeval_files", "SEMEVAL_SETS", "travel_dir", "askubuntu_files"]
 
 SEMEVAL_SETS = {
-    "dev": ("official/SemEval2016-Task3-CQA-QL-dev.xml", "official/SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"),
+    "dev": (
+        "official/SemEval2016-Task3-CQA-QL-dev.xml",
+        "official/SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy",
+    ),
     "test": (
         "official/SemEval2016-Task3-CQA-QL-test-input.xml",
         "official/SemEval2016-Task3-CQA-QL-test.xml.subtaskB.relevancy",
@@ -21,7 +24,11 @@ SEMEVAL_SETS = {
 def _candidates() -> list[Path]:
     env = os.environ.get("SEMDUP_DATA_DIR")
     repo = Path(__file__).resolve().parents[2]
-    return ([Path(env)] if env else []) + [repo.parent / "shared" / "data", repo / "shared" / "data", Path.cwd() / "data"]
+    return ([Path(env)] if env else []) + [
+        repo.parent / "shared" / "data",
+        repo / "shared" / "data",
+        Path.cwd() / "data",
+    ]
 
 
 def default_data_dir() -> Path:

@@ -40,7 +40,15 @@ from semdup.errors import ConfigError, DataError
 from semdup.evaluation.data_paths import default_data_dir
 from semdup.evaluation.metrics import best_threshold
 
-__all__ = ["DATA_SETS", "DEFAULT_DATA_DIR", "DataPaths", "Recipe", "build_recipe", "RECIPE_DEFAULTS", "recipe_defaults"]
+__all__ = [
+    "DATA_SETS",
+    "DEFAULT_DATA_DIR",
+    "DataPaths",
+    "Recipe",
+    "build_recipe",
+    "RECIPE_DEFAULTS",
+    "recipe_defaults",
+]
 
 logger = logging.getLogger(__name__)
 

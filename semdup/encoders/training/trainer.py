@@ -105,7 +105,9 @@ class TrainSettings:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         if self.evals_per_epoch < 1 or (self.term_lr is not None and self.term_lr < 0):
-            raise ConfigError(f"need evals_per_epoch >= 1 and term_lr >= 0; got {self.evals_per_epoch}, {self.term_lr}")
+            raise ConfigError(
+                f"need evals_per_epoch >= 1 and term_lr >= 0; got {self.evals_per_epoch}, {self.term_lr}"
+            )
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ConfigError(
                 f"need epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}"
@@ -245,7 +247,9 @@ def _scale_dense_weight(model: EncoderModel, scale: float) -> None:
     model.scale_dense(scale)
     after = model.fusion()["beta_dense"]
     if abs(after - before * scale) > 1e-6 * max(1.0, abs(before * scale)):
-        raise RuntimeError(f"{type(model).__name__}.scale_dense did not scale β_dense: {before} × {scale} gave {after}")
+        raise RuntimeError(
+            f"{type(model).__name__}.scale_dense did not scale β_dense: {before} × {scale} gave {after}"
+        )
 
 
 def _penalty(model: EncoderModel) -> torch.Tensor | float:
@@ -352,7 +356,12 @@ def train(
                 row.update(dense_scale=scale, dev_by_dense_scale={str(k): v for k, v in by_scale.items()})
             curve.append(row)
             logger.info(
-                "epoch %g: loss %.4f dev %s %.2f (%.0fs)", point, row["loss"], dev_metric, dev[dev_metric], row["seconds"]
+                "epoch %g: loss %.4f dev %s %.2f (%.0fs)",
+                point,
+                row["loss"],
+                dev_metric,
+                dev[dev_metric],
+                row["seconds"],
             )
             if dev[dev_metric] > best_dev:
                 best_dev, best_epoch, bad, best_scale = float(dev[dev_metric]), point, 0, scale

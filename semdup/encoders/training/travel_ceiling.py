@@ -54,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--dump", default=default_data_dir() / "travel-stackexchange", type=Path)
     ap.add_argument("--max-tokens", type=int, nargs="+", default=[100, 200, 400, 800])
     ap.add_argument("--kinds", nargs="+", default=["tfidf", "bm25"])
-    ap.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="test: for the report only, never to choose")
+    ap.add_argument(
+        "--split", default="dev", choices=["train", "dev", "test"], help="test: for the report only, never to choose"
+    )
     args = ap.parse_args(argv)
     dump = load_stackexchange_dump(args.dump)
     for kind in args.kinds:

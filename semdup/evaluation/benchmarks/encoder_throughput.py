@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> None:
 
     model, pipeline, config = load_checkpoint(args.checkpoint)
     if model.input_kind != "text_ids":
-        raise SystemExit(f"this benchmark reads text_ids models (bow-cnn, cnn); {config['arch']} reads {model.input_kind}")
+        raise SystemExit(
+            f"this benchmark reads text_ids models (bow-cnn, cnn); {config['arch']} reads {model.input_kind}"
+        )
     corpus = load_stackexchange_dump(args.dump or travel_dir()).corpus()
     base = [(p.id, p.title, p.body) for p in corpus]
     posts = [base[i % len(base)] for i in range(args.posts)]
@@ -92,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
           f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}")
     if device.type == "cuda":
         print(f"# device {torch.cuda.get_device_name(0)}")
-    print(f"# {args.posts} posts (Travel dump repeated), arch {config['arch']}, max_tokens {pipeline.settings.max_tokens}, "
-          f"batch {args.batch}, {args.workers} pipeline processes")
+    print(f"# {args.posts} posts (Travel dump repeated), arch {config['arch']}, "
+          f"max_tokens {pipeline.settings.max_tokens}, batch {args.batch}, {args.workers} pipeline processes")
 
     ctx = mp.get_context("fork")
     # 1. text pipeline alone, in worker processes

@@ -38,7 +38,8 @@ def require_file(path: str | Path, what: str) -> Path:
     p = Path(path)
     if not p.exists():
         raise DataError(
-            f"{p}: file not found; expected {what}. Check the path (the data sets live in shared/data beside the checkout, or set SEMDUP_DATA_DIR)."
+            f"{p}: file not found; expected {what}. Check the path "
+            "(the data sets live in shared/data beside the checkout, or set SEMDUP_DATA_DIR)."
         )
     if not p.is_file():
         raise DataError(f"{p}: is not a regular file; expected {what}.")
