@@ -66,10 +66,11 @@ logger = logging.getLogger(__name__)
 MODEL_META_KEY = "semdup_model"
 TEXT_FIELDS_META_KEY = "semdup_text_fields"  # set by `semdup enable` on indices with other field names
 _TIMEOUT = 30.0
-# Posts per encoder call and bulk request inside index_batch. A default 64-post task is one chunk: splitting it in
-# two 32-post requests cost ~5% more CPU on both sides and saved no wall time on the 2-core test machine, while
-# bigger tasks (--batch-size 256) in 64-post chunks ran ~7% faster than in one request (benchmarks/indexing.py).
-INDEX_CHUNK = 64
+# Posts per encoder call and bulk request inside index_batch: a default 64-post task goes as two 32-post requests,
+# the second encoded while the first is indexed. benchmarks/indexing.py on the idle 2-core machine (3 runs each,
+# alternated): 881 and 885 posts/s with 32, 807 and 790 with one 64-post request, 815 with 16, at the same client
+# and server CPU seconds. (Earlier, with the machine busy, 32 had saved no wall time: overlap needs a free core.)
+INDEX_CHUNK = 32
 _REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "circuit_breaking_exception")
 
 

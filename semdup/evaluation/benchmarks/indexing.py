@@ -168,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for key, label in labels.items():
         runs = ", ".join(f"{t:.2f}s" for t in times[key])
-        cpu = f"client CPU {statistics.median(client_cpu[key]):.1f}s, OpenSearch CPU {statistics.median(server_cpu[key]):.1f}s"
+        cpu = (
+            f"client CPU {statistics.median(client_cpu[key]):.1f}s, "
+            f"OpenSearch CPU {statistics.median(server_cpu[key]):.1f}s"
+        )
         print(f"{label + ':':<25}{rate[key]:8.1f} posts/s  (runs: {runs}; median {cpu})")
     ratio = rate["semantic"] / rate["lexical"]
     print(f"ratio semantic/lexical:  {ratio:.2f}  (target >= 0.50: {'OK' if ratio >= 0.5 else 'BELOW'})")
