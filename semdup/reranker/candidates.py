@@ -207,17 +207,22 @@ def _response_hits(
     return [(str(h["_id"]), float(h["_score"])) for h in hits]
 
 
+def _unpacked(packed: str, model: Any, where: str) -> dict[str, Any]:
+    """``{"model", "vector", "terms"}`` of a ``semdup.packed`` value; a bad one raises SemdupError."""
+    try:
+        vector, terms = unpack_semdup_fields(packed)
+    except ValueError as exc:
+        raise SemdupError(f"{where}{exc}") from exc
+    return {"model": model, "vector": vector, "terms": terms}
+
+
 def _hit_fields(hit: Mapping[str, Any]) -> dict[str, Any] | None:
     """``{"model", "vector", "terms"}`` from a hit's docvalue fields; None when it carries no packed value."""
     got = hit.get("fields") or {}
     packed, model = got.get(PACKED_FIELD), got.get(_MODEL_FIELD)
     if not packed or not model:
         return None
-    try:
-        vector, terms = unpack_semdup_fields(packed[0])
-    except ValueError as exc:
-        raise SemdupError(f"candidate {hit.get('_id')}: {exc}") from exc
-    return {"model": model[0], "vector": vector, "terms": terms}
+    return _unpacked(packed[0], model[0], f"candidate {hit.get('_id')}: ")
 
 
 def stored_semdup_fields(semdup: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,11 +235,7 @@ def stored_semdup_fields(semdup: Mapping[str, Any]) -> dict[str, Any]:
         return {}
     packed = semdup.get("packed")
     if packed:
-        try:
-            vector, terms = unpack_semdup_fields(packed)
-        except ValueError as exc:
-            raise SemdupError(str(exc)) from exc
-        return {"model": semdup.get("model"), "vector": vector, "terms": terms}
+        return _unpacked(packed, semdup.get("model"), "")
     out = {k: v for k, v in semdup.items() if k in ("model", "vector", "terms")}
     if out.get("vector") is not None:
         # kept as the float32 array the fusion stacks (the stored values are float32s: exact)
