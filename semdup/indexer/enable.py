@@ -30,7 +30,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.errors import IndexError_, OpenSearchUnavailable
-from semdup.indexer.schema import semdup_fields_mapping
+from semdup.indexer.schema import missing_semdup_fields
 from semdup.indexer.semantic import MODEL_META_KEY, TEXT_FIELDS_META_KEY
 
 __all__ = ["enable_index"]
@@ -100,12 +100,10 @@ def enable_index(
             )
         knn = str(settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")).lower() == "true"
         new_meta = {**meta, MODEL_META_KEY: version, TEXT_FIELDS_META_KEY: {"title": title_field, "body": body_field}}
-        wanted_fields = semdup_fields_mapping(dimension, knn=knn)
-        # Enabling again (say after an upgrade that added a field) adds only what is missing: a field already
-        # mapped keeps its mapping (a knn_vector's HNSW parameters cannot be changed in place).
+        # Enabling again (say after an upgrade that added a field) adds only what is missing.
         mapped = (props.get("semdup") or {}).get("properties") or {}
-        wanted_fields["properties"] = {k: v for k, v in wanted_fields["properties"].items() if k not in mapped}
-        body = {"_meta": new_meta, "properties": {"semdup": wanted_fields}}
+        missing = missing_semdup_fields(mapped, dimension, knn=knn)
+        body = {"_meta": new_meta, "properties": {"semdup": {"properties": missing}}}
         plans.append((name, body, knn))
 
     for name, body, knn in plans:

@@ -39,6 +39,7 @@ __all__ = [
     "TEXT_FIELDS",
     "index_body",
     "semdup_fields_mapping",
+    "missing_semdup_fields",
     "lexical_field",
     "feature_name",
     "HNSW_PARAMETERS",
@@ -60,8 +61,12 @@ SIMILARITIES: dict[str, dict[str, Any]] = {
     "semdup_bm25": {"type": "BM25", "k1": 1.2, "b": 0.75},
     "semdup_lmj": {"type": "LMJelinekMercer", "lambda": 0.7},
     "semdup_lmd": {"type": "LMDirichlet", "mu": 2000},
-    "semdup_dfr": {"type": "DFR", "basic_model": "g", "after_effect": "l", "normalization": "h2", "normalization.h2.c": 1.0},
-    "semdup_ib": {"type": "IB", "distribution": "ll", "lambda": "df", "normalization": "h2", "normalization.h2.c": 1.0},
+    "semdup_dfr": {
+        "type": "DFR", "basic_model": "g", "after_effect": "l", "normalization": "h2", "normalization.h2.c": 1.0
+    },
+    "semdup_ib": {
+        "type": "IB", "distribution": "ll", "lambda": "df", "normalization": "h2", "normalization.h2.c": 1.0
+    },
     "semdup_tfidf": {
         "type": "scripted",
         "weight_script": {"source": _TFIDF_WEIGHT},
@@ -130,6 +135,18 @@ def semdup_fields_mapping(dimension: int | None = None, knn: bool = False) -> di
             # Without the k-NN plugin the vector is kept in _source for the reranker, not searched.
             props["vector"] = {"type": "float", "index": False, "doc_values": False}
     return {"properties": props}
+
+
+def missing_semdup_fields(
+    mapped: dict[str, Any], dimension: int | None = None, knn: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The ``semdup`` properties an index's mapping lacks (``mapped``: its ``semdup.properties``).
+
+    An index enabled or created by an older semdup gains only these through ``put_mapping``: a field already
+    mapped keeps its mapping (a knn_vector's HNSW parameters cannot be changed in place).
+    """
+    wanted = semdup_fields_mapping(dimension, knn)["properties"]
+    return {name: spec for name, spec in wanted.items() if name not in mapped}
 
 
 def index_body(

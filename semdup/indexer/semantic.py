@@ -42,7 +42,7 @@ from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
 from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
 from semdup.indexer.documents import lexical_document, pack_semdup_fields
-from semdup.indexer.schema import semdup_fields_mapping
+from semdup.indexer.schema import missing_semdup_fields
 from semdup.posts import Post
 
 __all__ = [
@@ -215,14 +215,12 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> None:
     for name, mapping in mappings.items():
         current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
         semdup_props = ((mapping.get("properties") or {}).get("semdup") or {}).get("properties")
-        if semdup_props is not None and "packed" not in semdup_props:
-            packed = semdup_fields_mapping()["properties"]["packed"]
+        missing = missing_semdup_fields(semdup_props) if semdup_props is not None else {}
+        if missing:
             client.indices.put_mapping(
-                index=name,
-                body={"properties": {"semdup": {"properties": {"packed": packed}}}},
-                request_timeout=_TIMEOUT,
+                index=name, body={"properties": {"semdup": {"properties": missing}}}, request_timeout=_TIMEOUT
             )
-            logger.info("index %s gained semdup.packed (mapping written by an older semdup)", name)
+            logger.info("index %s gained semdup.%s (mapping written by an older semdup)", name, ", ".join(missing))
         if current == version:
             continue
         # put_mapping replaces _meta as a whole: keep the keys the index's owner put there.
