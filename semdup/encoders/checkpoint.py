@@ -67,6 +67,12 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+# config.json keys save_checkpoint derives from the model, pipeline and libraries (the rest comes from ``extra``)
+DERIVED_CONFIG_KEYS = (
+    "format_version", "arch", "input_kind", "hparams", "pipeline", "vocab_size", "fusion", "versions"
+)
+
+
 def save_checkpoint(
     out_dir: str | Path,
     model: EncoderModel,

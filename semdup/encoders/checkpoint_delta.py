@@ -32,7 +32,15 @@ from typing import Any
 
 import torch
 
-from semdup.encoders.checkpoint import CONFIG_FILE, METRICS_FILE, VOCAB_FILE, load_checkpoint, save_checkpoint
+from semdup.encoders.checkpoint import (
+    CONFIG_FILE,
+    DERIVED_CONFIG_KEYS,
+    METRICS_FILE,
+    VOCAB_FILE,
+    load_checkpoint,
+    save_checkpoint,
+)
+from semdup.encoders.models._base import EncoderModel
 from semdup.encoders.registry import get_arch
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.errors import BundleError
@@ -45,16 +53,16 @@ SHARD_BYTES = 15 * 2**20
 MANIFEST = "delta.json"
 
 
-def _base_state(config: Mapping[str, Any], pipeline: TextPipeline) -> dict[str, torch.Tensor]:
+def _base_model(config: Mapping[str, Any], pipeline: TextPipeline) -> EncoderModel:
+    """The model as fine-tuning started it: the config's arch and hparams on pre-trained weights."""
     spec = get_arch(config["arch"])
-    model = spec.model_class.from_hparams(config.get("hparams", {}), pipeline, pretrained=True)
-    return model.state_dict()
+    return spec.model_class.from_hparams(config.get("hparams", {}), pipeline, pretrained=True)
 
 
 def write_delta(ckpt_dir: str | Path, out_dir: str | Path, shard_bytes: int = SHARD_BYTES) -> list[str]:
     """Write the entries of ``ckpt_dir``'s weights that differ from its base model; returns the entry names."""
     model, pipeline, config = load_checkpoint(ckpt_dir)
-    base = _base_state(config, pipeline)
+    base = _base_model(config, pipeline).state_dict()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     changed = {k: v for k, v in model.state_dict().items() if k not in base or not torch.equal(v, base[k])}
@@ -97,8 +105,7 @@ def read_delta(
     if model_dir is not None:
         config["hparams"] = {**config.get("hparams", {}), "model_dir": model_dir}
     pipeline = TextPipeline(TextPipelineSettings.from_dict(config["pipeline"]), Vocabulary.load(d / VOCAB_FILE))
-    spec = get_arch(config["arch"])
-    model = spec.model_class.from_hparams(config.get("hparams", {}), pipeline, pretrained=True)
+    model = _base_model(config, pipeline)
     state = model.state_dict()
     delta: dict[str, torch.Tensor] = {}
     for f in manifest["shards"]:
@@ -109,8 +116,7 @@ def read_delta(
     model.load_state_dict(state)
     if record_model_dir is not None:
         model.hparams["model_dir"] = record_model_dir
-    kept = {k: v for k, v in config.items() if k not in ("format_version", "arch", "input_kind", "hparams",
-                                                         "pipeline", "vocab_size", "fusion", "versions")}
+    kept = {k: v for k, v in config.items() if k not in DERIVED_CONFIG_KEYS}
     out = save_checkpoint(out_dir, model, config["arch"], pipeline, kept)
     if (d / METRICS_FILE).exists():
         shutil.copy2(d / METRICS_FILE, out / METRICS_FILE)
