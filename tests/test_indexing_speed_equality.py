@@ -71,7 +71,8 @@ def _reference_fields(bundle: Bundle, posts: list[Post], batch_size: int) -> lis
             if norm > 0:
                 v = v / norm
                 itos = bundle.pipeline.vocab.itos
-                terms = {feature_name(itos[k]): float(w) for k, w in zip(ids.tolist(), v.tolist()) if w > tiny}
+                pairs = zip(ids.tolist(), v.tolist(), strict=True)
+                terms = {feature_name(itos[k]): float(w) for k, w in pairs if w > tiny}
         out.append({"vector": dense[i].tolist(), "terms": terms, "model": bundle.version})
     return out
 

@@ -87,10 +87,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return " / ".join(f"{m[k]:.2f}" for k in ("Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"))
 
     print(f"# Travel, dense = {label}; Acc@1 / Acc@5 / Acc@10 / MAP / MRR")
-    print(f"bm25 alone              dev {fmt(retrieval_metrics(bm25['dev'], ids, splits['dev']))}"
-          f"   test {fmt(retrieval_metrics(bm25['test'], ids, splits['test']))}")
-    print(f"title alone             dev {fmt(retrieval_metrics(title['dev'], ids, splits['dev']))}"
-          f"   test {fmt(retrieval_metrics(title['test'], ids, splits['test']))}")
+    for name, alone in (("bm25", bm25), ("title", title)):
+        print(f"{name + ' alone':<24}dev {fmt(retrieval_metrics(alone['dev'], ids, splits['dev']))}"
+              f"   test {fmt(retrieval_metrics(alone['test'], ids, splits['test']))}")
     rows = [((w, wt), metrics("dev", w, wt), metrics("test", w, wt)) for wt in TITLE_GRID for w in GRID]
     best = max(rows, key=lambda r: r[1]["MAP"])
     for (w, wt), dev, test in rows:
