@@ -89,6 +89,12 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
     "(e.g. 0,0.25,0.5,1).",
 )
 @click.option(
+    "--ema-decay",
+    type=float,
+    help="0 = off; in (0, 1): dev checks and the saved checkpoint use a moving average of the weights over "
+    "about 1/(1-d) steps (e.g. 0.99).",
+)
+@click.option(
     "--lexical-negatives",
     default=None,
     type=int,
@@ -153,6 +159,7 @@ def train(
     term_lr: float | None,
     evals_per_epoch: int | None,
     dense_scales: str | None,
+    ema_decay: float | None,
     lexical_negatives: int | None,
     related_negatives: bool | None,
     random_pair_negatives: int | None,
@@ -207,6 +214,7 @@ def train(
         "term_lr": term_lr,
         "evals_per_epoch": evals_per_epoch,
         "dense_scales": _parse_scales(dense_scales),
+        "ema_decay": ema_decay,
     }
     settings = TrainSettings.for_arch(
         arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams

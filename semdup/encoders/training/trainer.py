@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import random
@@ -35,6 +36,7 @@ from semdup.encoders.registry import ArchSpec, get_arch
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.encoders.training.fusion_choice import best_dense_scale
 from semdup.encoders.training.pairs import TrainingData
+from semdup.encoders.training.weight_average import WeightAverage
 from semdup.errors import ConfigError, DataError
 from semdup.posts import Post
 
@@ -76,6 +78,9 @@ class TrainSettings:
             every candidate of the batch is a negative for the other queries).
         device: torch device of training and dev scoring (``"cuda"`` on a GPU machine); the checkpoint is
             always written from CPU tensors, so it loads anywhere.
+        ema_decay: 0 = off; in (0, 1): dev checks, the best checkpoint and the saved weights are a
+            bias-corrected moving average of the weights over about 1 / (1 - ema_decay) steps
+            (:class:`~semdup.encoders.training.weight_average.WeightAverage`): still one checkpoint.
     """
 
     arch: str
@@ -98,8 +103,11 @@ class TrainSettings:
     dense_scales: tuple[float, ...] = ()
     device: str = "cpu"
     loss: str | None = None
+    ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ConfigError(f"ema_decay must lie in [0, 1) (0 = off), got {self.ema_decay}")
         if self.loss not in (None, *LOSSES):
             raise ConfigError(f"loss {self.loss!r} is not one of {sorted(LOSSES)} (or the arch's own)")
         if self.optimizer not in OPTIMIZERS:
@@ -311,6 +319,7 @@ def train(
     stop = False
     best_scale = 1.0
     tune_scale = bool(settings.dense_scales) and model.uses_bow and model.dense_encoder() is not None
+    ema = WeightAverage(model, settings.ema_decay) if settings.ema_decay > 0 else None
     for epoch in range(1, settings.epochs + 1):
         t0 = time.monotonic()
         rng.shuffle(items)
@@ -329,19 +338,24 @@ def train(
             if settings.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             opt.step()
+            if ema is not None:
+                ema.update(model)
             losses.append(float(loss.detach()))
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
             if step not in eval_at:
                 continue
             model.eval()
             scale, by_scale = 1.0, None
-            with torch.no_grad():
+            with torch.no_grad(), (ema.applied(model) if ema is not None else contextlib.nullcontext()):
                 if tune_scale:
                     scale, dev, by_scale = best_dense_scale(
                         CheckpointScorer(model, pipeline), evaluate_dev, dev_metric, settings.dense_scales
                     )
                 else:
                     dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
+                improved = dev_metric in dev and dev[dev_metric] > best_dev
+                if improved:  # copied here so that an averaged run keeps its averaged weights
+                    best_state = copy.deepcopy(model.state_dict())
             model.train()
             if dev_metric not in dev:
                 raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
@@ -363,9 +377,8 @@ def train(
                 dev[dev_metric],
                 row["seconds"],
             )
-            if dev[dev_metric] > best_dev:
+            if improved:
                 best_dev, best_epoch, bad, best_scale = float(dev[dev_metric]), point, 0, scale
-                best_state = copy.deepcopy(model.state_dict())
             else:
                 bad += 1
                 if bad >= settings.patience * n_eval:
