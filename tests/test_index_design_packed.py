@@ -9,7 +9,9 @@ before ``semdup.packed`` existed keep working (``_source`` fallback, field cache
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +65,16 @@ def test_pack_refuses_what_it_cannot_write_and_unpack_refuses_garbage() -> None:
     truncated = pack_semdup_fields([1.0, 2.0], {"a": 1.0})[:8]
     with pytest.raises(ValueError):
         unpack_semdup_fields(truncated)
+    not_utf8 = base64.b64encode(struct.pack("<BIIf", 1, 0, 1, 0.5) + b"\xff").decode()
+    with pytest.raises(ValueError, match="not UTF-8"):
+        unpack_semdup_fields(not_utf8)
+
+
+def test_unpacked_terms_read_as_the_dict_they_stand_for() -> None:
+    _, terms = unpack_semdup_fields(pack_semdup_fields(None, {"b": 0.25, "a": 0.5}))
+    assert terms == {"b": 0.25, "a": 0.5} and dict(terms) == {"b": 0.25, "a": 0.5}
+    assert terms.names == ["b", "a"] and terms.weights.dtype == np.float32
+    assert terms["a"] == 0.5 and "c" not in terms and terms.get("c") is None and len(terms) == 2
 
 
 def test_stored_fields_prefer_the_packed_copy_and_read_older_documents() -> None:
