@@ -43,6 +43,22 @@ def test_components_and_fusion_by_hand() -> None:
     assert complete.tolist() == [True, True, False]
 
 
+def test_cos_bow_of_packed_and_dict_terms_is_sparse_dot() -> None:
+    from semdup.indexer.documents import pack_semdup_fields, unpack_semdup_fields
+
+    rng = np.random.default_rng(0)
+    query = {f"t{i}": float(w) for i, w in enumerate(rng.random(30))}
+    terms = []
+    for _ in range(12):
+        names = [f"t{i}" for i in rng.choice(60, size=int(rng.integers(0, 20)), replace=False)]
+        terms.append(dict(zip(names, rng.random(len(names)).astype(np.float32).tolist(), strict=True)))
+    packed = [unpack_semdup_fields(pack_semdup_fields([1.0], t))[1] for t in terms]
+    stored = [{"model": "m", "terms": p if i % 2 else t} for i, (p, t) in enumerate(zip(packed, terms, strict=True))]
+    comps = compute_components(None, query, stored + [{}], [0.0] * (len(stored) + 1))
+    np.testing.assert_allclose(comps["cos_bow"][:-1], [sparse_dot(query, t) for t in terms], rtol=1e-12, atol=0)
+    assert np.isnan(comps["cos_bow"][-1])
+
+
 def test_zero_weight_components_never_make_a_candidate_incomplete() -> None:
     comps = compute_components(None, None, [{}, {}], [1.0, 2.0])
     scores, complete = compute_fused(comps, {"beta_bow": 0.0, "beta_dense": 0.0, "alpha": 1.0})

@@ -100,7 +100,8 @@ def _normalise_dense(x: np.ndarray) -> np.ndarray:
 
 
 def cosine_rows(a: np.ndarray | sp.spmatrix, b: np.ndarray | sp.spmatrix) -> np.ndarray:
-    """Row-wise cosine of two matrices of the same shape; sparse inputs must be L2-normalised already."""
+    """Row-wise cosine of two matrices of the same (or broadcastable, dense) shape; sparse inputs must be
+    L2-normalised already."""
     if sp.issparse(a):
         return np.asarray(a.multiply(b).sum(axis=1)).ravel()
     return np.sum(_normalise_dense(a) * _normalise_dense(b), axis=-1)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from semdup.encoders.scorer import check_fusion, cosine_rows, fused_scores, minmax_normalise
+from semdup.indexer.documents import PackedTerms
 
 __all__ = ["compute_components", "compute_fused", "sparse_dot"]
 
@@ -39,6 +41,27 @@ def sparse_dot(query: Mapping[str, float], doc: Mapping[str, float]) -> float:
     if len(doc) < len(query):
         query, doc = doc, query
     return float(sum(w * doc[k] for k, w in query.items() if k in doc))
+
+
+def _cos_bow(query: Mapping[str, float], docs: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """``sparse_dot(query, d)`` for every doc at once: one C-level lookup of every stored name in the query, then
+    a segmented sum in numpy (a 100-candidate call spent ~1 ms in per-document dicts and Python sums before)."""
+    names: list[str] = []
+    weights: list[np.ndarray] = []
+    counts = np.zeros(len(docs), dtype=np.int64)
+    for i, d in enumerate(docs):
+        if isinstance(d, PackedTerms):
+            names += d.names
+            weights.append(d.weights)
+        elif d:
+            names += d.keys()
+            weights.append(np.fromiter(d.values(), dtype=np.float64, count=len(d)))
+        counts[i] = len(d)
+    if not names:
+        return np.zeros(len(docs))
+    q = np.fromiter(map(query.get, names, repeat(0.0)), dtype=np.float64, count=len(names))
+    products = q * np.concatenate(weights).astype(np.float64)
+    return np.bincount(np.repeat(np.arange(len(docs)), counts), weights=products, minlength=len(docs))
 
 
 def compute_components(
@@ -62,12 +85,12 @@ def compute_components(
         have = [i for i, s in enumerate(stored) if s.get("vector") is not None]
         if have:
             docs = np.asarray([stored[i]["vector"] for i in have], dtype=np.float32)  # [M, D], the stored float32s
-            q = np.repeat(np.asarray(query_vector, dtype=np.float32)[None, :], len(have), axis=0)  # [M, D]
+            q = np.asarray(query_vector, dtype=np.float32)[None, :]  # [1, D]: broadcast, the same sums as [M, D]
             cos_dense[have] = cosine_rows(q, docs)
     if query_terms is not None:
-        for i, s in enumerate(stored):
-            if s.get("model") is not None and "terms" in s:
-                cos_bow[i] = sparse_dot(query_terms, s["terms"] or {})
+        have = [i for i, s in enumerate(stored) if s.get("model") is not None and "terms" in s]
+        if have:
+            cos_bow[have] = _cos_bow(query_terms, [stored[i]["terms"] or {} for i in have])
     lex = np.asarray(lexical, dtype=np.float64)
     return {"cos_bow": cos_bow, "cos_dense": cos_dense, "lexical": lex, "lexnorm": minmax_normalise(lex)}
 
