@@ -168,6 +168,16 @@ def test_document_fields(bow_bundle: Path, posts: list[Post]) -> None:
         bundle.document_fields([Post("empty", "", "  ")])
 
 
+def test_encode_query_is_encode_dense_and_encode_terms_of_one_post(bow_bundle: Path, posts: list[Post]) -> None:
+    bundle = Bundle.load(bow_bundle)
+    for post in posts[:3]:
+        vector, terms = bundle.encode_query(post)
+        np.testing.assert_array_equal(vector, bundle.encode_dense([post])[0])
+        assert terms == bundle.encode_terms([post])[0]
+    with pytest.raises(PostError, match="neither title nor body"):
+        bundle.encode_query(Post("empty", "", "  "))
+
+
 def test_serving_side_never_imports_torch(bow_bundle: Path) -> None:
     code = (
         "import sys; from semdup.export.bundle import Bundle, BundleScorer; from semdup.posts import Post\n"

@@ -291,6 +291,13 @@ class Bundle:
         pipeline = self.pipeline
         return [pipeline.ids(pipeline.text_tokens(p)) for p in posts]
 
+    def _shared_text_ids(self, posts: Sequence[Post]) -> list[list[int]] | None:
+        """Text ids when some path reads them (the BOW counts, a ``text_ids`` encoder), else None: callers that
+        need both the vector and the terms tokenise once for both."""
+        if self.term_weights is not None or (self.session is not None and self.input_kind == "text_ids"):
+            return self._text_ids(posts)
+        return None
+
     def _dense(self, posts: Sequence[Post], ids: list[list[int]] | None, batch_size: int) -> np.ndarray:
         """Unit vectors [N, D]; ``ids`` (from :meth:`_text_ids`) spare the ``text_ids`` kind a second tokenisation.
 
@@ -369,6 +376,19 @@ class Bundle:
             check_post(p)
         return self._terms(self._text_ids(posts))
 
+    def encode_query(self, post: Post) -> tuple[np.ndarray | None, dict[str, float] | None]:
+        """One post's (unit dense vector [D] or None, BOW weights or None): ``encode_dense`` and ``encode_terms``
+        of ``[post]``, tokenised once (the reranker's query).
+
+        Raises:
+            PostError: a post with neither title nor body, or binary text.
+        """
+        check_post(post)
+        ids = self._shared_text_ids([post])
+        dense = None if self.session is None else self._dense([post], ids, 1)[0]
+        terms = None if self.term_weights is None else self._terms(ids)[0]
+        return dense, terms
+
     def document_fields(self, posts: Sequence[Post], batch_size: int = 64) -> list[dict[str, Any]]:
         """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "model"}``.
 
@@ -378,8 +398,7 @@ class Bundle:
         """
         for p in posts:
             check_post(p)
-        shared = self.term_weights is not None or (self.session is not None and self.input_kind == "text_ids")
-        ids = self._text_ids(posts) if shared else None
+        ids = self._shared_text_ids(posts)
         dense = None if self.session is None else self._dense(posts, ids, batch_size)
         terms = None if self.term_weights is None else self._terms(ids)
         return [

@@ -243,11 +243,8 @@ class Reranker:
         check_post(post)
         name = index or self.index
         self.check_index(name)
-        dense = self.bundle.encode_dense([post])
-        q_vec = None if dense is None else dense[0]
-        terms = self.bundle.encode_terms([post])
-        q_terms = None if terms is None else terms[0]
         s = self.settings
+        q_vec, q_terms = self.bundle.encode_query(post)
         query_template = None
         if s.sparse or s.knn:
             if self._query_template is False:
