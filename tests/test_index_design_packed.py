@@ -26,7 +26,7 @@ from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts
 from semdup.indexer.documents import lexical_document, pack_semdup_fields, unpack_semdup_fields
 from semdup.indexer.lexical_index import create_index
-from semdup.indexer.schema import HNSW_PARAMETERS, index_body
+from semdup.indexer.schema import HNSW_PARAMETERS, CandidateFields, index_body
 from semdup.indexer.semantic import ensure_index_model, index_batch, semdup_source
 from semdup.posts import Post
 from semdup.reranker import Reranker, RerankerSettings
@@ -100,7 +100,8 @@ def test_every_candidate_path_asks_for_the_packed_fields() -> None:
 
 
 def test_hnsw_parameters_are_in_the_knn_mapping() -> None:
-    vector = index_body(dimension=4, knn=True)["mappings"]["properties"]["semdup"]["properties"]["vector"]
+    body = index_body(dimension=4, fields=CandidateFields(knn=True))
+    vector = body["mappings"]["properties"]["semdup"]["properties"]["vector"]
     assert vector["method"]["parameters"] == HNSW_PARAMETERS
     packed = index_body(dimension=4)["mappings"]["properties"]["semdup"]["properties"]["packed"]
     assert packed == {"type": "binary", "doc_values": True}
@@ -149,23 +150,30 @@ def new_index(opensearch_client: Any, bundle: Bundle, real_posts: list[Post]) ->
     import uuid
 
     index = f"semdup-test-packed-{uuid.uuid4().hex[:8]}"
-    create_index(opensearch_client, index, dimension=bundle.dimension, knn=_has_knn(opensearch_client))
-    ensure_index_model(opensearch_client, index, bundle.version)
+    create_index(opensearch_client, index, dimension=bundle.dimension, knn=_has_knn(opensearch_client), sparse=True)
+    search = ensure_index_model(opensearch_client, index, bundle.version)
+    assert search == CandidateFields(sparse=True, knn=_has_knn(opensearch_client))
     register_templates(opensearch_client)
-    assert not index_batch(opensearch_client, index, [p.to_json() for p in real_posts], bundle).failed
+    assert not index_batch(opensearch_client, index, [p.to_json() for p in real_posts], bundle, search=search).failed
     opensearch_client.indices.refresh(index=index)
     yield index
     opensearch_client.indices.delete(index=index, ignore_unavailable=True)
 
 
 def _old_layout_index(client: Any, index: str, bundle: Bundle, posts: list[Post]) -> None:
-    """An index as semdup wrote it before ``semdup.packed``: no such mapping, documents without it."""
-    body = index_body(dimension=bundle.dimension, knn=_has_knn(client))
-    del body["mappings"]["properties"]["semdup"]["properties"]["packed"]
+    """An index as semdup wrote it before ``semdup.packed``: no such mapping, documents without it, and always
+    ``terms`` and ``vector`` (a float array where the k-NN plugin is missing)."""
+    knn = _has_knn(client)
+    body = index_body(dimension=bundle.dimension, fields=CandidateFields(sparse=True, knn=knn))
+    semdup_props = body["mappings"]["properties"]["semdup"]["properties"]
+    del semdup_props["packed"]
+    if not knn:
+        semdup_props["vector"] = {"type": "float", "index": False, "doc_values": False}
     client.indices.create(index=index, body=body)
     client.indices.put_mapping(index=index, body={"_meta": {"semdup_model": bundle.version}})
+    every = CandidateFields(sparse=True, knn=True)  # writes terms and vector, as the older semdup did
     for post, fields in zip(posts, bundle.document_fields(posts), strict=True):
-        semdup = {k: v for k, v in semdup_source(fields).items() if k != "packed"}
+        semdup = {k: v for k, v in semdup_source(fields, every).items() if k != "packed"}
         doc = {**lexical_document(post), "semdup": semdup}
         client.index(index=index, id=post.id, body=doc)
     client.indices.refresh(index=index)
@@ -221,7 +229,8 @@ def test_ensure_index_model_adds_packed_to_an_older_index_and_new_writes_fill_it
 ) -> None:
     posts = real_posts[:10]
     _old_layout_index(opensearch_client, unique_index, bundle, posts)
-    ensure_index_model(opensearch_client, unique_index, bundle.version)
+    search = ensure_index_model(opensearch_client, unique_index, bundle.version)
+    assert search == CandidateFields(sparse=True, knn=_has_knn(opensearch_client))  # what the older index holds
     props = opensearch_client.indices.get_mapping(index=unique_index)[unique_index]["mappings"]["properties"]
     assert props["semdup"]["properties"]["packed"] == {"type": "binary", "doc_values": True}
     assert not index_batch(opensearch_client, unique_index, [p.to_json() for p in posts[:4]], bundle).failed
@@ -259,8 +268,39 @@ def test_enable_again_adds_only_missing_fields(opensearch_client: Any, unique_in
     semdup = opensearch_client.indices.get_mapping(index=unique_index)[unique_index]["mappings"]["properties"][
         "semdup"
     ]
-    assert {"model", "terms", "packed", "vector"} <= set(semdup["properties"])
+    assert {"model", "terms", "packed"} | ({"vector"} if knn else set()) <= set(semdup["properties"])
     if knn:  # kept as it was: HNSW parameters cannot change in place
         assert "parameters" not in semdup["properties"]["vector"]["method"] or (
             semdup["properties"]["vector"]["method"]["parameters"] != HNSW_PARAMETERS
         )
+
+
+def test_enable_knn_needs_an_index_created_with_index_knn(
+    opensearch_client: Any, unique_index: str, bundle: Bundle
+) -> None:
+    from semdup.errors import IndexError_
+    from semdup.indexer.enable import enable_index
+
+    opensearch_client.indices.create(
+        index=unique_index, body={"mappings": {"properties": {"title": {"type": "text"}, "body": {"type": "text"}}}}
+    )
+    with pytest.raises(IndexError_, match="without index.knn: true"):
+        enable_index(
+            opensearch_client,
+            unique_index,
+            version=bundle.version,
+            dimension=bundle.dimension,
+            fields=CandidateFields(knn=True),
+        )
+    out = enable_index(opensearch_client, unique_index, version=bundle.version, dimension=bundle.dimension)
+    assert out["fields"] == CandidateFields()  # the default: packed fields only
+    out = enable_index(
+        opensearch_client,
+        unique_index,
+        version=bundle.version,
+        dimension=bundle.dimension,
+        fields=CandidateFields(sparse=True),
+    )
+    assert out["fields"] == CandidateFields(sparse=True)  # enabling again with a flag adds that structure
+    out = enable_index(opensearch_client, unique_index, version=bundle.version, dimension=bundle.dimension)
+    assert out["fields"] == CandidateFields(sparse=True)  # and enabling without it keeps it

@@ -201,10 +201,10 @@ class Outage:
 
 # --- helpers ------------------------------------------------------------------------------------------------
 def _create(client: Any, index: str, bundle: Any) -> None:
-    from semdup.deploy.local_opensearch import knn_available
+    """The index ``semdup index-posts`` creates by default: lexical fields + the packed vector and weights."""
     from semdup.indexer.lexical_index import create_index
 
-    create_index(client, index, dimension=bundle.dimension, knn=knn_available(client))
+    create_index(client, index, dimension=bundle.dimension)
 
 
 def _enqueue(index: str, posts: list[Post], version: str, batch: int = 64) -> None:
@@ -238,17 +238,25 @@ def _all_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
 
 def _assert_matches_offline(docs: dict[str, dict[str, Any]], posts: list[Post], bundle: Any) -> None:
     """Every post holds exactly one vector and one term-weight set, equal (1e-5) to the offline model's."""
+    from semdup.reranker.candidates import stored_semdup_fields
+
     expected = bundle.document_fields(posts)
     assert set(docs) == {p.id for p in posts}
     for post, exp in zip(posts, expected, strict=True):
-        got = docs[post.id]["semdup"]
-        assert got["model"] == bundle.version
-        vec = np.asarray(got["vector"], dtype=np.float64)
-        assert vec.shape == (bundle.dimension,), post.id
-        np.testing.assert_allclose(vec, np.asarray(exp["vector"]), atol=1e-5, rtol=0, err_msg=post.id)
-        assert set(got["terms"]) == set(exp["terms"]), post.id
-        for k, w in exp["terms"].items():
-            assert abs(got["terms"][k] - w) <= 1e-5, (post.id, k)
+        source = docs[post.id]["semdup"]
+        assert source["model"] == bundle.version
+        packed = stored_semdup_fields(source)  # the packed copy, what the reranker reads: always there
+        assert packed["vector"] is not None and packed["terms"] is not None, post.id
+        # the search structures' copies too, where the index holds them (rank_features terms, knn vector)
+        for got in (packed, source):
+            if got.get("vector") is not None:
+                vec = np.asarray(got["vector"], dtype=np.float64)
+                assert vec.shape == (bundle.dimension,), post.id
+                np.testing.assert_allclose(vec, np.asarray(exp["vector"]), atol=1e-5, rtol=0, err_msg=post.id)
+            if got.get("terms") is not None:
+                assert set(got["terms"]) == set(exp["terms"]), post.id
+                for k, w in exp["terms"].items():
+                    assert abs(got["terms"][k] - w) <= 1e-5, (post.id, k)
 
 
 # --- tests --------------------------------------------------------------------------------------------------
@@ -364,6 +372,7 @@ def test_enable_and_backfill_a_foreign_index(opensearch_client, unique_index, wo
 
     from semdup.indexer.backfill import count_pending, enqueue_backfill
     from semdup.indexer.enable import enable_index
+    from semdup.indexer.schema import CandidateFields
 
     posts = travel_posts[:300]
     opensearch_client.indices.create(
@@ -407,6 +416,7 @@ def test_enable_and_backfill_a_foreign_index(opensearch_client, unique_index, wo
         dimension=bundle.dimension,
         title_field="subject",
         body_field="content",
+        fields=CandidateFields(sparse=True),  # the backfill also fills a search structure
     )
     worker.start()
     enqueued = enqueue_backfill(opensearch_client, unique_index, bundle.version, progress=False)
@@ -425,5 +435,6 @@ def test_enable_and_backfill_a_foreign_index(opensearch_client, unique_index, wo
     after_docs = _all_docs(opensearch_client, unique_index)
     assert {k: {f: v for f, v in d.items() if f != "semdup"} for k, d in after_docs.items()} == before_docs
     _assert_matches_offline(after_docs, posts, bundle)
+    assert all("terms" in d["semdup"] and "vector" not in d["semdup"] for d in after_docs.values())  # --sparse only
     # Resumable: nothing is left to enqueue once everything holds the current model.
     assert enqueue_backfill(opensearch_client, unique_index, bundle.version, progress=False) == []

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from semdup.errors import OpenSearchUnavailable, PostError
 from semdup.indexer import semantic
 from semdup.indexer.bulk import BulkReport
 from semdup.indexer.celery_app import celery_config
+from semdup.indexer.schema import CandidateFields, missing_semdup_fields, semdup_fields_mapping
 from semdup.posts import Post
 
 
@@ -92,9 +94,37 @@ def test_mapping_failures_are_kept_for_parking() -> None:
 def test_semdup_source_omits_a_missing_vector() -> None:
     from semdup.indexer.documents import unpack_semdup_fields
 
-    out = semantic.semdup_source({"vector": None, "terms": {"a": 0.5}, "model": "m"})
+    every = CandidateFields(sparse=True, knn=True)
+    out = semantic.semdup_source({"vector": None, "terms": {"a": 0.5}, "model": "m"}, every)
     assert set(out) == {"model", "terms", "packed"} and out["model"] == "m" and out["terms"] == {"a": 0.5}
     assert unpack_semdup_fields(out["packed"]) == (None, {"a": 0.5})
+
+
+def test_semdup_source_writes_only_the_search_structures_the_index_holds() -> None:
+    from semdup.indexer.documents import unpack_semdup_fields
+
+    fields = {"vector": [0.6, 0.8], "terms": {"a": 0.5}, "model": "m"}
+    lean = semantic.semdup_source(fields)
+    assert set(lean) == {"model", "packed"}
+    vector, terms = unpack_semdup_fields(lean["packed"])  # the packed copy still holds both
+    assert vector.tolist() == [np.float32(0.6), np.float32(0.8)] and terms == {"a": 0.5}
+    assert set(semantic.semdup_source(fields, CandidateFields(sparse=True))) == {"model", "packed", "terms"}
+    assert set(semantic.semdup_source(fields, CandidateFields(knn=True))) == {"model", "packed", "vector"}
+
+
+def test_candidate_fields_of_a_mapping_and_the_mapping_of_candidate_fields() -> None:
+    props = semdup_fields_mapping(4, CandidateFields(sparse=True, knn=True))["properties"]
+    assert props["terms"] == {"type": "rank_features"} and props["vector"]["type"] == "knn_vector"
+    assert CandidateFields.of_mapping(props) == CandidateFields(sparse=True, knn=True)
+    lean = semdup_fields_mapping(4)["properties"]
+    assert set(lean) == {"model", "indexed_at", "packed"} and CandidateFields.of_mapping(lean) == CandidateFields()
+    older = {"terms": {"type": "rank_features"}, "vector": {"type": "float", "index": False}}  # no k-NN plugin
+    assert CandidateFields.of_mapping(older) == CandidateFields(sparse=True, knn=False)
+    # an older index gains only the always-there fields, never a search structure it did not have
+    assert set(missing_semdup_fields({"model": {"type": "keyword"}}, 4)) == {"indexed_at", "packed"}
+    assert CandidateFields(True, False) & CandidateFields(True, True) == CandidateFields(True, False)
+    assert CandidateFields().describe() == "packed fields only"
+    assert CandidateFields(True, True).describe() == "sparse+knn"
 
 
 def test_task_args_are_read_from_positional_and_keyword_forms() -> None:

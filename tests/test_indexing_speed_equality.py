@@ -26,7 +26,7 @@ from semdup.export.parity import sample_posts
 from semdup.indexer import semantic
 from semdup.indexer.bulk import BulkReport, bulk_lines
 from semdup.indexer.documents import unpack_semdup_fields
-from semdup.indexer.schema import feature_name
+from semdup.indexer.schema import CandidateFields, feature_name
 from semdup.posts import Post
 
 TRAVEL_BUNDLE = Path(__file__).resolve().parents[1] / "artifacts" / "bundles" / "bow-cnn-travel"
@@ -111,7 +111,8 @@ def test_negative_term_weights_are_still_left_out(tiny_bundle: Bundle, posts: li
 def test_bulk_lines_parse_to_what_the_stdlib_writes(tiny_bundle: Bundle, posts: list[Post]) -> None:
     fields = tiny_bundle.document_fields(posts[:10])
     for post, f in zip(posts[:10], fields, strict=True):
-        source = {"post_id": post.id, "title": post.title, "body": post.body, "semdup": semantic.semdup_source(f)}
+        semdup = semantic.semdup_source(f, CandidateFields(sparse=True, knn=True))  # every float written as text
+        source = {"post_id": post.id, "title": post.title, "body": post.body, "semdup": semdup}
         head, body = bulk_lines({"_op_type": "index", "_index": "i", "_id": post.id, "_source": source})
         assert json.loads(head) == {"index": {"_index": "i", "_id": post.id}}
         parsed = json.loads(body)

@@ -50,11 +50,12 @@ def _has_knn(client: Any) -> bool:
 
 
 def build_index(client: Any, index: str, bundle: Bundle, posts: list[Post]) -> None:
-    """A semdup index holding ``posts`` with the bundle's fields, written by the indexer's ``index_batch``."""
-    create_index(client, index, dimension=bundle.dimension, knn=_has_knn(client))
-    ensure_index_model(client, index, bundle.version)
+    """A semdup index holding ``posts`` with the bundle's fields, written by the indexer's ``index_batch``, with
+    both hybrid candidate paths' search structures (so the tests cover every path)."""
+    create_index(client, index, dimension=bundle.dimension, knn=_has_knn(client), sparse=True)
+    search = ensure_index_model(client, index, bundle.version)
     register_templates(client)
-    result = index_batch(client, index, [p.to_json() for p in posts], bundle)
+    result = index_batch(client, index, [p.to_json() for p in posts], bundle, search=search)
     assert not result.failed, result.failed[:3]
     client.indices.refresh(index=index)
 
@@ -239,7 +240,7 @@ def test_field_cache_serves_exact_current_fields(
         opensearch_client.indices.refresh(index=index)
 
 
-def test_knn_on_an_index_without_knn_vector_is_skipped_not_failed(
+def test_hybrid_paths_on_an_index_without_their_structures_are_skipped_not_failed(
     opensearch_client: Any,
     unique_index: str,
     served: tuple[Bundle, str],
@@ -247,11 +248,17 @@ def test_knn_on_an_index_without_knn_vector_is_skipped_not_failed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     bundle, _ = served
-    create_index(opensearch_client, unique_index, dimension=bundle.dimension, knn=False)  # stored float vector
+    create_index(opensearch_client, unique_index, dimension=bundle.dimension)  # the default: packed fields only
     assert not index_batch(opensearch_client, unique_index, [p.to_json() for p in real_posts[:30]], bundle).failed
     opensearch_client.indices.refresh(index=unique_index)
-    rr = Reranker(bundle, opensearch_client, unique_index, RerankerSettings(knn=True, k_candidates=10))
+    hybrid = RerankerSettings(templates=("bm25",), sparse=True, knn=True, k_candidates=10)
+    rr = Reranker(bundle, opensearch_client, unique_index, hybrid)
     with caplog.at_level("WARNING", logger="semdup.reranker.reranker"):
         cands = rr.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)
-    assert cands and all("knn" not in c.sources for c in cands)
-    assert "k-NN candidates are off" in caplog.text
+    assert cands and all(c.sources == ("bm25",) for c in cands)
+    assert "k-NN candidates are off" in caplog.text and "learned-sparse candidates are off" in caplog.text
+    # and the fusion is the same as on an index that holds both structures: only the candidate paths differ
+    plain = Reranker(bundle, opensearch_client, unique_index, RerankerSettings(k_candidates=10))
+    assert [(c.id, c.score) for c in plain.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)] == [
+        (c.id, c.score) for c in cands
+    ]

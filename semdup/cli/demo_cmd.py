@@ -134,8 +134,12 @@ def _neural_travel(client, os_url: str, dump, workdir: Path) -> list[tuple[str, 
     click.echo(f"$ semdup worker --bundle {bundle}   (in the background)", err=True)
     worker = subprocess.Popen([sys.executable, "-m", "semdup", "worker", "--bundle", str(bundle), "-c", "1",
                                "--loglevel", "WARNING"], env=env, start_new_session=True)
+    knn = knn_available(client)
+    # both hybrid candidate paths are shown below, so the index gets their search structures (off by default)
+    hybrid = ["--sparse", "--knn"] if knn else ["--sparse"]
     try:
-        _semdup("index-posts", "--input", str(travel_dir()), "--index", DEMO_INDEX, "--bundle", str(bundle), env=env)
+        _semdup("index-posts", "--input", str(travel_dir()), "--index", DEMO_INDEX, "--bundle", str(bundle), *hybrid,
+                env=env)
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         try:
@@ -144,7 +148,6 @@ def _neural_travel(client, os_url: str, dump, workdir: Path) -> list[tuple[str, 
             os.killpg(worker.pid, signal.SIGKILL)
 
     results = []
-    knn = knn_available(client)
     for label, sparse, use_knn in (
         ("bm25 candidates", False, False),
         ("bm25+lmj+dfr+ib+sparse" + ("+knn" if knn else ""), True, knn),

@@ -177,15 +177,44 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     )
 
 
-def _ensure_index(client: Any, index: str, bundle: Any) -> None:
+def _candidate_field_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--sparse`` / ``--knn``: the search structures of the reranker's hybrid candidate paths (off by default:
+    the default reranker reads only the packed fields, and each structure makes indexing dearer)."""
+    command = click.option(
+        "--knn",
+        is_flag=True,
+        help="Also index the dense vector as a knn_vector (HNSW) for the reranker's k-NN candidates "
+        "(needs the k-NN plugin; about doubles OpenSearch's indexing CPU).",
+    )(command)
+    return click.option(
+        "--sparse",
+        is_flag=True,
+        help="Also index the learned term weights as rank_features for the reranker's learned-sparse candidates.",
+    )(command)
+
+
+def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool) -> None:
     from semdup.deploy.local_opensearch import knn_available
     from semdup.indexer.lexical_index import create_index
+    from semdup.indexer.schema import CandidateFields
+    from semdup.indexer.semantic import candidate_fields
 
     if client.indices.exists(index=index, request_timeout=30):
+        have = candidate_fields(client, index)
+        if (sparse and not have.sparse) or (knn and not have.knn):
+            click.echo(
+                f"warning: {index} exists with {have.describe()}; --sparse/--knn apply only when the index is "
+                f"created (add them to an existing index with `semdup enable --index {index} --sparse --knn`)",
+                err=True,
+            )
         return
-    knn = bundle.dimension is not None and knn_available(client)
-    create_index(client, index, dimension=bundle.dimension, knn=knn)
-    click.echo(f"created index {index} (dimension {bundle.dimension}, knn {knn})")
+    if knn and (bundle.dimension is None or not knn_available(client)):
+        raise click.UsageError(
+            "--knn needs a bundle with a dense encoder and the k-NN plugin on the cluster "
+            f"(bundle dimension {bundle.dimension}, plugin {'present' if knn_available(client) else 'missing'})"
+        )
+    create_index(client, index, dimension=bundle.dimension, knn=knn, sparse=sparse)
+    click.echo(f"created index {index} (dimension {bundle.dimension}, {CandidateFields(sparse, knn).describe()})")
 
 
 def _enqueue(items: list[Any], batch_size: int, send: Callable[[list[Any]], None], label: str) -> None:
@@ -235,6 +264,7 @@ def _replay(client: Any, index: str, version: str, batch_size: int) -> list[str]
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait at most.")
 @click.option("--replay-parked", is_flag=True, help="Re-enqueue the index's parked posts instead of reading --input.")
 @click.option("--list-parked", is_flag=True, help="Only list the index's parked posts.")
+@_candidate_field_options
 def index_posts(
     input_path: Path | None,
     index: str,
@@ -244,12 +274,18 @@ def index_posts(
     timeout: float,
     replay_parked: bool,
     list_parked: bool,
+    sparse: bool,
+    knn: bool,
 ) -> None:
     """Enqueue posts for indexing by the workers, and wait for them with a progress bar.
+
+    A missing index is created with semdup's schema: the lexical fields and the packed vector and term weights
+    the reranker's fusion reads; --sparse / --knn add the search structures of its hybrid candidate paths.
 
     \b
     Example:
       semdup index-posts --input /work/shared/data/travel-stackexchange --index travel --bundle b.tar.gz
+      semdup index-posts --input posts.jsonl --index travel --bundle b.tar.gz --sparse --knn
       semdup index-posts --index travel --list-parked
       semdup index-posts --index travel --replay-parked --bundle b.tar.gz
     """
@@ -272,7 +308,7 @@ def index_posts(
         posts = read_posts(input_path)
         if not posts:
             raise DataError(f"{input_path} holds no posts")
-        _ensure_index(client, index, b)
+        _ensure_index(client, index, b, sparse, knn)
         from semdup.indexer.tasks import index_posts as task
 
         payload = [p.to_json() for p in posts]
@@ -323,23 +359,33 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
 @click.option(
     "--backfill/--no-backfill", "run_backfill", default=False, show_default=True, help="Enqueue the backfill at once."
 )
-def enable(index: str, bundle: str | None, title_field: str, body_field: str, run_backfill: bool) -> None:
+@_candidate_field_options
+def enable(
+    index: str, bundle: str | None, title_field: str, body_field: str, run_backfill: bool, sparse: bool, knn: bool
+) -> None:
     """Add semdup's fields to an existing index in place (its documents and searches stay as they are).
 
     \b
     Example:
       semdup enable --index questions --bundle bundles/bow-cnn.tar.gz --title-field subject --body-field text
+      semdup enable --index questions --bundle bundles/bow-cnn.tar.gz --sparse   # + learned-sparse candidates
       semdup backfill --index questions --bundle bundles/bow-cnn.tar.gz
     """
     from semdup.indexer.enable import enable_index
+    from semdup.indexer.schema import CandidateFields
 
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     out = enable_index(
-        client, index, version=b.version, dimension=b.dimension, title_field=title_field, body_field=body_field
+        client,
+        index,
+        version=b.version,
+        dimension=b.dimension,
+        title_field=title_field,
+        body_field=body_field,
+        fields=CandidateFields(sparse=sparse, knn=knn),
     )
-    vec = "knn_vector" if out["knn"] else "stored vector (index.knn is off)"
-    click.echo(f"enabled semdup on {', '.join(out['indices'])} for model {b.version}: {vec}")
+    click.echo(f"enabled semdup on {', '.join(out['indices'])} for model {b.version}: {out['fields'].describe()}")
     if run_backfill:
         from semdup.indexer.backfill import enqueue_backfill
 

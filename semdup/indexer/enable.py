@@ -1,21 +1,22 @@
 """``semdup enable``: give semdup's fields to an index that semdup did not create, without rebuilding it.
 
-Chosen strategy: **in place** (``put_mapping``). The index's mapping gains the ``semdup`` object
-(``terms`` rank_features, ``model`` keyword, ``vector``, ``packed`` binary doc values for the reranker) and its
-``_meta`` gains ``semdup_model`` (the
-bundle version, the model-mixing guard) and ``semdup_text_fields`` (which of its fields hold the title and
-the body). A backfill then fills ``semdup`` with scripted partial updates that touch only ``semdup``.
+Chosen strategy: **in place** (``put_mapping``). The index's mapping gains the ``semdup`` object (``model``
+keyword, ``packed`` binary doc values holding the vector and term weights the reranker reads; with ``--sparse``
+``terms`` rank_features, with ``--knn`` ``vector`` knn_vector: :class:`~semdup.indexer.schema.CandidateFields`)
+and its ``_meta`` gains ``semdup_model`` (the bundle version, the model-mixing guard) and ``semdup_text_fields``
+(which of its fields hold the title and the body). A backfill then fills ``semdup`` with scripted partial updates
+that touch only ``semdup``.
 
 Why in place rather than a companion index (``NAME-semdup`` keyed by the same ids): the reranker reads
 the candidates' vectors from the very hits the search templates return, so one index means one request
 and no join; adding a field never changes the scores of queries on the other fields, and
 ``put_mapping`` is allowed on any index whose mapping does not already use the name ``semdup``.
 Its limits, checked here and refused with a clear error: the index must keep ``_source`` (partial updates
-rebuild the document from it) and ``vector`` is a stored, non-searchable float array unless the index was
-created with ``index.knn: true`` (that setting cannot be turned on for an existing index). The vector stays
-in ``_source`` as on indices semdup creates (``_source.excludes`` cannot be added to an existing mapping, and
-semdup does not use it anywhere: it cost more indexing CPU than it saved, see ``schema.py``). The companion
-index is left as a documented alternative, not built.
+rebuild the document from it), and ``--knn`` needs an index created with ``index.knn: true`` (that setting cannot
+be turned on for an existing index; reindex into one that has it). With ``--knn`` the vector stays in ``_source``
+as on indices semdup creates (``_source.excludes`` cannot be added to an existing mapping, and semdup does not
+use it anywhere: it cost more indexing CPU than it saved, see ``schema.py``). Enabling again with more flags adds
+the structures that are missing. The companion index is left as a documented alternative, not built.
 
 Nothing of the original documents is changed or lost: their fields and ``_id`` stay as they are, and the
 mapping of the existing fields is not touched (``put_mapping`` adds, it cannot change).
@@ -30,7 +31,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.errors import IndexError_, OpenSearchUnavailable
-from semdup.indexer.schema import missing_semdup_fields
+from semdup.indexer.schema import CandidateFields, missing_semdup_fields
 from semdup.indexer.semantic import MODEL_META_KEY, TEXT_FIELDS_META_KEY
 
 __all__ = ["enable_index"]
@@ -57,15 +58,21 @@ def enable_index(
     dimension: int | None,
     title_field: str = "title",
     body_field: str = "body",
+    fields: CandidateFields | None = None,
 ) -> dict[str, Any]:
     """Add the ``semdup`` fields and ``_meta`` to ``index`` (each concrete index behind an alias).
 
+    Args:
+        fields: the search structures to add for the reranker's hybrid candidate paths (default: none).
+
     Returns:
-        ``{"indices": [...], "knn": bool}``: which indices were changed and whether ``vector`` is searchable.
+        ``{"indices": [...], "fields": CandidateFields}``: which indices were changed, and the search structures
+        every one of them now holds (what the workers will write).
 
     Raises:
         IndexError_: missing index, no ``_source``, text fields not in the mapping, a ``semdup`` field of
-            another shape, or vectors of another model already there.
+            another shape, vectors of another model already there, or ``knn`` asked of an index without
+            ``index.knn``.
         OpenSearchUnavailable: the cluster did not answer.
     """
     try:
@@ -76,6 +83,7 @@ def enable_index(
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading {index!r}: {exc}") from exc
 
+    wanted_fields = fields or CandidateFields()
     plans = []
     for name, m in mappings.items():
         mapping = m.get("mappings") or {}
@@ -98,15 +106,22 @@ def enable_index(
                 f"index {name!r} already holds vectors of model {current}, not {version}; use a new index for a "
                 "new model and switch an alias"
             )
-        knn = str(settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")).lower() == "true"
+        index_knn = settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")
+        if wanted_fields.knn and str(index_knn).lower() != "true":
+            raise IndexError_(
+                f"index {name!r} was created without index.knn: true, so it cannot hold a knn_vector (the setting "
+                "cannot be turned on later); drop --knn, or reindex into an index created with index.knn: true"
+            )
         new_meta = {**meta, MODEL_META_KEY: version, TEXT_FIELDS_META_KEY: {"title": title_field, "body": body_field}}
-        # Enabling again (say after an upgrade that added a field) adds only what is missing.
+        # Enabling again (after an upgrade that added a field, or with more flags) adds only what is missing.
         mapped = (props.get("semdup") or {}).get("properties") or {}
-        missing = missing_semdup_fields(mapped, dimension, knn=knn)
+        have = CandidateFields.of_mapping(mapped)
+        target = CandidateFields(wanted_fields.sparse or have.sparse, wanted_fields.knn or have.knn)
+        missing = missing_semdup_fields(mapped, dimension, target)
         body = {"_meta": new_meta, "properties": {"semdup": {"properties": missing}}}
-        plans.append((name, body, knn))
+        plans.append((name, body, target))
 
-    for name, body, knn in plans:
+    for name, body, target in plans:
         try:
             client.indices.put_mapping(index=name, body=body, request_timeout=_TIMEOUT)
         except os_exc.RequestError as exc:
@@ -116,5 +131,6 @@ def enable_index(
             ) from exc
         except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
             raise OpenSearchUnavailable(f"OpenSearch did not answer while updating {name!r}: {exc}") from exc
-        logger.info("enabled semdup on %s (model %s, knn vector %s)", name, version, knn)
-    return {"indices": [p[0] for p in plans], "knn": all(p[2] for p in plans)}
+        logger.info("enabled semdup on %s (model %s, %s)", name, version, target.describe())
+    common = CandidateFields(all(p[2].sparse for p in plans), all(p[2].knn for p in plans))
+    return {"indices": [p[0] for p in plans], "fields": common}

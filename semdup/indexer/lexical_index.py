@@ -13,7 +13,7 @@ from semdup.encoders.text_pipeline import TextPipelineSettings
 from semdup.errors import BulkWriteError, PostError, SemdupError
 from semdup.indexer.bulk import BulkReport, bulk_write
 from semdup.indexer.documents import index_action
-from semdup.indexer.schema import index_body
+from semdup.indexer.schema import CandidateFields, index_body
 from semdup.posts import Post
 
 __all__ = ["create_index", "load_posts", "delete_index"]
@@ -22,14 +22,26 @@ logger = logging.getLogger(__name__)
 
 
 def create_index(
-    client: OpenSearch, index: str, *, dimension: int | None = None, knn: bool = False, recreate: bool = False
+    client: OpenSearch,
+    index: str,
+    *,
+    dimension: int | None = None,
+    knn: bool = False,
+    sparse: bool = False,
+    recreate: bool = False,
 ) -> None:
-    """Create ``index`` with semdup's schema; ``recreate`` drops an existing one first."""
+    """Create ``index`` with semdup's schema; ``recreate`` drops an existing one first.
+
+    ``knn`` / ``sparse`` add the search structures of the reranker's k-NN / learned-sparse candidate paths
+    (:class:`~semdup.indexer.schema.CandidateFields`); without them the index holds the packed fields the
+    fusion reads, and semantic indexing costs much less.
+    """
     try:
         with opensearch_errors(f"creating {index!r}"):
             if recreate:
                 client.indices.delete(index=index, ignore_unavailable=True)
-            client.indices.create(index=index, body=index_body(dimension=dimension, knn=knn))
+            fields = CandidateFields(sparse=sparse, knn=knn)
+            client.indices.create(index=index, body=index_body(dimension=dimension, fields=fields))
     except os_exc.RequestError as exc:
         raise SemdupError(f"cannot create index {index!r}: {exc.error}: {exc.info}") from exc
 

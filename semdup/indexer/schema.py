@@ -12,16 +12,28 @@ search template picks a model by picking a sub-field (``title.lmj``, ``text.dfr`
     tfidf  Lucene's classic TF-IDF, as a ``scripted`` similarity (tf = sqrt(freq), idf = 1 + ln((N+1)/(df+1)),
            norm = 1/sqrt(length); score = boost·tf·idf²·norm, the query norm left out as it does not change ranks)
 
-semdup's own fields live under ``semdup``: ``terms`` (rank_features: the learned BOW weights tf·t, L2-normalised,
-so a bool of linear rank_feature clauses boosted by the query's weights is exactly cos_bow), ``vector`` (the dense
-vector: a lucene-engine ``knn_vector`` with cosinesimil when the k-NN plugin is there, else stored and not indexed),
-``model`` (the bundle version id, so two models' vectors are never mixed), ``packed`` (a ``binary`` field with doc
-values holding the exact float32 vector and term weights, :func:`semdup.indexer.documents.pack_semdup_fields`:
-the reranker reads it with ``docvalue_fields`` from the candidate search's own hits, no second request).
+semdup's own fields live under ``semdup``. Every semdup index has ``model`` (the bundle version id, so two models'
+vectors are never mixed), ``indexed_at`` and ``packed`` (a ``binary`` field with doc values holding the exact
+float32 vector and term weights, :func:`semdup.indexer.documents.pack_semdup_fields`: the reranker reads it with
+``docvalue_fields`` from the candidate search's own hits, no second request). That is all the fusion needs.
+
+The two search structures are opt-in, one per reranker candidate path (:class:`CandidateFields`):
+
+* ``sparse``: ``terms``, rank_features holding the learned BOW weights tf·t, L2-normalised, so a bool of linear
+  rank_feature clauses boosted by the query's weights is exactly cos_bow (learned-sparse candidates);
+* ``knn``: ``vector``, a lucene-engine ``knn_vector`` with cosinesimil (k-NN candidates; needs the k-NN plugin).
+
+Why opt-in (DESIGN.md lists both as always there): they are what makes semantic indexing dear. On Travel posts
+(``benchmarks/indexing.py``, 2 cores) OpenSearch spends about as much CPU on them as on all six lexical models
+together; with neither, semantic indexing runs at ≥ 0.5 × plain lexical indexing, with both at ≈ 0.4 ×. The
+default reranker (BM25 template candidates + fusion) reads only ``packed``; hybrid candidates buy recall
+(``semdup eval candidate-recall``) for that price, so an operator chooses them when creating or enabling the
+index (``semdup index-posts --sparse --knn``, ``semdup enable --sparse --knn``). Indices written by older semdup
+versions, which always had ``terms`` and ``vector``, keep them and keep having them written.
 
 Measured choices (``benchmarks/indexing.py``, ``benchmarks/rerank_latency.py``, Travel posts, 400 dimensions):
 
-* The float vector stays in ``_source``: ``_source.excludes`` on ``semdup.vector`` made indexing cost *more*
+* With k-NN, the float vector stays in ``_source``: ``_source.excludes`` on ``semdup.vector`` made indexing cost *more*
   server CPU (OpenSearch then parses every document's source into a map and writes it again), and it cannot be
   added to an existing index's mapping anyway. The reranker reads ``packed`` instead of the ``_source`` floats.
 * HNSW ``ef_construction`` 32 instead of the plugin's 100 (``m`` stays 16): about half the graph's indexing
@@ -32,9 +44,11 @@ Measured choices (``benchmarks/indexing.py``, ``benchmarks/rerank_latency.py``, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CandidateFields",
     "LEXICAL_MODELS",
     "TEXT_FIELDS",
     "index_body",
@@ -111,41 +125,70 @@ def _text_field(copy_to: str | None) -> dict[str, Any]:
     return field
 
 
-def semdup_fields_mapping(dimension: int | None = None, knn: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CandidateFields:
+    """Which search structures an index holds beside the packed fields: one per reranker candidate path.
+
+    Attributes:
+        sparse: ``semdup.terms`` as rank_features (learned-sparse candidates).
+        knn: ``semdup.vector`` as a ``knn_vector`` (k-NN candidates; the index needs ``index.knn: true``).
+    """
+
+    sparse: bool = False
+    knn: bool = False
+
+    @classmethod
+    def of_mapping(cls, semdup_props: dict[str, Any] | None) -> CandidateFields:
+        """The fields an index's mapping (its ``semdup.properties``) holds; a plain float ``vector`` (older
+        semdup, no k-NN plugin) is not a search structure: the packed copy replaces it."""
+        props = semdup_props or {}
+        return cls(
+            sparse=(props.get("terms") or {}).get("type") == "rank_features",
+            knn=(props.get("vector") or {}).get("type") == "knn_vector",
+        )
+
+    def __and__(self, other: CandidateFields) -> CandidateFields:
+        return CandidateFields(self.sparse and other.sparse, self.knn and other.knn)
+
+    def describe(self) -> str:
+        names = [n for n, on in (("sparse", self.sparse), ("knn", self.knn)) if on]
+        return "+".join(names) if names else "packed fields only"
+
+
+def semdup_fields_mapping(dimension: int | None = None, fields: CandidateFields | None = None) -> dict[str, Any]:
     """The ``semdup`` object mapping; ``dimension`` is known once a model bundle is chosen."""
+    f = fields or CandidateFields()
     props: dict[str, Any] = {
-        "terms": {"type": "rank_features"},
         "model": {"type": "keyword"},
         "indexed_at": {"type": "date"},
         "packed": {"type": "binary", "doc_values": True},
     }
-    if dimension is not None:
-        if knn:
-            props["vector"] = {
-                "type": "knn_vector",
-                "dimension": int(dimension),
-                "method": {
-                    "name": "hnsw",
-                    "engine": "lucene",
-                    "space_type": "cosinesimil",
-                    "parameters": dict(HNSW_PARAMETERS),
-                },
-            }
-        else:
-            # Without the k-NN plugin the vector is kept in _source for the reranker, not searched.
-            props["vector"] = {"type": "float", "index": False, "doc_values": False}
+    if f.sparse:
+        props["terms"] = {"type": "rank_features"}
+    if f.knn and dimension is not None:
+        props["vector"] = {
+            "type": "knn_vector",
+            "dimension": int(dimension),
+            "method": {
+                "name": "hnsw",
+                "engine": "lucene",
+                "space_type": "cosinesimil",
+                "parameters": dict(HNSW_PARAMETERS),
+            },
+        }
     return {"properties": props}
 
 
 def missing_semdup_fields(
-    mapped: dict[str, Any], dimension: int | None = None, knn: bool = False
+    mapped: dict[str, Any], dimension: int | None = None, fields: CandidateFields | None = None
 ) -> dict[str, dict[str, Any]]:
-    """The ``semdup`` properties an index's mapping lacks (``mapped``: its ``semdup.properties``).
+    """The ``semdup`` properties an index's mapping lacks (``mapped``: its ``semdup.properties``) for ``fields``
+    (default: the search structures it already has, so only the always-there fields are added).
 
     An index enabled or created by an older semdup gains only these through ``put_mapping``: a field already
     mapped keeps its mapping (a knn_vector's HNSW parameters cannot be changed in place).
     """
-    wanted = semdup_fields_mapping(dimension, knn)["properties"]
+    wanted = semdup_fields_mapping(dimension, fields or CandidateFields.of_mapping(mapped))["properties"]
     return {name: spec for name, spec in wanted.items() if name not in mapped}
 
 
@@ -154,17 +197,18 @@ def index_body(
     shards: int = 1,
     replicas: int = 0,
     dimension: int | None = None,
-    knn: bool = False,
+    fields: CandidateFields | None = None,
     refresh_interval: str = "1s",
 ) -> dict[str, Any]:
     """Settings and mappings for a semdup-created index (create it with ``client.indices.create``)."""
+    fields = fields or CandidateFields()
     settings: dict[str, Any] = {
         "number_of_shards": shards,
         "number_of_replicas": replicas,
         "refresh_interval": refresh_interval,
         "similarity": SIMILARITIES,
     }
-    if knn and dimension is not None:
+    if fields.knn and dimension is not None:
         settings["knn"] = True
     return {
         "settings": {"index": settings},
@@ -175,7 +219,7 @@ def index_body(
                 "title": _text_field("text"),
                 "body": _text_field("text"),
                 "text": _text_field(None),
-                "semdup": semdup_fields_mapping(dimension, knn),
+                "semdup": semdup_fields_mapping(dimension, fields),
             },
         },
     }

@@ -3,7 +3,8 @@
 This is the work of the Celery tasks without Celery, so it can be run and tested directly:
 
 * ``index_batch``: posts (JSON) → ``index`` actions with ``_id = post id`` holding ``post_id``, ``title``,
-  ``body`` (cleaned by the shared text pipeline) and ``semdup.{model, terms, vector}`` from the bundle.
+  ``body`` (cleaned by the shared text pipeline) and ``semdup.{model, packed}`` from the bundle (plus ``terms`` /
+  ``vector`` where the index holds those search structures, :class:`~semdup.indexer.schema.CandidateFields`).
   Content is a pure function of (post, bundle), so writing a batch twice writes the same documents.
   Encoding and writing overlap: the batch goes in chunks, and while one chunk's bulk request is in flight (on a
   helper thread; the HTTP wait releases the GIL) the next chunk is encoded (onnxruntime releases it too).
@@ -42,7 +43,7 @@ from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
 from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
 from semdup.indexer.documents import lexical_document, pack_semdup_fields
-from semdup.indexer.schema import missing_semdup_fields
+from semdup.indexer.schema import CandidateFields, missing_semdup_fields
 from semdup.posts import Post
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "delete_batch",
     "index_model",
     "ensure_index_model",
+    "candidate_fields",
     "text_fields",
 ]
 
@@ -92,21 +94,25 @@ class BatchResult:
     missing: list[str] = field(default_factory=list)
 
 
-def semdup_source(fields: dict[str, Any]) -> dict[str, Any]:
-    """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry.
+def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None) -> dict[str, Any]:
+    """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry, for an index holding the
+    search structures ``search`` (default: none, only the packed fields).
 
-    The vector becomes a float32 array (exact: the encoder's output is float32, which is what a ``knn_vector``
-    holds), so ``bulk_write`` writes each value as its shortest float32 decimal rather than 17 float64 digits.
-    Term weights become float32 too: OpenSearch parses a rank feature as a float (and keeps fewer bits still),
-    so the index loses nothing, and the ``_source`` copy differs from the float64 weight by < 1e-7.
-    ``packed`` holds the same float32 vector and weights for the reranker (:mod:`semdup.indexer.documents`).
+    ``packed`` holds the float32 vector and term weights for the reranker (:mod:`semdup.indexer.documents`).
+    With ``search.sparse`` the weights also go to ``terms`` (rank_features), with ``search.knn`` the vector to
+    ``vector`` (the k-NN field parses it from ``_source``). Both become float32 (exact for the encoder's float32
+    output; OpenSearch parses a rank feature as a float and keeps fewer bits still), so ``bulk_write`` writes each
+    value as its shortest float32 decimal rather than 17 float64 digits.
     """
+    search = search or CandidateFields()
     terms = fields["terms"]
     weights = np.asarray(list(terms.values()), dtype=np.float32)
-    out: dict[str, Any] = {"model": fields["model"], "terms": dict(zip(terms.keys(), weights, strict=True))}
-    vector = None
-    if fields.get("vector") is not None:
-        vector = out["vector"] = np.asarray(fields["vector"], dtype=np.float32)
+    out: dict[str, Any] = {"model": fields["model"]}
+    if search.sparse:
+        out["terms"] = dict(zip(terms.keys(), weights, strict=True))
+    vector = None if fields.get("vector") is None else np.asarray(fields["vector"], dtype=np.float32)
+    if search.knn and vector is not None:
+        out["vector"] = vector
     out["packed"] = pack_semdup_fields(vector, dict(zip(terms.keys(), weights.tolist(), strict=True)))
     return out
 
@@ -195,11 +201,31 @@ def text_fields(client: OpenSearch, index: str) -> tuple[str, str]:
     return "title", "body"
 
 
-def ensure_index_model(client: OpenSearch, index: str, version: str) -> None:
-    """Claim ``index`` for bundle ``version``, or refuse if it holds another model's vectors.
+def _semdup_props(mapping: dict[str, Any]) -> dict[str, Any] | None:
+    return ((mapping.get("properties") or {}).get("semdup") or {}).get("properties")
 
-    Also adds ``semdup.packed`` to an index whose ``semdup`` mapping predates it (``put_mapping`` adds a field to
-    an existing index; documents written before keep working: the reranker reads their ``_source`` instead).
+
+def candidate_fields(client: OpenSearch, index: str) -> CandidateFields:
+    """The search structures every concrete index behind ``index`` holds (what a write may fill there)."""
+    return _common_fields(_mappings(client, index))
+
+
+def _common_fields(mappings: dict[str, dict[str, Any]]) -> CandidateFields:
+    out: CandidateFields | None = None
+    for mapping in mappings.values():
+        fields = CandidateFields.of_mapping(_semdup_props(mapping))
+        out = fields if out is None else out & fields
+    return out or CandidateFields()
+
+
+def ensure_index_model(client: OpenSearch, index: str, version: str) -> CandidateFields:
+    """Claim ``index`` for bundle ``version``, or refuse if it holds another model's vectors; returns the search
+    structures its mapping holds (:func:`semdup_source` writes exactly those).
+
+    Also adds the always-there fields (``semdup.packed``…) to an index whose ``semdup`` mapping predates them
+    (``put_mapping`` adds a field to an existing index; documents written before keep working: the reranker reads
+    their ``_source`` instead). It never adds a search structure: that is the operator's choice
+    (``semdup enable --sparse --knn``).
 
     Raises:
         IndexError_: the index is missing, or its ``_meta.semdup_model`` is another version.
@@ -214,7 +240,7 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> None:
             )
     for name, mapping in mappings.items():
         current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
-        semdup_props = ((mapping.get("properties") or {}).get("semdup") or {}).get("properties")
+        semdup_props = _semdup_props(mapping)
         missing = missing_semdup_fields(semdup_props) if semdup_props is not None else {}
         if missing:
             client.indices.put_mapping(
@@ -227,6 +253,7 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> None:
         meta = {**(mapping.get("_meta") or {}), MODEL_META_KEY: version}
         client.indices.put_mapping(index=name, body={"_meta": meta}, request_timeout=_TIMEOUT)
         logger.info("index %s claimed for model %s", name, version)
+    return _common_fields(mappings)
 
 
 def index_batch(
@@ -237,21 +264,24 @@ def index_batch(
     *,
     settings: TextPipelineSettings | None = None,
     chunk_size: int = INDEX_CHUNK,
+    search: CandidateFields | None = None,
 ) -> BatchResult:
     """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects.
 
     The batch is encoded and written in chunks of ``chunk_size`` posts, each chunk's bulk request overlapping
     the encoding of the next (see :func:`write_overlapped`); the documents are the same as in one request.
+    ``search``: the index's search structures (what :func:`ensure_index_model` returned); None reads the mapping.
     """
     result = BatchResult()
     posts = _parse_posts(batch, result)
+    search = search if search is not None else candidate_fields(client, index)
 
     def action_chunks() -> Iterable[list[dict[str, Any]]]:
         for chunk in chunked(posts, chunk_size):
             actions = []
             for post, fields in _encode(bundle, chunk, result):
                 source = lexical_document(post, settings)
-                source["semdup"] = semdup_source(fields)
+                source["semdup"] = semdup_source(fields, search)
                 actions.append({"_op_type": "index", "_index": index, "_id": post.id, "_source": source})
             yield actions
 
@@ -324,9 +354,19 @@ def _as_text(value: Any) -> str:
 _SET_SEMDUP = "ctx._source.semdup = params.semdup"
 
 
-def backfill_batch(client: OpenSearch, index: str, ids: Sequence[str], bundle: DocumentEncoder) -> BatchResult:
-    """Fill only the ``semdup`` fields of posts already in ``index``, from the text stored there."""
+def backfill_batch(
+    client: OpenSearch,
+    index: str,
+    ids: Sequence[str],
+    bundle: DocumentEncoder,
+    search: CandidateFields | None = None,
+) -> BatchResult:
+    """Fill only the ``semdup`` fields of posts already in ``index``, from the text stored there.
+
+    ``search``: the index's search structures (what :func:`ensure_index_model` returned); None reads the mapping.
+    """
     result = BatchResult()
+    search = search if search is not None else candidate_fields(client, index)
     posts = _fetch_posts(client, index, ids, result)
     encoded = _encode(bundle, posts, result)
     actions = [
@@ -334,7 +374,7 @@ def backfill_batch(client: OpenSearch, index: str, ids: Sequence[str], bundle: D
             "_op_type": "update",
             "_index": index,
             "_id": post.id,
-            "script": {"source": _SET_SEMDUP, "lang": "painless", "params": {"semdup": semdup_source(fields)}},
+            "script": {"source": _SET_SEMDUP, "lang": "painless", "params": {"semdup": semdup_source(fields, search)}},
         }
         for post, fields in encoded
     ]

@@ -112,10 +112,10 @@ def index_posts(index: str, posts: list[dict[str, Any]], model_version: str) -> 
     rt = runtime()
     try:
         _check_version(model_version)
-        semantic.ensure_index_model(rt.client, index, model_version)
+        search = semantic.ensure_index_model(rt.client, index, model_version)
     except IndexError_ as exc:
         return _refuse(index, posts, model_version, "index_posts", exc)
-    result = semantic.index_batch(rt.client, index, posts, rt.bundle)
+    result = semantic.index_batch(rt.client, index, posts, rt.bundle, search=search)
     parking.park(
         rt.client, index, result.failed, task="index_posts", model_version=model_version, payloads=result.payloads
     )
@@ -129,10 +129,10 @@ def backfill_batch(index: str, ids: list[str], model_version: str) -> dict[str, 
     rt = runtime()
     try:
         _check_version(model_version)
-        semantic.ensure_index_model(rt.client, index, model_version)
+        search = semantic.ensure_index_model(rt.client, index, model_version)
     except IndexError_ as exc:
         return _refuse(index, ids, model_version, "backfill_batch", exc)
-    result = semantic.backfill_batch(rt.client, index, ids, rt.bundle)
+    result = semantic.backfill_batch(rt.client, index, ids, rt.bundle, search)
     parking.park(rt.client, index, result.failed, task="backfill_batch", model_version=model_version)
     logger.info(
         "backfill %s: %d written, %d parked, %d gone", index, result.written, len(result.failed), len(result.missing)

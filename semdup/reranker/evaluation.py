@@ -29,6 +29,7 @@ from semdup.errors import BulkWriteError
 from semdup.evaluation.metrics import best_threshold, pair_accuracy, precision_recall_f1_accuracy
 from semdup.export.bundle import Bundle
 from semdup.indexer.lexical_index import create_index, delete_index
+from semdup.indexer.schema import CandidateFields
 from semdup.indexer.semantic import ensure_index_model, index_batch
 from semdup.posts import Post
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, save_calibration
@@ -75,30 +76,34 @@ def semantic_index(
     keep: bool = False,
     progress: bool = True,
     batch: int = 64,
+    search: CandidateFields | None = None,
 ) -> Iterator[str]:
     """A fresh index holding ``posts`` with lexical and semdup fields (``index_batch``), dropped afterwards.
 
-    The k-NN mapping is used when the cluster has the plugin, so k-NN candidates can be measured.
+    ``search``: its search structures; by default every one the bundle and cluster allow (learned-sparse with a
+    BOW model, k-NN when the cluster has the plugin), so every candidate path can be measured.
     """
     name = _index_name(stem)
-    plugins = {p.get("component") for p in client.cat.plugins(format="json", request_timeout=30)}
-    knn = "opensearch-knn" in plugins and bundle.dimension is not None
-    create_index(client, name, dimension=bundle.dimension, knn=knn)
+    if search is None:
+        plugins = {p.get("component") for p in client.cat.plugins(format="json", request_timeout=30)}
+        knn = "opensearch-knn" in plugins and bundle.dimension is not None
+        search = CandidateFields(sparse=bundle.term_weights is not None, knn=knn)
+    create_index(client, name, dimension=bundle.dimension, knn=search.knn, sparse=search.sparse)
     try:
-        ensure_index_model(client, name, bundle.version)
+        search = ensure_index_model(client, name, bundle.version)
         register_templates(client)
         failed: list[tuple[str, str]] = []
         unique = list({p.id: p for p in posts}.values())
         for start in tqdm(range(0, len(unique), batch), desc=f"indexing {name}", disable=not progress):
             chunk = unique[start : start + batch]
-            result = index_batch(client, name, [p.to_json() for p in chunk], bundle)
+            result = index_batch(client, name, [p.to_json() for p in chunk], bundle, search=search)
             failed.extend(result.failed)
         client.indices.refresh(index=name, request_timeout=60)
         if failed:
             raise BulkWriteError(
                 f"{len(failed)} of {len(unique)} posts were not indexed into {name!r} (first: {failed[0]})", failed
             )
-        logger.info("indexed %d posts into %s (knn mapping: %s)", len(unique), name, knn)
+        logger.info("indexed %d posts into %s (%s)", len(unique), name, search.describe())
         yield name
     finally:
         if not keep:

@@ -30,6 +30,7 @@ import numpy as np
 from semdup.encoders.text_pipeline import check_post
 from semdup.errors import IndexError_, PostError
 from semdup.export.bundle import Bundle
+from semdup.indexer.schema import CandidateFields
 from semdup.indexer.semantic import index_model
 from semdup.posts import Post
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
@@ -124,7 +125,7 @@ class Reranker:
         self._query_template: str | None | bool = False  # False = not registered yet
         self.field_cache = FieldCache(self.settings.field_cache) if self.settings.field_cache else None
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
-        self._knn_ok: dict[str, bool] = {}
+        self._paths: dict[str, CandidateFields] = {}  # index -> the hybrid candidate paths it can serve
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(
                 f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
@@ -183,35 +184,46 @@ class Reranker:
                 f"index {concrete!r} holds vectors of model {other}, but the reranker serves bundle {self.version}; "
                 f"serve bundle {other}, or index the posts with {self.version} into a new index and point an alias"
             )
-        knn_ok = True
-        if self.settings.knn:
-            knn_ok = self._maps_knn_vector(name)
+        paths = CandidateFields(self.settings.sparse, self.settings.knn)
+        if paths.sparse or paths.knn:
+            paths = self._searchable(name, paths)
         with self._lock:
             self._checked[name] = True
-            self._knn_ok[name] = knn_ok
+            self._paths[name] = paths
 
-    def _maps_knn_vector(self, name: str) -> bool:
-        """Whether every concrete index behind ``name`` maps ``semdup.vector`` as ``knn_vector`` (else warn once)."""
+    def _searchable(self, name: str, wanted: CandidateFields) -> CandidateFields:
+        """Which of the wanted hybrid candidate paths every concrete index behind ``name`` can serve (warn once
+        about the others: the index was created or enabled without ``--sparse`` / ``--knn``)."""
         resp = call_opensearch(
             self.client.indices.get_field_mapping,
             f"reading the mapping of {name!r}",
             index=name,
-            fields="semdup.vector",
+            fields="semdup.vector,semdup.terms",
             params={"request_timeout": self.settings.search_timeout},
         )
-        types = {
-            concrete: (m.get("mappings", {}).get("semdup.vector", {}).get("mapping", {}).get("vector", {}).get("type"))
-            for concrete, m in resp.items()
-        }
-        bad = {k: v for k, v in types.items() if v != "knn_vector"}
-        if bad:
-            logger.warning(
-                "k-NN candidates are off for %s: semdup.vector is mapped as %s there, not knn_vector (no k-NN plugin "
-                "when it was created?); re-create the index with the plugin present, or drop knn",
-                name,
-                bad,
-            )
-        return not bad
+        have = CandidateFields(True, True)
+        for m in resp.values():
+            props = {
+                field.split(".", 1)[1]: next(iter(spec.get("mapping", {}).values()), {})
+                for field, spec in m.get("mappings", {}).items()
+            }
+            have = have & CandidateFields.of_mapping(props)
+        if not resp:
+            have = CandidateFields()
+        out = wanted & have
+        for path, flag in (("learned-sparse", "sparse"), ("k-NN", "knn")):
+            if getattr(wanted, flag) and not getattr(out, flag):
+                logger.warning(
+                    "%s candidates are off for %s: its semdup mapping lacks the %s search structure; add it with "
+                    "`semdup enable --index %s --%s` and a backfill, or drop %s",
+                    path,
+                    name,
+                    flag,
+                    name,
+                    flag,
+                    flag,
+                )
+        return out
 
     def _index_uuids(self, name: str) -> dict[str, str]:
         """Concrete index name -> uuid for ``name`` (an index or alias), re-read every ``UUID_TTL_S`` seconds."""
@@ -245,8 +257,9 @@ class Reranker:
         self.check_index(name)
         s = self.settings
         q_vec, q_terms = self.bundle.encode_query(post)
+        paths = self._paths.get(name, CandidateFields())
         query_template = None
-        if s.sparse or s.knn:
+        if paths.sparse or paths.knn:
             if self._query_template is False:
                 with self._lock:
                     self._query_template = register_query_template(self.client, s.search_timeout)
@@ -261,8 +274,8 @@ class Reranker:
             timeout=s.search_timeout,
             exclude_id=exclude_id,
             restrict_ids=restrict_ids,
-            sparse_terms=q_terms if s.sparse else None,
-            knn_vector=q_vec if s.knn and self._knn_ok.get(name, True) else None,
+            sparse_terms=q_terms if paths.sparse else None,
+            knn_vector=q_vec if paths.knn else None,
             query_template=query_template,
         )
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
@@ -413,8 +426,8 @@ class Reranker:
     def with_settings(self, **changes: Any) -> Reranker:
         """The same bundle and client with other candidate settings (shares the onnxruntime session)."""
         other = Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
-        if other.settings.knn == self.settings.knn:
-            other._checked, other._knn_ok = self._checked, self._knn_ok
+        if (other.settings.knn, other.settings.sparse) == (self.settings.knn, self.settings.sparse):
+            other._checked, other._paths = self._checked, self._paths
         other._query_template = self._query_template
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids

@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.evaluation.data_paths import travel_dir
     from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
     from semdup.export.bundle import Bundle
+    from semdup.indexer.schema import CandidateFields
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.reranker.evaluation import semantic_index
     from semdup.search_templates import query_text, template_id, template_params
@@ -161,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.warmup} warm-up calls each; k_candidates {args.k_candidates}; onnx threads {args.onnx_threads}"
     )
 
-    with semantic_index(client, bundle, corpus, "latency", keep=args.keep_index, progress=True) as index:
+    # the default index (packed fields, no hybrid search structures): what the default BM25-candidate reranker reads
+    with semantic_index(
+        client, bundle, corpus, "latency", keep=args.keep_index, progress=True, search=CandidateFields()
+    ) as index:
         rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=args.k_candidates, search_timeout=30))
         rr_cached = rr.with_settings(field_cache=args.field_cache) if args.field_cache else None
         tid = template_id("bm25", "text")
