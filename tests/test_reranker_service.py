@@ -7,10 +7,14 @@ must equal the in-process Reranker's scores.
 # ruff: noqa: F811  (the module-scoped fixtures are imported from test_reranker_parity)
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,11 +163,41 @@ def test_opensearch_timeout_gets_504(
 ) -> None:
     bundle, index = served
     client = connect(OpenSearchSettings(url=opensearch_url, max_retries=0), check=False)
-    rr = Reranker(bundle, client, index, RerankerSettings(search_timeout=1e-6))  # no cluster answers in 1 µs
-    rr.check_index()  # mapping read with the normal timeout; the candidate search gets 1 µs
-    app = TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url), reranker=rr))
-    r = app.post("/v1/rerank", json={"title": real_posts[0].title}, headers=HEADERS)
+    rr = Reranker(bundle, client, index, RerankerSettings(search_timeout=0.5))
+    rr.check_index()  # the mapping is read from the real cluster; then the cluster hangs
+    with _stalled_server() as stalled:  # accepts the connection and never answers, as a cluster stuck in GC
+        rr.client = connect(OpenSearchSettings(url=stalled, max_retries=0), check=False)
+        app = TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url), reranker=rr))
+        r = app.post("/v1/rerank", json={"title": real_posts[0].title}, headers=HEADERS)
     assert r.status_code == 504 and r.json()["error"]["type"] == "SearchTimeout"
+
+
+@contextlib.contextmanager
+def _stalled_server() -> Iterator[str]:
+    """A loopback TCP server that accepts connections and never answers (a search that cannot finish in time,
+    whatever the machine's load: a 1 µs timeout against the real cluster sometimes won the race)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        listener.close()
 
 
 def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Post]) -> None:
