@@ -161,7 +161,8 @@ def test_non_positive_term_weights_are_left_out(bow_bundle: Path, posts: list[Po
 def test_document_fields(bow_bundle: Path, posts: list[Post]) -> None:
     bundle = Bundle.load(bow_bundle)
     docs = bundle.document_fields(posts[:3])
-    assert [set(d) for d in docs] == [{"vector", "terms", "model"}] * 3
+    assert [set(d) for d in docs] == [{"vector", "terms", "term_ids", "model"}] * 3
+    assert all([bundle.feature_names()[i] for i in d["term_ids"]] == list(d["terms"]) for d in docs)
     assert all(d["model"] == bundle.version and len(d["vector"]) == bundle.dimension for d in docs)
     json.dumps(docs)  # JSON-native, as the bulk writer sends it
     with pytest.raises(PostError, match="neither title nor body"):

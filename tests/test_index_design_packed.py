@@ -24,8 +24,9 @@ from semdup.config import orjson_serializer
 from semdup.export.bundle import Bundle
 from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts
-from semdup.indexer.documents import lexical_document, pack_semdup_fields, unpack_semdup_fields
+from semdup.indexer.documents import lexical_document
 from semdup.indexer.lexical_index import create_index
+from semdup.indexer.packed_fields import pack_semdup_fields, unpack_semdup_fields
 from semdup.indexer.schema import HNSW_PARAMETERS, CandidateFields, index_body
 from semdup.indexer.semantic import ensure_index_model, index_batch, semdup_source
 from semdup.posts import Post
@@ -68,6 +69,24 @@ def test_pack_refuses_what_it_cannot_write_and_unpack_refuses_garbage() -> None:
     not_utf8 = base64.b64encode(struct.pack("<BIIf", 1, 0, 1, 0.5) + b"\xff").decode()
     with pytest.raises(ValueError, match="not UTF-8"):
         unpack_semdup_fields(not_utf8)
+
+
+def test_format_2_packs_vocabulary_ids_and_reads_names_through_the_bundle_table() -> None:
+    table = ["<pad>", "<unk>", "visa", "qatar", "12\u00b704"]
+    packed = pack_semdup_fields([0.6, 0.8], {"qatar": 0.25, "visa": 0.5}, term_ids=[3, 2])
+    vector, terms = unpack_semdup_fields(packed, table)
+    assert terms.ids.tolist() == [3, 2] and terms == {"qatar": 0.25, "visa": 0.5} and len(terms) == 2
+    assert vector is not None and vector.tolist() == [np.float32(0.6), np.float32(0.8)]
+    _, no_table = unpack_semdup_fields(packed)
+    assert no_table.ids.tolist() == [3, 2] and len(no_table) == 2  # the fusion needs only the ids
+    with pytest.raises(ValueError, match="vocabulary ids"):
+        dict(no_table)
+    with pytest.raises(ValueError, match="outside the bundle's 3 features"):
+        dict(unpack_semdup_fields(packed, table[:3])[1])
+    with pytest.raises(ValueError, match="2 term ids for 1 term weights"):
+        pack_semdup_fields(None, {"a": 1.0}, term_ids=[1, 2])
+    with pytest.raises(ValueError, match="not what its header announces"):
+        unpack_semdup_fields(base64.b64encode(base64.b64decode(packed)[:-1]).decode())
 
 
 def test_unpacked_terms_read_as_the_dict_they_stand_for() -> None:
@@ -189,7 +208,7 @@ def test_hits_carry_the_offline_vectors_and_weights_bit_for_bit(
     for hit in hits:
         exp = expected[hit["_id"]]
         assert hit["fields"]["semdup.model"] == [bundle.version]
-        vector, terms = unpack_semdup_fields(hit["fields"]["semdup.packed"][0])
+        vector, terms = unpack_semdup_fields(hit["fields"]["semdup.packed"][0], bundle.feature_names())
         assert np.array_equal(vector, np.asarray(exp["vector"], dtype=np.float32)), hit["_id"]
         assert list(terms) == list(exp["terms"])
         assert all(np.float32(terms[k]) == np.float32(w) for k, w in exp["terms"].items()), hit["_id"]

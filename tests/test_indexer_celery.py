@@ -245,7 +245,7 @@ def _assert_matches_offline(docs: dict[str, dict[str, Any]], posts: list[Post], 
     for post, exp in zip(posts, expected, strict=True):
         source = docs[post.id]["semdup"]
         assert source["model"] == bundle.version
-        packed = stored_semdup_fields(source)  # the packed copy, what the reranker reads: always there
+        packed = stored_semdup_fields(source, bundle.feature_names())  # the packed copy the reranker reads
         assert packed["vector"] is not None and packed["terms"] is not None, post.id
         # the search structures' copies too, where the index holds them (rank_features terms, knn vector)
         for got in (packed, source):

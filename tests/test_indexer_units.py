@@ -92,7 +92,7 @@ def test_mapping_failures_are_kept_for_parking() -> None:
 
 
 def test_semdup_source_omits_a_missing_vector() -> None:
-    from semdup.indexer.documents import unpack_semdup_fields
+    from semdup.indexer.packed_fields import unpack_semdup_fields
 
     every = CandidateFields(sparse=True, knn=True)
     out = semantic.semdup_source({"vector": None, "terms": {"a": 0.5}, "model": "m"}, every)
@@ -101,7 +101,7 @@ def test_semdup_source_omits_a_missing_vector() -> None:
 
 
 def test_semdup_source_writes_only_the_search_structures_the_index_holds() -> None:
-    from semdup.indexer.documents import unpack_semdup_fields
+    from semdup.indexer.packed_fields import unpack_semdup_fields
 
     fields = {"vector": [0.6, 0.8], "terms": {"a": 0.5}, "model": "m"}
     lean = semantic.semdup_source(fields)

@@ -25,7 +25,7 @@ from semdup.export.bundle import Bundle
 from semdup.export.parity import sample_posts
 from semdup.indexer import semantic
 from semdup.indexer.bulk import BulkReport, bulk_lines
-from semdup.indexer.documents import unpack_semdup_fields
+from semdup.indexer.packed_fields import unpack_semdup_fields
 from semdup.indexer.schema import CandidateFields, feature_name
 from semdup.posts import Post
 
@@ -64,6 +64,7 @@ def _reference_fields(bundle: Bundle, posts: list[Post], batch_size: int) -> lis
     for i, p in enumerate(posts):
         tf = bundle.pipeline.term_frequencies(bundle.pipeline.text_tokens(p))
         terms: dict[str, float] = {}
+        term_ids: list[int] = []
         if tf:
             ids = np.fromiter(tf.keys(), dtype=np.int64, count=len(tf))
             v = np.fromiter(tf.values(), dtype=np.float64, count=len(tf)) * t[ids]
@@ -72,8 +73,10 @@ def _reference_fields(bundle: Bundle, posts: list[Post], batch_size: int) -> lis
                 v = v / norm
                 itos = bundle.pipeline.vocab.itos
                 pairs = zip(ids.tolist(), v.tolist(), strict=True)
-                terms = {feature_name(itos[k]): float(w) for k, w in pairs if w > tiny}
-        out.append({"vector": dense[i].tolist(), "terms": terms, "model": bundle.version})
+                kept = [(k, w) for k, w in pairs if w > tiny]
+                terms = {feature_name(itos[k]): float(w) for k, w in kept}
+                term_ids = [k for k, _ in kept]
+        out.append({"vector": dense[i].tolist(), "terms": terms, "term_ids": term_ids, "model": bundle.version})
     return out
 
 
@@ -123,7 +126,7 @@ def test_bulk_lines_parse_to_what_the_stdlib_writes(tiny_bundle: Bundle, posts: 
         assert list(terms) == list(f["terms"])
         assert [np.float32(w) for w in terms.values()] == [np.float32(w) for w in f["terms"].values()]
         assert all(abs(terms[k] - w) < 1e-7 for k, w in f["terms"].items())
-        packed_vector, packed_terms = unpack_semdup_fields(parsed["semdup"].pop("packed"))
+        packed_vector, packed_terms = unpack_semdup_fields(parsed["semdup"].pop("packed"), tiny_bundle.feature_names())
         assert np.array_equal(packed_vector, np.asarray(f["vector"], dtype=np.float32))
         assert {k: np.float32(w) for k, w in packed_terms.items()} == {k: np.float32(w) for k, w in terms.items()}
         reference = json.loads(json.dumps({**source, "semdup": {"model": f["model"]}}))

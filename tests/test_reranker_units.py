@@ -44,7 +44,7 @@ def test_components_and_fusion_by_hand() -> None:
 
 
 def test_cos_bow_of_packed_and_dict_terms_is_sparse_dot() -> None:
-    from semdup.indexer.documents import pack_semdup_fields, unpack_semdup_fields
+    from semdup.indexer.packed_fields import PackedTerms, pack_semdup_fields, unpack_semdup_fields
 
     rng = np.random.default_rng(0)
     query = {f"t{i}": float(w) for i, w in enumerate(rng.random(30))}
@@ -52,11 +52,24 @@ def test_cos_bow_of_packed_and_dict_terms_is_sparse_dot() -> None:
     for _ in range(12):
         names = [f"t{i}" for i in rng.choice(60, size=int(rng.integers(0, 20)), replace=False)]
         terms.append(dict(zip(names, rng.random(len(names)).astype(np.float32).tolist(), strict=True)))
-    packed = [unpack_semdup_fields(pack_semdup_fields([1.0], t))[1] for t in terms]
-    stored = [{"model": "m", "terms": p if i % 2 else t} for i, (p, t) in enumerate(zip(packed, terms, strict=True))]
-    comps = compute_components(None, query, stored + [{}], [0.0] * (len(stored) + 1))
-    np.testing.assert_allclose(comps["cos_bow"][:-1], [sparse_dot(query, t) for t in terms], rtol=1e-12, atol=0)
-    assert np.isnan(comps["cos_bow"][-1])
+    table = [f"t{i}" for i in range(60)]
+    by_id = {name: i for i, name in enumerate(table)}
+
+    def packed(t: dict[str, float], ids: bool) -> PackedTerms:
+        return unpack_semdup_fields(pack_semdup_fields([1.0], t, [by_id[k] for k in t] if ids else None), table)[1]
+
+    # a query as Bundle.encode_query gives it (vocabulary ids + the names table), and as a plain dict
+    q_ids = np.asarray([by_id[k] for k in query])
+    q_packed = PackedTerms(np.asarray(list(query.values())), ids=q_ids, feature_names=table)
+    stored = [{"model": "m", "terms": [t, packed(t, False), packed(t, True)][i % 3]} for i, t in enumerate(terms)]
+    expected = [sparse_dot(query, t) for t in terms]
+    for q in (query, q_packed):
+        comps = compute_components(None, q, stored + [{}], [0.0] * (len(stored) + 1))
+        np.testing.assert_allclose(comps["cos_bow"][:-1], expected, rtol=1e-12, atol=0)
+        assert np.isnan(comps["cos_bow"][-1])
+    bad = [{"model": "m", "terms": unpack_semdup_fields(pack_semdup_fields(None, {"x": 1.0}, [99]))[1]}]
+    with pytest.raises(SemdupError, match="outside the bundle's 60 features"):
+        compute_components(None, q_packed, bad, [0.0])
 
 
 def test_zero_weight_components_never_make_a_candidate_incomplete() -> None:

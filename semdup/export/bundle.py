@@ -43,6 +43,7 @@ import numpy as np
 from semdup.encoders.inputs import build_inputs, input_names, pad_sequences
 from semdup.encoders.text_pipeline import PAD_ID, UNK_ID, TextPipeline, check_post
 from semdup.errors import BundleError, SemdupError
+from semdup.indexer.packed_fields import PackedTerms
 from semdup.indexer.schema import feature_name
 from semdup.posts import Post
 
@@ -329,7 +330,7 @@ class Bundle:
             check_post(p)
         return self._dense(posts, None, batch_size)
 
-    def _feature_names(self) -> list[str]:
+    def feature_names(self) -> list[str]:
         """``feature_name`` of every vocabulary token, by id (built once: the indexer asks for it per token)."""
         vocab = self.pipeline.vocab
         cached = self._names_cache
@@ -337,29 +338,37 @@ class Bundle:
             cached = self._names_cache = (vocab, [feature_name(t) for t in vocab.itos])
         return cached[1]
 
-    def _terms(self, ids: list[list[int]]) -> list[dict[str, float]]:
-        """Term weights from each post's text ids (see :meth:`encode_terms`)."""
+    def _term_weights(self, ids: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per post (vocabulary ids, weights float64) of the kept terms, in first-occurrence order (see
+        :meth:`encode_terms`)."""
         t = self.term_weights.astype(np.float64)
-        names = self._feature_names()
         tiny = float(np.finfo(np.float32).tiny)  # Lucene's FeatureField refuses subnormal values
-        out: list[dict[str, float]] = []
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0))
+        out: list[tuple[np.ndarray, np.ndarray]] = []
         for seq in ids:
             tf = Counter(seq)  # first-occurrence order, as TextPipeline.term_frequencies
             tf.pop(UNK_ID, None)
             tf.pop(PAD_ID, None)
             if not tf:
-                out.append({})
+                out.append(none)
                 continue
             keys = np.fromiter(tf.keys(), dtype=np.int64, count=len(tf))
             v = np.fromiter(tf.values(), dtype=np.float64, count=len(tf)) * t[keys]
             norm = float(np.sqrt(np.sum(v * v)))
             if norm <= 0:
-                out.append({})
+                out.append(none)
                 continue
             v = v / norm
             keep = v > tiny
-            out.append(dict(zip(map(names.__getitem__, keys[keep].tolist()), v[keep].tolist(), strict=True)))
+            out.append((keys[keep], v[keep]))
         return out
+
+    def _named(self, keys: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+        return dict(zip(map(self.feature_names().__getitem__, keys.tolist()), weights.tolist(), strict=True))
+
+    def _terms(self, ids: list[list[int]]) -> list[dict[str, float]]:
+        """``{feature name: weight}`` per post from its text ids (see :meth:`encode_terms`)."""
+        return [self._named(keys, v) for keys, v in self._term_weights(ids)]
 
     def encode_terms(self, posts: Sequence[Post]) -> list[dict[str, float]] | None:
         """Per post ``{feature_name(token): (tf·t)_w / ‖tf·t‖}``, only strictly positive weights; None without BOW.
@@ -376,9 +385,10 @@ class Bundle:
             check_post(p)
         return self._terms(self._text_ids(posts))
 
-    def encode_query(self, post: Post) -> tuple[np.ndarray | None, dict[str, float] | None]:
+    def encode_query(self, post: Post) -> tuple[np.ndarray | None, PackedTerms | None]:
         """One post's (unit dense vector [D] or None, BOW weights or None): ``encode_dense`` and ``encode_terms``
-        of ``[post]``, tokenised once (the reranker's query).
+        of ``[post]``, tokenised once (the reranker's query). The weights come as :class:`PackedTerms`: they
+        read as the ``encode_terms`` dict and carry the vocabulary ids the fusion matches candidates on.
 
         Raises:
             PostError: a post with neither title nor body, or binary text.
@@ -386,29 +396,37 @@ class Bundle:
         check_post(post)
         ids = self._shared_text_ids([post])
         dense = None if self.session is None else self._dense([post], ids, 1)[0]
-        terms = None if self.term_weights is None else self._terms(ids)[0]
+        terms = None
+        if self.term_weights is not None:
+            keys, weights = self._term_weights(ids)[0]
+            terms = PackedTerms(weights, ids=keys, feature_names=self.feature_names())
         return dense, terms
 
     def document_fields(self, posts: Sequence[Post], batch_size: int = 64) -> list[dict[str, Any]]:
-        """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "model"}``.
+        """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "term_ids", "model"}``.
 
         ``vector`` is a list of floats (None without a dense encoder), ``terms`` the positive BOW weights
-        (``{}`` without a BOW path), ``model`` this bundle's version. Equal to ``encode_dense`` and
+        (``{}`` without a BOW path), ``term_ids`` their vocabulary ids in the same order (what the packed copy
+        stores), ``model`` this bundle's version. Equal to ``encode_dense`` and
         ``encode_terms``, but each post is tokenised once for both (the indexer's hot path).
         """
         for p in posts:
             check_post(p)
         ids = self._shared_text_ids(posts)
         dense = None if self.session is None else self._dense(posts, ids, batch_size)
-        terms = None if self.term_weights is None else self._terms(ids)
-        return [
-            {
-                "vector": None if dense is None else dense[i].tolist(),
-                "terms": {} if terms is None else terms[i],
-                "model": self.version,
-            }
-            for i in range(len(posts))
-        ]
+        weighted = None if self.term_weights is None else self._term_weights(ids)
+        out = []
+        for i in range(len(posts)):
+            keys, v = weighted[i] if weighted is not None else (None, None)
+            out.append(
+                {
+                    "vector": None if dense is None else dense[i].tolist(),
+                    "terms": {} if keys is None else self._named(keys, v),
+                    "term_ids": [] if keys is None else keys.tolist(),
+                    "model": self.version,
+                }
+            )
+        return out
 
 
 # `semdup eval --method bundle:PATH` imports BundleScorer from here; it lives in bundle_scorer.py, which needs

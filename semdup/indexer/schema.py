@@ -14,7 +14,7 @@ search template picks a model by picking a sub-field (``title.lmj``, ``text.dfr`
 
 semdup's own fields live under ``semdup``. Every semdup index has ``model`` (the bundle version id, so two models'
 vectors are never mixed), ``indexed_at`` and ``packed`` (a ``binary`` field with doc values holding the exact
-float32 vector and term weights, :func:`semdup.indexer.documents.pack_semdup_fields`: the reranker reads it with
+float32 vector and term weights, :mod:`semdup.indexer.packed_fields`: the reranker reads it with
 ``docvalue_fields`` from the candidate search's own hits, no second request). That is all the fusion needs.
 
 The two search structures are opt-in, one per reranker candidate path (:class:`CandidateFields`):

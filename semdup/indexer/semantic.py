@@ -42,7 +42,8 @@ from opensearchpy import exceptions as os_exc
 from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
 from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
-from semdup.indexer.documents import lexical_document, pack_semdup_fields
+from semdup.indexer.documents import lexical_document
+from semdup.indexer.packed_fields import pack_semdup_fields
 from semdup.indexer.schema import CandidateFields, missing_semdup_fields
 from semdup.posts import Post
 
@@ -98,7 +99,8 @@ def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None)
     """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry, for an index holding the
     search structures ``search`` (default: none, only the packed fields).
 
-    ``packed`` holds the float32 vector and term weights for the reranker (:mod:`semdup.indexer.documents`).
+    ``packed`` holds the float32 vector and term weights for the reranker (:mod:`semdup.indexer.packed_fields`;
+    with the terms' vocabulary ids when the bundle gives them, ``term_ids``).
     With ``search.sparse`` the weights also go to ``terms`` (rank_features), with ``search.knn`` the vector to
     ``vector`` (the k-NN field parses it from ``_source``). Both become float32 (exact for the encoder's float32
     output; OpenSearch parses a rank feature as a float and keeps fewer bits still), so ``bulk_write`` writes each
@@ -106,14 +108,14 @@ def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None)
     """
     search = search or CandidateFields()
     terms = fields["terms"]
-    weights = np.asarray(list(terms.values()), dtype=np.float32)
     out: dict[str, Any] = {"model": fields["model"]}
     if search.sparse:
+        weights = np.fromiter(terms.values(), dtype=np.float32, count=len(terms))
         out["terms"] = dict(zip(terms.keys(), weights, strict=True))
     vector = None if fields.get("vector") is None else np.asarray(fields["vector"], dtype=np.float32)
     if search.knn and vector is not None:
         out["vector"] = vector
-    out["packed"] = pack_semdup_fields(vector, dict(zip(terms.keys(), weights.tolist(), strict=True)))
+    out["packed"] = pack_semdup_fields(vector, terms, fields.get("term_ids"))
     return out
 
 

@@ -5,7 +5,7 @@ pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learn
 ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>`` with the ``linear`` function and
 boost = the query's own weight, i.e. the dot product cos_bow inside OpenSearch) and the ``knn`` query on
 ``semdup.vector``. Every path asks for ``docvalue_fields`` ``semdup.packed`` and ``semdup.model``, so each hit
-carries its exact float32 vector and term weights (:func:`semdup.indexer.documents.pack_semdup_fields`): no
+carries its exact float32 vector and term weights (:mod:`semdup.indexer.packed_fields`): no
 second request. Candidates whose hits carry no packed fields (posts written before ``semdup.packed`` existed,
 posts the workers have not reached, templates stored by an older semdup) are read with one ``mget`` of their
 ``_source`` (or the exact field cache, :mod:`semdup.reranker.field_cache`), :func:`fetch_semdup_fields`.
@@ -29,7 +29,7 @@ import numpy as np
 from opensearchpy import exceptions as os_exc
 
 from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
-from semdup.indexer.documents import unpack_semdup_fields
+from semdup.indexer.packed_fields import unpack_semdup_fields
 from semdup.indexer.schema import PACKED_FIELD
 from semdup.reranker.field_cache import FieldCache
 from semdup.search_templates import template_id, template_params
@@ -207,10 +207,12 @@ def _response_hits(
     return [(str(h["_id"]), float(h["_score"])) for h in hits]
 
 
-def _unpacked(packed: str, model: Any, where: str) -> dict[str, Any]:
+def _unpacked(
+    packed: str, model: Any, where: str, feature_names: Sequence[str] | None = None
+) -> dict[str, Any]:
     """``{"model", "vector", "terms"}`` of a ``semdup.packed`` value; a bad one raises SemdupError."""
     try:
-        vector, terms = unpack_semdup_fields(packed)
+        vector, terms = unpack_semdup_fields(packed, feature_names)
     except ValueError as exc:
         raise SemdupError(f"{where}{exc}") from exc
     return {"model": model, "vector": vector, "terms": terms}
@@ -225,17 +227,18 @@ def _hit_fields(hit: Mapping[str, Any]) -> dict[str, Any] | None:
     return _unpacked(packed[0], model[0], f"candidate {hit.get('_id')}: ")
 
 
-def stored_semdup_fields(semdup: Mapping[str, Any]) -> dict[str, Any]:
+def stored_semdup_fields(semdup: Mapping[str, Any], feature_names: Sequence[str] | None = None) -> dict[str, Any]:
     """A document's ``_source.semdup`` object as the fusion reads it: the packed copy when the post has one
     (exact float32 vector and weights), else the ``vector`` / ``terms`` stored beside it (older documents).
 
-    ``{}`` (a post the workers have not reached) stays ``{}``.
+    ``{}`` (a post the workers have not reached) stays ``{}``. ``feature_names`` (``Bundle.feature_names()``)
+    lets the terms of a packed value that holds vocabulary ids be read by name; the fusion does not need it.
     """
     if not semdup:
         return {}
     packed = semdup.get("packed")
     if packed:
-        return _unpacked(packed, semdup.get("model"), "")
+        return _unpacked(packed, semdup.get("model"), "", feature_names)
     out = {k: v for k, v in semdup.items() if k in ("model", "vector", "terms")}
     if out.get("vector") is not None:
         # kept as the float32 array the fusion stacks (the stored values are float32s: exact)

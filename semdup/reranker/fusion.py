@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from semdup.encoders.scorer import check_fusion, cosine_rows, fused_scores, minmax_normalise
-from semdup.indexer.documents import PackedTerms
+from semdup.errors import SemdupError
+from semdup.indexer.packed_fields import PackedTerms
 
 __all__ = ["compute_components", "compute_fused", "sparse_dot"]
 
@@ -44,24 +45,53 @@ def sparse_dot(query: Mapping[str, float], doc: Mapping[str, float]) -> float:
 
 
 def _cos_bow(query: Mapping[str, float], docs: Sequence[Mapping[str, float]]) -> np.ndarray:
-    """``sparse_dot(query, d)`` for every doc at once: one C-level lookup of every stored name in the query, then
-    a segmented sum in numpy (a 100-candidate call spent ~1 ms in per-document dicts and Python sums before)."""
-    names: list[str] = []
-    weights: list[np.ndarray] = []
-    counts = np.zeros(len(docs), dtype=np.int64)
+    """``sparse_dot(query, d)`` for every doc at once, as a segmented numpy sum over the docs' stored terms.
+
+    Terms packed with vocabulary ids are matched on the ids, a gather from the query's weights laid out densely
+    (when the query carries ids too, as ``Bundle.encode_query`` gives them); terms with names are looked up in
+    the query by name (one C-level map). A 100-candidate call spent ~1 ms in per-document dicts and Python sums.
+    """
+    q_ids = query.ids if isinstance(query, PackedTerms) else None
+    by_name: list[str] = []
+    name_w: list[np.ndarray] = []
+    name_n = np.zeros(len(docs), dtype=np.int64)
+    by_id: list[np.ndarray] = []
+    id_w: list[np.ndarray] = []
+    id_n = np.zeros(len(docs), dtype=np.int64)
     for i, d in enumerate(docs):
-        if isinstance(d, PackedTerms):
-            names += d.names
-            weights.append(d.weights)
+        if isinstance(d, PackedTerms) and d.ids is not None and q_ids is not None:
+            by_id.append(d.ids)
+            id_w.append(d.weights)
+            id_n[i] = len(d)
+        elif isinstance(d, PackedTerms):
+            by_name += d.names
+            name_w.append(d.weights)
+            name_n[i] = len(d)
         elif d:
-            names += d.keys()
-            weights.append(np.fromiter(d.values(), dtype=np.float64, count=len(d)))
-        counts[i] = len(d)
-    if not names:
-        return np.zeros(len(docs))
-    q = np.fromiter(map(query.get, names, repeat(0.0)), dtype=np.float64, count=len(names))
-    products = q * np.concatenate(weights).astype(np.float64)
-    return np.bincount(np.repeat(np.arange(len(docs)), counts), weights=products, minlength=len(docs))
+            by_name += d.keys()
+            name_w.append(np.fromiter(d.values(), dtype=np.float64, count=len(d)))
+            name_n[i] = len(d)
+    out = np.zeros(len(docs))
+    segments = np.arange(len(docs))
+    if by_name:
+        q = np.fromiter(map(query.get, by_name, repeat(0.0)), dtype=np.float64, count=len(by_name))
+        products = q * np.concatenate(name_w).astype(np.float64)
+        out += np.bincount(np.repeat(segments, name_n), weights=products, minlength=len(docs))
+    if by_id:
+        ids = np.concatenate(by_id)
+        table = query.feature_names  # type: ignore[union-attr]
+        top = max(int(ids.max(initial=0)), int(q_ids.max(initial=0))) + 1
+        size = len(table) if table is not None else top
+        if top > size:
+            raise SemdupError(
+                f"a candidate's packed term id ({int(ids.max())}) is outside the bundle's {size} features: the "
+                "index holds values of another vocabulary; re-index the posts with this bundle"
+            )
+        dense = np.zeros(size)
+        dense[q_ids] = query.weights  # type: ignore[union-attr]
+        products = dense[ids] * np.concatenate(id_w).astype(np.float64)
+        out += np.bincount(np.repeat(segments, id_n), weights=products, minlength=len(docs))
+    return out
 
 
 def compute_components(
