@@ -7,7 +7,8 @@ written by ``index_batch``) and the same real query posts, interleaved query by 
   lexical duplicate search costs);
 * rerank: ``Reranker.rank`` with ``--k-candidates`` BM25 candidates: query encoding (onnxruntime), the same
   template search with each hit carrying its ``semdup.packed`` doc value (exact vector + term weights), fusion;
-* encode: the query encoding alone (dense vector + learned BOW), to show where the extra time goes;
+* encode: the query encoding alone (``Bundle.encode_query``: dense vector + learned BOW from one tokenisation), to
+  show where the extra time goes;
 * http (``--http``): ``POST /v1/rerank`` on a real ``semdup serve`` (uvicorn, 1 worker, cache off), loopback;
 * cached: ``rank`` with the exact field cache (:mod:`semdup.reranker.field_cache`). The cache serves only
   candidates whose hits carry no ``semdup.packed`` (documents written before it existed, read with an ``mget`` of
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             return lambda: rr.rank(post, k=args.k, exclude_id=post.id)
 
         def encode(post: Any) -> Callable[[], Any]:
-            return lambda: (bundle.encode_dense([post]), bundle.encode_terms([post]))
+            return lambda: bundle.encode_query(post)
 
         def rerank_cached(post: Any) -> Callable[[], Any]:
             return lambda: rr_cached.rank(post, k=args.k, exclude_id=post.id)
