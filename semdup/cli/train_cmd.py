@@ -95,6 +95,11 @@ def _parse_scales(text: str | None) -> tuple[float, ...] | None:
     "about 1/(1-d) steps (e.g. 0.99).",
 )
 @click.option(
+    "--fresh-negatives/--no-fresh-negatives",
+    default=None,
+    help="Travel ranking losses: draw the random negatives again every epoch (default: one draw up front).",
+)
+@click.option(
     "--lexical-negatives",
     default=None,
     type=int,
@@ -160,6 +165,7 @@ def train(
     evals_per_epoch: int | None,
     dense_scales: str | None,
     ema_decay: float | None,
+    fresh_negatives: bool | None,
     lexical_negatives: int | None,
     related_negatives: bool | None,
     random_pair_negatives: int | None,
@@ -215,6 +221,7 @@ def train(
         "evals_per_epoch": evals_per_epoch,
         "dense_scales": _parse_scales(dense_scales),
         "ema_decay": ema_decay,
+        "fresh_negatives": fresh_negatives,
     }
     settings = TrainSettings.for_arch(
         arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import random
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,12 +73,15 @@ class TrainingData:
         pairs: labelled pairs (for ``"pairs"`` losses).
         vocab_posts: the posts whose text builds the vocabulary and IDF.
         summary: counts and choices, saved in the checkpoint's config.
+        resample_groups: ``epoch -> groups`` with the same queries, positives and hard negatives and
+            freshly drawn random ones (``TrainSettings.fresh_negatives``); None where a builder has none.
     """
 
     groups: tuple[TrainingGroup, ...]
     pairs: tuple[LabelledPair, ...]
     vocab_posts: tuple[Post, ...]
     summary: dict[str, Any] = field(default_factory=dict)
+    resample_groups: Callable[[int], tuple[TrainingGroup, ...]] | None = field(default=None, compare=False)
 
 
 def _fill(
@@ -186,6 +189,7 @@ def travel_training_data(
     positives = list(dict.fromkeys(positives))
     groups: list[TrainingGroup] = []
     pairs: list[LabelledPair] = []
+    fixed: list[tuple[Post, Post, list[Post], set[str]]] = []  # what stays when random negatives are redrawn
     n_rel = n_lex = 0
     for qid, pid in positives:
         dups = dump.duplicates_of(qid) | {qid}
@@ -196,6 +200,7 @@ def travel_training_data(
         hard_all = hard[:negatives] + [p for p in lex if p.id not in {h.id for h in hard}][:n_lex_k]
         negs = _fill(rng, hard_all, corpus, negatives, set(dups))
         groups.append(TrainingGroup(posts[qid], posts[pid], negs))
+        fixed.append((posts[qid], posts[pid], hard_all, set(dups)))
         pairs.append(LabelledPair(posts[qid], posts[pid], 1.0))
         for p in negs[:pair_negatives]:
             pairs.append(LabelledPair(posts[qid], p, 0.0))
@@ -217,7 +222,13 @@ def travel_training_data(
     if random_pair_negatives > 0:
         summary["random_pair_negatives"] = random_pair_negatives
     logger.info("Travel training data: %s", summary)
-    return TrainingData(tuple(groups), tuple(pairs), tuple(corpus), summary)
+
+    def resample(epoch: int) -> tuple[TrainingGroup, ...]:
+        """The same groups with random negatives drawn again from a stream of (seed, epoch)."""
+        r = random.Random(f"fresh-negatives:{seed}:{epoch}")
+        return tuple(TrainingGroup(q, p, _fill(r, hard, corpus, negatives, set(dups))) for q, p, hard, dups in fixed)
+
+    return TrainingData(tuple(groups), tuple(pairs), tuple(corpus), summary, resample_groups=resample)
 
 
 def split_held_out(items: Sequence[Any], key: Any, share: float = 0.2, salt: str = "dev") -> tuple[list, list]:

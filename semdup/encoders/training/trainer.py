@@ -81,6 +81,8 @@ class TrainSettings:
         ema_decay: 0 = off; in (0, 1): dev checks, the best checkpoint and the saved weights are a
             bias-corrected moving average of the weights over about 1 / (1 - ema_decay) steps
             (:class:`~semdup.encoders.training.weight_average.WeightAverage`): still one checkpoint.
+        fresh_negatives: ranking losses: draw the random negatives again every epoch (the data's
+            ``resample_groups``; Travel) instead of one draw up front that a second epoch memorises.
     """
 
     arch: str
@@ -104,6 +106,7 @@ class TrainSettings:
     device: str = "cpu"
     loss: str | None = None
     ema_decay: float = 0.0
+    fresh_negatives: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ema_decay < 1.0:
@@ -304,6 +307,11 @@ def train(
     if not items:
         raise DataError(f"no training {spec.batch_format} for {settings.arch}; check the training data")
     step_fn = _group_loss if spec.batch_format == "groups" else _pair_loss
+    if settings.fresh_negatives and (spec.batch_format != "groups" or data.resample_groups is None):
+        raise ConfigError(
+            "fresh_negatives needs a ranking loss (groups) and a data set that can redraw negatives (Travel); "
+            f"{settings.arch} trains on {spec.batch_format}, redraw available: {data.resample_groups is not None}"
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(model, settings)
     rng = random.Random(settings.seed)
@@ -322,6 +330,8 @@ def train(
     ema = WeightAverage(model, settings.ema_decay) if settings.ema_decay > 0 else None
     for epoch in range(1, settings.epochs + 1):
         t0 = time.monotonic()
+        if settings.fresh_negatives and epoch > 1:
+            items = list(data.resample_groups(epoch))  # type: ignore[misc]  # checked above
         rng.shuffle(items)
         batches = [items[i : i + settings.batch_size] for i in range(0, len(items), settings.batch_size)]
         if settings.max_steps_per_epoch:
