@@ -31,7 +31,7 @@ from semdup.encoders.text_pipeline import check_post
 from semdup.errors import IndexError_, PostError
 from semdup.export.bundle import Bundle
 from semdup.indexer.schema import CandidateFields
-from semdup.indexer.semantic import index_model
+from semdup.indexer.semantic import candidate_fields, index_model
 from semdup.posts import Post
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
 from semdup.reranker.candidates import (
@@ -194,31 +194,14 @@ class Reranker:
     def _searchable(self, name: str, wanted: CandidateFields) -> CandidateFields:
         """Which of the wanted hybrid candidate paths every concrete index behind ``name`` can serve (warn once
         about the others: the index was created or enabled without ``--sparse`` / ``--knn``)."""
-        resp = call_opensearch(
-            self.client.indices.get_field_mapping,
-            f"reading the mapping of {name!r}",
-            index=name,
-            fields="semdup.vector,semdup.terms",
-            params={"request_timeout": self.settings.search_timeout},
-        )
-        have = CandidateFields(True, True)
-        for m in resp.values():
-            props = {
-                field.split(".", 1)[1]: next(iter(spec.get("mapping", {}).values()), {})
-                for field, spec in m.get("mappings", {}).items()
-            }
-            have = have & CandidateFields.of_mapping(props)
-        if not resp:
-            have = CandidateFields()
-        out = wanted & have
+        out = wanted & candidate_fields(self.client, name)
         for path, flag in (("learned-sparse", "sparse"), ("k-NN", "knn")):
             if getattr(wanted, flag) and not getattr(out, flag):
                 logger.warning(
-                    "%s candidates are off for %s: its semdup mapping lacks the %s search structure; add it with "
+                    "%s candidates are off for %s: its mapping lacks their search structure; add it with "
                     "`semdup enable --index %s --%s` and a backfill, or drop %s",
                     path,
                     name,
-                    flag,
                     name,
                     flag,
                     flag,
