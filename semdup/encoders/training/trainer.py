@@ -34,6 +34,7 @@ from semdup.encoders.inputs import build_inputs
 from semdup.encoders.models._base import EncoderModel
 from semdup.encoders.registry import ArchSpec, get_arch
 from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
+from semdup.encoders.training.cached_pipeline import CachedTextPipeline
 from semdup.encoders.training.fusion_choice import best_dense_scale
 from semdup.encoders.training.pairs import TrainingData
 from semdup.encoders.training.weight_average import WeightAverage
@@ -146,30 +147,6 @@ class TrainResult:
     best_dev: float
     curve: list[dict[str, Any]]
     metrics: dict[str, Any]
-
-
-class CachedTextPipeline(TextPipeline):
-    """The shared pipeline with per-post token caches, so each post is tokenised once per run.
-
-    Same methods, same results: ``build_inputs`` reads tokens through ``text_tokens``/``post_tokens``.
-    """
-
-    def __init__(self, settings: TextPipelineSettings, vocab: Vocabulary | None = None) -> None:
-        super().__init__(settings, vocab)
-        self._post_cache: dict[Post, tuple[list[str], list[str]]] = {}
-        self._text_cache: dict[Post, list[str]] = {}
-
-    def post_tokens(self, post: Post) -> tuple[list[str], list[str]]:
-        got = self._post_cache.get(post)
-        if got is None:
-            got = self._post_cache[post] = super().post_tokens(post)
-        return got
-
-    def text_tokens(self, post: Post) -> list[str]:
-        got = self._text_cache.get(post)
-        if got is None:
-            got = self._text_cache[post] = super().text_tokens(post)
-        return got
 
 
 def set_seeds(seed: int) -> None:
