@@ -184,7 +184,7 @@ def _candidate_field_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--knn",
         is_flag=True,
         help="Also index the dense vector as a knn_vector (HNSW) for the reranker's k-NN candidates "
-        "(needs the k-NN plugin; about doubles OpenSearch's indexing CPU).",
+        "(needs the k-NN plugin; the graph is the dearest part of semantic indexing).",
     )(command)
     return click.option(
         "--sparse",
