@@ -25,7 +25,8 @@ The two search structures are opt-in, one per reranker candidate path (:class:`C
 
 Why opt-in (DESIGN.md lists both as always there): they are what makes semantic indexing dear. On Travel posts
 (``benchmarks/indexing.py``, 2 cores) OpenSearch spends about as much CPU on them as on all six lexical models
-together; with neither, semantic indexing runs at ≥ 0.5 × plain lexical indexing, with both at ≈ 0.4 ×. The
+together (2.1 s more for 4,919 posts, where the whole lexical indexing takes 2.0 s); with neither, semantic
+indexing ran at 0.57 × plain lexical indexing, with both at 0.35 × (README, Speed). The
 default reranker (BM25 template candidates + fusion) reads only ``packed``; hybrid candidates buy recall
 (``semdup eval candidate-recall``) for that price, so an operator chooses them when creating or enabling the
 index (``semdup index-posts --sparse --knn``, ``semdup enable --sparse --knn``). Indices written by older semdup
