@@ -121,7 +121,8 @@ def _neural_travel(client, os_url: str, dump, workdir: Path) -> list[tuple[str, 
     workdir.mkdir(parents=True, exist_ok=True)
     ckpt, bundle = workdir / "bow-cnn-travel", workdir / "bow-cnn-travel.bundle"
     if not (ckpt / "metrics.json").exists():
-        _semdup("train", "--arch", "bow-cnn", "--data", "travel", "--out", str(ckpt), env=env)
+        # one thread: bit-reproducible (two 2-thread runs gave dev MAP 40.94 and 41.87: CPU sums in another order)
+        _semdup("train", "--arch", "bow-cnn", "--data", "travel", "--threads", "1", "--out", str(ckpt), env=env)
     else:
         click.echo(f"Reusing the trained checkpoint {ckpt}", err=True)
     if not (bundle / "manifest.json").exists():
