@@ -123,6 +123,11 @@ def test_candidate_fields_of_a_mapping_and_the_mapping_of_candidate_fields() -> 
     # an older index gains only the always-there fields, never a search structure it did not have
     assert set(missing_semdup_fields({"model": {"type": "keyword"}}, 4)) == {"indexed_at", "packed"}
     assert CandidateFields(True, False) & CandidateFields(True, True) == CandidateFields(True, False)
+    assert CandidateFields(True, False) | CandidateFields(False, True) == CandidateFields(True, True)
+    assert CandidateFields.common([CandidateFields(True, True), CandidateFields(False, True)]) == CandidateFields(
+        False, True
+    )
+    assert CandidateFields.common([]) == CandidateFields()
     assert CandidateFields().describe() == "packed fields only"
     assert CandidateFields(True, True).describe() == "sparse+knn"
 

@@ -208,10 +208,11 @@ def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool)
                 err=True,
             )
         return
-    if knn and (bundle.dimension is None or not knn_available(client)):
+    plugin = knn and knn_available(client)
+    if knn and (bundle.dimension is None or not plugin):
         raise click.UsageError(
             "--knn needs a bundle with a dense encoder and the k-NN plugin on the cluster "
-            f"(bundle dimension {bundle.dimension}, plugin {'present' if knn_available(client) else 'missing'})"
+            f"(bundle dimension {bundle.dimension}, plugin {'present' if plugin else 'missing'})"
         )
     create_index(client, index, dimension=bundle.dimension, knn=knn, sparse=sparse)
     click.echo(f"created index {index} (dimension {bundle.dimension}, {CandidateFields(sparse, knn).describe()})")

@@ -28,8 +28,10 @@ def _templates(value: str) -> tuple[str, ...]:
 @click.option("--body", default="", help="The new post's body.")
 @click.option("--k", type=click.IntRange(1, 1000), default=10, show_default=True, help="Candidates to print.")
 @click.option("--templates", default="bm25", show_default=True, help=_TEMPLATES_HELP)
-@click.option("--sparse", is_flag=True, help="Add learned-sparse candidates (bag-of-words bundles).")
-@click.option("--knn", is_flag=True, help="Add k-NN candidates (index mapped with knn_vector).")
+@click.option(
+    "--sparse", is_flag=True, help="Add learned-sparse candidates (bag-of-words bundles; index made with --sparse)."
+)
+@click.option("--knn", is_flag=True, help="Add k-NN candidates (index made with --knn, mapped as knn_vector).")
 @click.option(
     "--k-candidates",
     type=click.IntRange(1, 1000),

@@ -115,8 +115,7 @@ def enable_index(
         new_meta = {**meta, MODEL_META_KEY: version, TEXT_FIELDS_META_KEY: {"title": title_field, "body": body_field}}
         # Enabling again (after an upgrade that added a field, or with more flags) adds only what is missing.
         mapped = (props.get("semdup") or {}).get("properties") or {}
-        have = CandidateFields.of_mapping(mapped)
-        target = CandidateFields(wanted_fields.sparse or have.sparse, wanted_fields.knn or have.knn)
+        target = wanted_fields | CandidateFields.of_mapping(mapped)
         missing = missing_semdup_fields(mapped, dimension, target)
         body = {"_meta": new_meta, "properties": {"semdup": {"properties": missing}}}
         plans.append((name, body, target))
@@ -132,5 +131,4 @@ def enable_index(
         except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
             raise OpenSearchUnavailable(f"OpenSearch did not answer while updating {name!r}: {exc}") from exc
         logger.info("enabled semdup on %s (model %s, %s)", name, version, target.describe())
-    common = CandidateFields(all(p[2].sparse for p in plans), all(p[2].knn for p in plans))
-    return {"indices": [p[0] for p in plans], "fields": common}
+    return {"indices": [p[0] for p in plans], "fields": CandidateFields.common(p[2] for p in plans)}

@@ -45,6 +45,7 @@ Measured choices (``benchmarks/indexing.py``, ``benchmarks/rerank_latency.py``, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +151,17 @@ class CandidateFields:
 
     def __and__(self, other: CandidateFields) -> CandidateFields:
         return CandidateFields(self.sparse and other.sparse, self.knn and other.knn)
+
+    def __or__(self, other: CandidateFields) -> CandidateFields:
+        return CandidateFields(self.sparse or other.sparse, self.knn or other.knn)
+
+    @classmethod
+    def common(cls, each: Iterable[CandidateFields]) -> CandidateFields:
+        """What every one holds (the concrete indices behind an alias); none for an empty list."""
+        out: CandidateFields | None = None
+        for fields in each:
+            out = fields if out is None else out & fields
+        return out or cls()
 
     def describe(self) -> str:
         names = [n for n, on in (("sparse", self.sparse), ("knn", self.knn)) if on]

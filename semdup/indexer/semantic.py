@@ -213,11 +213,7 @@ def candidate_fields(client: OpenSearch, index: str) -> CandidateFields:
 
 
 def _common_fields(mappings: dict[str, dict[str, Any]]) -> CandidateFields:
-    out: CandidateFields | None = None
-    for mapping in mappings.values():
-        fields = CandidateFields.of_mapping(_semdup_props(mapping))
-        out = fields if out is None else out & fields
-    return out or CandidateFields()
+    return CandidateFields.common(CandidateFields.of_mapping(_semdup_props(m)) for m in mappings.values())
 
 
 def ensure_index_model(client: OpenSearch, index: str, version: str) -> CandidateFields:
