@@ -4,7 +4,7 @@ Where they come from (first match wins):
 
 ``opensearch_url``
     1. ``$OPENSEARCH_URL`` / ``$SEMDUP_OPENSEARCH_URL`` (credentials and TLS from the other
-       ``SEMDUP_OPENSEARCH_*`` variables, see :mod:`semdup.config`);
+       ``SEMDUP_OPENSEARCH_*`` variables, see :mod:`semdup.core.settings`);
     2. a Docker OpenSearch 2.19.1 container (testcontainers) when a Docker engine answers
        (``SEMDUP_TEST_DOCKER=0`` skips this);
     3. the embedded node already running (``semdup opensearch start``), reused as is;
@@ -32,10 +32,11 @@ from typing import Any
 
 import pytest
 
-from semdup.config import OpenSearchSettings, connect
-from semdup.deploy.local_opensearch import LocalOpenSearch, running_url
-from semdup.deploy.local_process import any_free_port
-from semdup.deploy.local_redis import LocalRedis
+from semdup.core.clients import connect
+from semdup.core.settings import OpenSearchSettings
+from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
+from semdup.devstack.local_process import any_free_port
+from semdup.devstack.local_redis import LocalRedis
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def opensearch_settings(opensearch_url: str) -> OpenSearchSettings:
 
 @pytest.fixture(scope="session")
 def opensearch_client(opensearch_settings: OpenSearchSettings) -> Iterator[Any]:
-    """A connected ``opensearchpy.OpenSearch`` client (checked with GET / by :func:`semdup.config.connect`)."""
+    """A connected ``opensearchpy.OpenSearch`` client (checked with GET / by :func:`semdup.core.settings.connect`)."""
     client = connect(opensearch_settings)
     try:
         yield client

@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from semdup.evaluation.data_paths import default_data_dir
+from semdup.data.paths import default_data_dir
 
 SEMEVAL = default_data_dir() / "semeval2016-task3" / "official"
 
@@ -16,7 +16,7 @@ SEMEVAL = default_data_dir() / "semeval2016-task3" / "official"
 @lru_cache(maxsize=1)
 def semeval_train_and_dev() -> tuple[Any, Any]:
     """Official train part 2 (67 questions) and dev with its gold labels."""
-    from semdup.evaluation.datasets import load_semeval_xml
+    from semdup.data import load_semeval_xml
 
     train_set = load_semeval_xml(SEMEVAL / "SemEval2016-Task3-CQA-QL-train-part2.xml")
     dev = load_semeval_xml(
@@ -27,7 +27,7 @@ def semeval_train_and_dev() -> tuple[Any, Any]:
 
 def random_semeval_map(semeval_set: Any, repeats: int = 200, seed: int = 0) -> float:
     """Expected MAP of a random ranking, estimated by averaging shuffled rankings."""
-    from semdup.evaluation.metrics import semeval_scores
+    from semdup.core.metrics import semeval_scores
 
     rng = random.Random(seed)
     total = 0.0
@@ -39,9 +39,9 @@ def random_semeval_map(semeval_set: Any, repeats: int = 200, seed: int = 0) -> f
 
 def tiny_semeval_run(settings: Any, out_dir: Path, negatives: int = 20) -> tuple[Any, Any]:
     """Train ``settings`` on train part 2 with early stopping on dev MAP; returns (TrainResult, dev set)."""
-    from semdup.encoders.training.offline_eval import eval_semeval
-    from semdup.encoders.training.pairs import semeval_training_data
-    from semdup.encoders.training.trainer import train
+    from semdup.core.protocols import eval_semeval
+    from semdup.training.pairs import semeval_training_data
+    from semdup.training.trainer import train
 
     train_set, dev = semeval_train_and_dev()
     data = semeval_training_data([train_set], negatives=negatives, seed=0)

@@ -2,11 +2,11 @@
 # Fine-tune the MiniLM-based encoders on a GPU machine: a small grid per data set, each run early-stopped on
 # dev, the dev-best run of each data set kept (test figures are printed for every run but never used to choose).
 #
-#   python -m semdup.encoders.checkpoint_delta base16 .gpu/minilm16      # once, on a machine with the package
+#   python -m experiments.checkpoint_delta base16 .gpu/minilm16      # once, on a machine with the package
 #   GRID=fusion|in-batch bash scripts/gpu/finetune_minilm.sh OUT [DATA_DIR]   # on the GPU machine
 #
 # Each run is cut at RUN_SECONDS (default 470). OUT/summary.tsv lists every run (data set, name, dev MAP, test MAP); OUT/<data>-best.tar.part-* is the dev-best
-# checkpoint of each data set as a delta over .gpu/minilm16 (python -m semdup.encoders.checkpoint_delta read).
+# checkpoint of each data set as a delta over .gpu/minilm16 (python -m experiments.checkpoint_delta read).
 # The MiniLM base is the float16 copy (the GPU machine takes 64 MB at most; the package's float32 file is 91 MB),
 # loaded as float32 on both machines, so the checkpoint rebuilt here is the one trained there.
 set -euo pipefail
@@ -70,7 +70,7 @@ for m in sorted(runs.glob("*/metrics.json")):
 print((out / "summary.tsv").read_text())
 PY
 while read -r data name; do
-    "$py" -m semdup.encoders.checkpoint_delta write "$runs/$name" "$runs/$data-best"
+    "$py" -m experiments.checkpoint_delta write "$runs/$name" "$runs/$data-best"
     echo "$name" >"$runs/$data-best/run.txt"
     tar -C "$runs" -cf - "$data-best" | split -b 15m - "$out/$data-best.tar.part-"
 done <"$runs/best.txt"

@@ -14,7 +14,7 @@ import sys
 import click
 
 from semdup import __version__
-from semdup.errors import SemdupError
+from semdup.core.errors import SemdupError
 
 __all__ = ["main", "cli"]
 
@@ -81,7 +81,7 @@ def cli(verbose: int) -> None:
       semdup rerank / semdup serve       # query-time reranking
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    from semdup.logging_config import configure_logging
+    from semdup.core.logs import configure_logging
 
     configure_logging(level)  # text, or one JSON object per line with SEMDUP_LOG_FORMAT=json
     if verbose == 0:

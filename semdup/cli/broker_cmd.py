@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from semdup.deploy.local_redis import LocalRedis
+from semdup.devstack.local_redis import LocalRedis
 
 __all__ = ["broker"]
 

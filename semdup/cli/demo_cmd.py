@@ -29,7 +29,7 @@ def _ensure_opensearch() -> str:
     url = os.environ.get("SEMDUP_OPENSEARCH_URL") or os.environ.get("OPENSEARCH_URL")
     if url:
         return url
-    from semdup.deploy.local_opensearch import LocalOpenSearch, running_url
+    from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
 
     url = running_url()
     if url:
@@ -42,7 +42,7 @@ def _ensure_broker() -> str:
     url = os.environ.get("SEMDUP_BROKER_URL")
     if url:
         return url
-    from semdup.deploy.local_redis import LocalRedis, running_url
+    from semdup.devstack.local_redis import LocalRedis, running_url
 
     return running_url() or LocalRedis().start()
 
@@ -72,13 +72,14 @@ def demo(workdir: Path, skip_neural: bool) -> None:
       semdup demo                # or, on a fresh machine: bash scripts/demo.sh
       semdup demo --skip-neural  # lexical baselines only
     """
-    from semdup.config import OpenSearchSettings, connect
-    from semdup.evaluation.data_paths import semeval_files, travel_dir
-    from semdup.evaluation.datasets import load_semeval_xml, load_stackexchange_dump
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
+    from semdup.data import load_semeval_xml, load_stackexchange_dump
+    from semdup.data.paths import semeval_files, travel_dir
     from semdup.evaluation.methods import parse_method
     from semdup.evaluation.semeval_eval import run_semeval
     from semdup.evaluation.stackexchange_eval import run_stackexchange
-    from semdup.indexer.schema import LEXICAL_MODELS
+    from semdup.index_format.schema import LEXICAL_MODELS
 
     url = _ensure_opensearch()
     client = connect(OpenSearchSettings.from_env(env={**os.environ, "SEMDUP_OPENSEARCH_URL": url}))
@@ -111,9 +112,9 @@ def demo(workdir: Path, skip_neural: bool) -> None:
 
 
 def _neural_travel(client, os_url: str, dump, workdir: Path) -> list[tuple[str, dict[str, float]]]:
-    from semdup.deploy.local_opensearch import knn_available
-    from semdup.evaluation.data_paths import travel_dir
-    from semdup.evaluation.metrics import retrieval_scores
+    from semdup.core.clients import knn_available
+    from semdup.core.metrics import retrieval_scores
+    from semdup.data.paths import travel_dir
     from semdup.reranker import Reranker
 
     broker = _ensure_broker()

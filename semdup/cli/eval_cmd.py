@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from semdup.evaluation.methods import METHOD_HELP, Method, parse_method
-from semdup.indexer.schema import LEXICAL_MODELS
+from semdup.index_format.schema import LEXICAL_MODELS
 
 __all__ = ["eval_group"]
 
@@ -28,7 +28,8 @@ def _methods(values: tuple[str, ...]) -> list[Method]:
 def _client(url: str | None, needed: bool):
     if not needed:
         return None
-    from semdup.config import OpenSearchSettings, connect
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
 
     # --opensearch wins over the environment's URL; credentials and TLS settings still come from it
     env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
@@ -77,9 +78,9 @@ def semeval(set_name, xml, relevancy, methods, mode, fields, k, pred, url, keep_
       semdup eval semeval --xml SemEval2016-Task3-CQA-QL-test-input.xml \\
           --relevancy SemEval2016-Task3-CQA-QL-test.xml.subtaskB.relevancy --method bm25 --mode retrieve --pred bm25.pred
     """  # noqa: E501 (the help example is kept as printed)
-    from semdup.evaluation.data_paths import semeval_files
-    from semdup.evaluation.datasets import load_semeval_xml
-    from semdup.evaluation.run_files import write_semeval_pred
+    from semdup.data import load_semeval_xml
+    from semdup.data.paths import semeval_files
+    from semdup.data.run_files import write_semeval_pred
     from semdup.evaluation.semeval_eval import run_semeval
 
     if set_name:
@@ -141,9 +142,9 @@ def stackexchange(dump, split, methods, fields, run_out, url, keep_index, offlin
       semdup eval stackexchange --dump ../shared/data/travel-stackexchange --split dev --method bm25 --run bm25.run
       semdup eval stackexchange --offline --method checkpoint:artifacts/bow-cnn-travel --method bundle:bundles/b.tar.gz
     """
-    from semdup.evaluation.data_paths import travel_dir
-    from semdup.evaluation.datasets import load_stackexchange_dump
-    from semdup.evaluation.run_files import write_trec_run
+    from semdup.data import load_stackexchange_dump
+    from semdup.data.paths import travel_dir
+    from semdup.data.run_files import write_trec_run
     from semdup.evaluation.stackexchange_eval import run_stackexchange
 
     ms = _methods(methods)
@@ -181,10 +182,10 @@ def decisions(method_text, data, save, criterion, url, as_json) -> None:
       semdup eval decisions --method bundle:artifacts/bundles/t-scqa-semeval --data semeval
       semdup eval decisions --method bundle:artifacts/bundles/bow-cnn-askubuntu --data askubuntu
     """
-    from semdup.evaluation.data_paths import askubuntu_files, data_dir, semeval_files
-    from semdup.evaluation.datasets import load_pairs_jsonl, load_semeval_xml
-    from semdup.evaluation.run_files import load_official_results
-    from semdup.reranker.evaluation import askubuntu_decisions, semeval_decisions
+    from semdup.data import load_pairs_jsonl, load_semeval_xml
+    from semdup.data.paths import askubuntu_files, data_dir, semeval_files
+    from semdup.data.run_files import load_official_results
+    from semdup.evaluation.through_reranker import askubuntu_decisions, semeval_decisions
 
     method = parse_method(method_text)
     if method.kind != "bundle":
@@ -235,10 +236,10 @@ def candidate_recall_cmd(method_text, data, set_name, k, url, as_json) -> None:
       semdup eval candidate-recall --method bundle:artifacts/bundles/t-scqa-semeval --data semeval --k 20
       semdup eval candidate-recall --method bundle:artifacts/bundles/bow-cnn-travel --data travel --k 100
     """
-    from semdup.evaluation.data_paths import semeval_files, travel_dir
-    from semdup.evaluation.datasets import load_semeval_xml, load_stackexchange_dump
-    from semdup.export.bundle import Bundle
-    from semdup.reranker.evaluation import candidate_recall, semantic_index
+    from semdup.bundle.bundle import Bundle
+    from semdup.data import load_semeval_xml, load_stackexchange_dump
+    from semdup.data.paths import semeval_files, travel_dir
+    from semdup.evaluation.through_reranker import candidate_recall, semantic_index
 
     method = parse_method(method_text)
     if method.kind != "bundle":

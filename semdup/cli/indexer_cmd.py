@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from semdup.errors import BrokerUnavailable, DataError, OpenSearchUnavailable
-from semdup.posts import Post
+from semdup.core.errors import BrokerUnavailable, DataError, OpenSearchUnavailable
+from semdup.core.posts import Post
 
 __all__ = ["worker", "index_posts", "backfill", "enable"]
 
@@ -29,20 +29,21 @@ def _bundle_path(value: str | None) -> str:
 
 
 def _load_bundle(path: str) -> Any:
-    from semdup.export.bundle import Bundle
+    from semdup.bundle.bundle import Bundle
 
     return Bundle.load(path)
 
 
 def _client() -> Any:
-    from semdup.config import OpenSearchSettings, connect
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
 
     return connect(OpenSearchSettings.from_env())
 
 
 def _broker() -> None:
     """Point the Celery app at the configured broker and check that it answers."""
-    from semdup.config import BrokerSettings
+    from semdup.core.settings import BrokerSettings
     from semdup.indexer.celery_app import _visibility_from_env, app, configure_app
 
     url = BrokerSettings.from_env().url
@@ -60,18 +61,18 @@ def _broker() -> None:
 def read_posts(path: Path) -> list[Post]:
     """Posts from a JSONL file (``id``, ``title``, ``body``), a SemEval XML file or a Stack Exchange dump folder."""
     if path.is_dir():
-        from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
+        from semdup.data.stackexchange import load_stackexchange_dump
 
         return list(load_stackexchange_dump(path).posts.values())
     if path.suffix.lower() == ".xml":
-        from semdup.evaluation.datasets.semeval import load_semeval_xml
+        from semdup.data.semeval import load_semeval_xml
 
         sem = load_semeval_xml(path)
         seen: dict[str, Post] = {q.post.id: q.post for q in sem.questions}
         for p in sem.related_posts():
             seen.setdefault(p.id, p)
         return list(seen.values())
-    from semdup.evaluation.datasets._reading import iter_jsonl, require_file
+    from semdup.data.reading import iter_jsonl, require_file
 
     posts = []
     for line_no, obj in iter_jsonl(require_file(path, "posts JSONL"), "posts with id, title and body"):
@@ -194,10 +195,10 @@ def _candidate_field_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool) -> None:
-    from semdup.deploy.local_opensearch import knn_available
+    from semdup.core.clients import knn_available
+    from semdup.index_format.mapping import candidate_fields
+    from semdup.index_format.schema import CandidateFields
     from semdup.indexer.lexical_index import create_index
-    from semdup.indexer.schema import CandidateFields
-    from semdup.indexer.semantic import candidate_fields
 
     if client.indices.exists(index=index, request_timeout=30):
         have = candidate_fields(client, index)
@@ -372,8 +373,8 @@ def enable(
       semdup enable --index questions --bundle bundles/bow-cnn.tar.gz --sparse   # + learned-sparse candidates
       semdup backfill --index questions --bundle bundles/bow-cnn.tar.gz
     """
+    from semdup.index_format.schema import CandidateFields
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.schema import CandidateFields
 
     b = _load_bundle(_bundle_path(bundle))
     client = _client()

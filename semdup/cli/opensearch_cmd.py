@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from semdup.deploy.local_opensearch import LocalOpenSearch
+from semdup.devstack.local_opensearch import LocalOpenSearch
 
 __all__ = ["opensearch"]
 

@@ -50,8 +50,9 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
       semdup rerank --bundle artifacts/bundles/t-scqa-semeval --index questions \\
           --title "Visa on arrival in Qatar?" --body "How long can I stay?" --k 5 --json
     """
-    from semdup.config import OpenSearchSettings, connect
-    from semdup.posts import Post
+    from semdup.core.clients import connect
+    from semdup.core.posts import Post
+    from semdup.core.settings import OpenSearchSettings
     from semdup.reranker import Reranker
 
     env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from semdup.errors import ConfigError
+from semdup.core.errors import ConfigError
 
 __all__ = ["train"]
 
@@ -194,13 +194,13 @@ def train(
       semdup train --arch cnn --data askubuntu --out artifacts/cnn-askubuntu --set word_vectors=glove
     """
     try:
-        from semdup.encoders.training.recipes import DataPaths, build_recipe
-        from semdup.encoders.training.trainer import TrainSettings
-        from semdup.encoders.training.trainer import train as run_training
+        from semdup.training.recipes import DataPaths, build_recipe
+        from semdup.training.trainer import TrainSettings
+        from semdup.training.trainer import train as run_training
     except ImportError as exc:
         raise ConfigError(f'training needs the training extras ({exc}); install: pip install "semdup[train]"') from exc
 
-    from semdup.encoders.training.recipes import recipe_defaults
+    from semdup.training.recipes import recipe_defaults
 
     chosen = recipe_defaults(arch, data_set)  # dev-chosen defaults of this (arch, data set)
     hparams = {**chosen.pop("hparams"), **_parse_set(sets)}
@@ -237,7 +237,7 @@ def train(
         logger.info(
             "dev-chosen defaults for %s on %s: %s (options given on the command line win)", arch, data_set, chosen
         )
-    from semdup.evaluation.data_paths import default_data_dir
+    from semdup.data.paths import default_data_dir
 
     paths = DataPaths.defaults(data_set, data_dir or default_data_dir()).override(train_paths, dev_path, test_path)
     recipe = build_recipe(

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from semdup.encoders.scorer import PostScorer
-from semdup.errors import ConfigError
-from semdup.indexer.schema import LEXICAL_MODELS
+from semdup.core.errors import ConfigError
+from semdup.core.scoring import PostScorer
+from semdup.index_format.schema import LEXICAL_MODELS
 
 __all__ = ["Method", "parse_method", "load_scorer", "METHOD_HELP"]
 
@@ -49,12 +49,12 @@ def load_scorer(method: Method, progress: bool = False) -> PostScorer:
     """The scorer behind a checkpoint or bundle method (imports torch only for checkpoints)."""
     if method.kind == "checkpoint":
         try:
-            from semdup.encoders.checkpoint import CheckpointScorer
+            from semdup.training.checkpoint import CheckpointScorer
         except ImportError as exc:  # torch missing
             raise ConfigError(f'checkpoint methods need torch: pip install "semdup[train]" ({exc})') from exc
         return CheckpointScorer.from_dir(method.path, progress=progress)
     if method.kind == "bundle":
-        from semdup.export.bundle import BundleScorer
+        from semdup.bundle import BundleScorer
 
         return BundleScorer.load(method.path)
     raise ValueError(f"method {method.name!r} is lexical; it has no scorer")

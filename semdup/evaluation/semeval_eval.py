@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from opensearchpy import OpenSearch
 from tqdm.auto import tqdm
 
-from semdup.evaluation.datasets import SemEvalSet
+from semdup.core.metrics import semeval_scores
+from semdup.data import SemEvalSet
 from semdup.evaluation.methods import Method, load_scorer
-from semdup.evaluation.metrics import semeval_scores
 from semdup.indexer.lexical_index import create_index, delete_index, load_posts
 from semdup.search_templates import msearch_templates, query_text, register_templates, template_id, template_params
 
@@ -137,7 +137,7 @@ def run_semeval(
                 preds = _lexical_predictions(client, index, sem, method.name, mode, variant, k)
             elif method.kind == "bundle" and client is not None:
                 # through the query-time Reranker on its own index with semdup fields: the service's figures
-                from semdup.reranker.evaluation import semeval_predictions
+                from semdup.evaluation.through_reranker import semeval_predictions
 
                 preds, threshold = semeval_predictions(client, sem, method.path, mode, variant, k,
                                                        keep_index=keep_index, progress=progress, complete=_complete)

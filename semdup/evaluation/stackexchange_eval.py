@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from opensearchpy import OpenSearch
 
-from semdup.evaluation.datasets import StackExchangeDump
+from semdup.core.metrics import retrieval_scores
+from semdup.data import StackExchangeDump
 from semdup.evaluation.methods import Method, load_scorer
-from semdup.evaluation.metrics import retrieval_scores
 from semdup.indexer.lexical_index import create_index, delete_index, load_posts
 from semdup.search_templates import msearch_templates, query_text, register_templates, template_id, template_params
 
@@ -72,7 +72,7 @@ def run_stackexchange(
                 ranked = {q.post.id: [(h.id, h.score) for h in qh] for q, qh in zip(queries, hits, strict=True)}
             elif method.kind == "bundle" and client is not None:
                 # through the query-time Reranker (BM25's top 100 reranked): the service's figures
-                from semdup.reranker.evaluation import stackexchange_ranking
+                from semdup.evaluation.through_reranker import stackexchange_ranking
 
                 ranked = stackexchange_ranking(client, queries, corpus, method.path, variant, TOP,
                                                keep_index=keep_index, progress=progress)

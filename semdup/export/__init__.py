@@ -1,18 +1,8 @@
-"""Trained encoders → verified ONNX model bundles, and the torch-free API that serves them.
+"""Trained checkpoints → verified ONNX model bundles (torch).
 
-    bundle.py          Bundle (load + verify, encode_dense / encode_terms / document_fields), write/read/archive
-    bundle_check.py    the cross-checks Bundle.load runs (vocab ↔ term weights ↔ ONNX inputs, outputs, id range)
-    bundle_scorer.py   BundleScorer: PostScorer over onnxruntime (same maths as CheckpointScorer)
-    onnx_export.py     torch → ONNX and checkpoint → bundle (imports torch)
+    onnx_export.py     torch → ONNX and checkpoint → bundle
     parity.py          ONNX vs torch differences on real posts
     quantize.py        optional dynamic int8, shipped only with its measured MAP change
 
-Only ``onnx_export``, ``parity`` and ``quantize`` import torch; importing this package does not.
+Loading and serving a bundle is :mod:`semdup.bundle` (torch-free); importing this package imports nothing heavy.
 """
-
-from __future__ import annotations
-
-from semdup.export.bundle import Bundle, write_archive, write_bundle
-from semdup.export.bundle_scorer import BundleScorer
-
-__all__ = ["Bundle", "BundleScorer", "write_bundle", "write_archive"]

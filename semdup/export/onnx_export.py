@@ -32,12 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from semdup.encoders.checkpoint import METRICS_FILE, library_versions, load_checkpoint
-from semdup.encoders.inputs import build_inputs, input_names
-from semdup.encoders.models._base import EncoderModel
-from semdup.encoders.text_pipeline import TextPipeline
-from semdup.errors import BundleError
-from semdup.export.bundle import (
+from semdup.bundle.bundle import (
     ENCODER_FILE,
     OUTPUT_NAME,
     TERM_WEIGHTS_FILE,
@@ -47,9 +42,14 @@ from semdup.export.bundle import (
     write_archive,
     write_bundle,
 )
-from semdup.export.bundle_check import expected_id_range, make_session
+from semdup.bundle.verify import expected_id_range, make_session
+from semdup.core.errors import BundleError
+from semdup.core.inputs import build_inputs, input_names
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipeline
 from semdup.export.parity import DEFAULT_TOLERANCE, dense_parity, sample_posts
-from semdup.posts import Post
+from semdup.training.checkpoint import METRICS_FILE, library_versions, load_checkpoint
+from semdup.training.models._base import EncoderModel
 
 __all__ = ["DEFAULT_OPSET", "ExportResult", "export_encoder", "export_checkpoint", "example_posts"]
 

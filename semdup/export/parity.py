@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from semdup.encoders.inputs import build_inputs, input_names
-from semdup.encoders.text_pipeline import TextPipeline, check_post
-from semdup.errors import DataError, PostError
-from semdup.posts import Post
+from semdup.core.errors import DataError, PostError
+from semdup.core.inputs import build_inputs, input_names
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipeline, check_post
 
 __all__ = ["DEFAULT_TOLERANCE", "ParityReport", "dense_parity", "parity_report", "sample_posts"]
 
@@ -79,8 +79,8 @@ def parity_report(
     checkpoint_dir: str | Path, bundle_dir: str | Path, posts: Sequence[Post], tolerance: float = DEFAULT_TOLERANCE
 ) -> ParityReport:
     """Compare a checkpoint with the bundle exported from it on ``posts`` (see the module docstring)."""
-    from semdup.encoders.checkpoint import CheckpointScorer
-    from semdup.export.bundle_scorer import BundleScorer
+    from semdup.bundle.scorer import BundleScorer
+    from semdup.training.checkpoint import CheckpointScorer
 
     ckpt = CheckpointScorer.from_dir(checkpoint_dir)
     bundled = BundleScorer.load(bundle_dir)
@@ -102,8 +102,8 @@ def sample_posts(n: int = 64, path: str | Path | None = None) -> list[Post]:
     Default: AskUbuntu's test pairs in the shared data directory (long HTML bodies, code, URLs: every
     branch of the text pipeline). Posts the pipeline refuses (empty, binary) are skipped.
     """
-    from semdup.evaluation.data_paths import askubuntu_files
-    from semdup.evaluation.datasets.pairs import load_pairs_jsonl
+    from semdup.data.pairs import load_pairs_jsonl
+    from semdup.data.paths import askubuntu_files
 
     source = Path(path) if path is not None else askubuntu_files()[1]
     out: list[Post] = []

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from semdup.encoders.text_pipeline import TextPipeline
-from semdup.export.bundle import ENCODER_FILE, write_bundle
+from semdup.bundle.bundle import ENCODER_FILE, write_bundle
+from semdup.core.text_pipeline import TextPipeline
 
 __all__ = ["QUANTIZE_MODES", "quantize_encoder", "quantize_files"]
 
@@ -56,10 +56,10 @@ def quantize_files(
     files: Mapping[str, bytes], manifest: Mapping[str, Any], mode: str, pipeline: TextPipeline
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """(files with the int8 encoder, the ``quantization`` manifest entry with the measured MAP change)."""
-    from semdup.encoders.training.offline_eval import eval_semeval
-    from semdup.evaluation.data_paths import semeval_files
-    from semdup.evaluation.datasets.semeval import load_semeval_xml
-    from semdup.export.bundle_scorer import BundleScorer
+    from semdup.bundle.scorer import BundleScorer
+    from semdup.core.protocols import eval_semeval
+    from semdup.data.paths import semeval_files
+    from semdup.data.semeval import load_semeval_xml
     from semdup.export.parity import sample_posts
 
     quantized = dict(files)

@@ -19,9 +19,9 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import scan
 from tqdm.auto import tqdm
 
-from semdup.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.index_format.mapping import index_model
 from semdup.indexer.bulk import chunked
-from semdup.indexer.semantic import index_model
 
 __all__ = ["pending_query", "count_pending", "iter_pending_ids", "enqueue_backfill", "check_backfill_target"]
 

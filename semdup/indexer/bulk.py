@@ -6,7 +6,8 @@ with the default ``raise_on_error=True`` an item rejected with 429 raises instea
 
 Bulk lines are serialised with orjson instead of the client's stdlib ``json`` (it was the largest Python cost
 of semantic indexing: 400 floats per post). numpy arrays are written natively: a float32 vector (what
-``semantic.semdup_source`` puts under ``semdup.vector``) as each value's shortest float32 round-trip decimal,
+``index_format.mapping.semdup_source`` puts under ``semdup.vector``) as each
+ value's shortest float32 round-trip decimal,
 so OpenSearch parses back exactly the same float32 values from about half the bytes. A body orjson cannot
 write (say a non-string dict key) is left to the client's serializer, as before.
 """
@@ -24,7 +25,7 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import expand_action, streaming_bulk
 from tqdm.auto import tqdm
 
-from semdup.errors import OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable
 
 __all__ = ["BulkReport", "bulk_write", "chunked", "bulk_lines"]
 

@@ -32,7 +32,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_init
 
-from semdup.errors import ConfigError
+from semdup.core.errors import ConfigError
 
 __all__ = [
     "app",
@@ -104,7 +104,7 @@ def _configure_from_env(sender: Celery, **_: Any) -> None:
     """Default configuration from the environment, read when the app is first used."""
     if _explicit:
         return
-    from semdup.config import BrokerSettings
+    from semdup.core.settings import BrokerSettings
 
     sender.conf.update(celery_config(BrokerSettings.from_env().url, visibility_timeout=_visibility_from_env()))
 
@@ -119,7 +119,7 @@ def _visibility_from_env() -> int:
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """What one worker process needs: the bundle to run. OpenSearch settings come from ``semdup.config``."""
+    """What one worker process needs: the bundle to run. OpenSearch settings come from ``semdup.core.settings``."""
 
     bundle_path: str
 
@@ -147,8 +147,9 @@ _runtime_lock = threading.Lock()
 
 
 def _load_runtime() -> WorkerRuntime:
-    from semdup.config import OpenSearchSettings, connect
-    from semdup.export.bundle import Bundle
+    from semdup.bundle.bundle import Bundle
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
 
     settings = WorkerSettings.from_env()
     bundle = Bundle.load(settings.bundle_path)

@@ -2,7 +2,7 @@
 
 Chosen strategy: **in place** (``put_mapping``). The index's mapping gains the ``semdup`` object (``model``
 keyword, ``packed`` binary doc values holding the vector and term weights the reranker reads; with ``--sparse``
-``terms`` rank_features, with ``--knn`` ``vector`` knn_vector: :class:`~semdup.indexer.schema.CandidateFields`)
+``terms`` rank_features, with ``--knn`` ``vector`` knn_vector: :class:`~semdup.index_format.schema.CandidateFields`)
 and its ``_meta`` gains ``semdup_model`` (the bundle version, the model-mixing guard) and ``semdup_text_fields``
 (which of its fields hold the title and the body). A backfill then fills ``semdup`` with scripted partial updates
 that touch only ``semdup``.
@@ -30,9 +30,9 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.errors import IndexError_, OpenSearchUnavailable
-from semdup.indexer.schema import CandidateFields, missing_semdup_fields
-from semdup.indexer.semantic import MODEL_META_KEY, TEXT_FIELDS_META_KEY
+from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.index_format.mapping import MODEL_META_KEY, TEXT_FIELDS_META_KEY
+from semdup.index_format.schema import CandidateFields, missing_semdup_fields
 
 __all__ = ["enable_index"]
 

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.config import opensearch_errors
-from semdup.encoders.text_pipeline import TextPipelineSettings
-from semdup.errors import BulkWriteError, PostError, SemdupError
+from semdup.core.clients import opensearch_errors
+from semdup.core.errors import BulkWriteError, PostError, SemdupError
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipelineSettings
+from semdup.index_format.documents import index_action
+from semdup.index_format.schema import CandidateFields, index_body
 from semdup.indexer.bulk import BulkReport, bulk_write
-from semdup.indexer.documents import index_action
-from semdup.indexer.schema import CandidateFields, index_body
-from semdup.posts import Post
 
 __all__ = ["create_index", "load_posts", "delete_index"]
 
@@ -33,7 +33,7 @@ def create_index(
     """Create ``index`` with semdup's schema; ``recreate`` drops an existing one first.
 
     ``knn`` / ``sparse`` add the search structures of the reranker's k-NN / learned-sparse candidate paths
-    (:class:`~semdup.indexer.schema.CandidateFields`); without them the index holds the packed fields the
+    (:class:`~semdup.index_format.schema.CandidateFields`); without them the index holds the packed fields the
     fusion reads, and semantic indexing costs much less.
     """
     try:

@@ -25,7 +25,7 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.errors import OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable
 from semdup.indexer.bulk import bulk_write
 
 __all__ = ["PARKED_INDEX", "ParkedPost", "park", "iter_parked", "count_parked", "forget_parked", "parked_id"]

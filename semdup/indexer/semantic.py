@@ -4,7 +4,7 @@ This is the work of the Celery tasks without Celery, so it can be run and tested
 
 * ``index_batch``: posts (JSON) → ``index`` actions with ``_id = post id`` holding ``post_id``, ``title``,
   ``body`` (cleaned by the shared text pipeline) and ``semdup.{model, packed}`` from the bundle (plus ``terms`` /
-  ``vector`` where the index holds those search structures, :class:`~semdup.indexer.schema.CandidateFields`).
+  ``vector`` where the index holds those search structures, :class:`~semdup.index_format.schema.CandidateFields`).
   Content is a pure function of (post, bundle), so writing a batch twice writes the same documents.
   Encoding and writing overlap: the batch goes in chunks, and while one chunk's bulk request is in flight (on a
   helper thread; the HTTP wait releases the GIL) the next chunk is encoded (onnxruntime releases it too).
@@ -35,39 +35,31 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.encoders.text_pipeline import TextPipelineSettings, check_post
-from semdup.errors import IndexError_, OpenSearchUnavailable, PostError
+from semdup.core.errors import IndexError_, OpenSearchUnavailable, PostError
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipelineSettings, check_post
+from semdup.index_format import mapping as index_mapping
+from semdup.index_format.documents import lexical_document
+from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source, text_fields
+from semdup.index_format.schema import CandidateFields, missing_semdup_fields
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
-from semdup.indexer.documents import lexical_document
-from semdup.indexer.packed_fields import pack_semdup_fields
-from semdup.indexer.schema import CandidateFields, missing_semdup_fields
-from semdup.posts import Post
 
 __all__ = [
     "DocumentEncoder",
     "BatchResult",
-    "MODEL_META_KEY",
-    "TEXT_FIELDS_META_KEY",
-    "semdup_source",
     "index_batch",
     "write_overlapped",
     "INDEX_CHUNK",
     "backfill_batch",
     "delete_batch",
-    "index_model",
     "ensure_index_model",
-    "candidate_fields",
-    "text_fields",
 ]
 
 logger = logging.getLogger(__name__)
 
-MODEL_META_KEY = "semdup_model"
-TEXT_FIELDS_META_KEY = "semdup_text_fields"  # set by `semdup enable` on indices with other field names
 _TIMEOUT = 30.0
 # Posts per encoder call and bulk request inside index_batch: a default 64-post task goes as two 32-post requests,
 # the second encoded while the first is indexed. benchmarks/indexing.py on the idle 2-core machine (3 runs each,
@@ -78,7 +70,7 @@ _REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "cir
 
 
 class DocumentEncoder(Protocol):
-    """What the indexer needs from a model bundle (``semdup.export.bundle.Bundle``)."""
+    """What the indexer needs from a model bundle (``semdup.bundle.bundle.Bundle``)."""
 
     version: str
 
@@ -93,30 +85,6 @@ class BatchResult:
     failed: list[tuple[str, str]] = field(default_factory=list)
     payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
-
-
-def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None) -> dict[str, Any]:
-    """The ``semdup`` object of a document from one ``Bundle.document_fields`` entry, for an index holding the
-    search structures ``search`` (default: none, only the packed fields).
-
-    ``packed`` holds the float32 vector and term weights for the reranker (:mod:`semdup.indexer.packed_fields`;
-    with the terms' vocabulary ids when the bundle gives them, ``term_ids``).
-    With ``search.sparse`` the weights also go to ``terms`` (rank_features), with ``search.knn`` the vector to
-    ``vector`` (the k-NN field parses it from ``_source``). Both become float32 (exact for the encoder's float32
-    output; OpenSearch parses a rank feature as a float and keeps fewer bits still), so ``bulk_write`` writes each
-    value as its shortest float32 decimal rather than 17 float64 digits.
-    """
-    search = search or CandidateFields()
-    terms = fields["terms"]
-    out: dict[str, Any] = {"model": fields["model"]}
-    if search.sparse:
-        weights = np.fromiter(terms.values(), dtype=np.float32, count=len(terms))
-        out["terms"] = dict(zip(terms.keys(), weights, strict=True))
-    vector = None if fields.get("vector") is None else np.asarray(fields["vector"], dtype=np.float32)
-    if search.knn and vector is not None:
-        out["vector"] = vector
-    out["packed"] = pack_semdup_fields(vector, terms, fields.get("term_ids"))
-    return out
 
 
 def _payload_id(obj: Any) -> str:
@@ -171,51 +139,6 @@ def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
     result.failed.extend(report.failed)
 
 
-def _mappings(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
-    """``concrete index -> its mapping`` for an index or alias."""
-    try:
-        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
-    except os_exc.NotFoundError as exc:
-        raise IndexError_(
-            f"index {index!r} does not exist; create it with `semdup index-posts --index {index} ...` "
-            f"or add semdup to an existing one with `semdup enable --index {index}`"
-        ) from exc
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
-    return {name: m.get("mappings") or {} for name, m in mappings.items()}
-
-
-def index_model(client: OpenSearch, index: str) -> dict[str, str | None]:
-    """``concrete index -> _meta.semdup_model`` (None when unclaimed) for an index or alias."""
-    return {name: (m.get("_meta") or {}).get(MODEL_META_KEY) for name, m in _mappings(client, index).items()}
-
-
-def text_fields(client: OpenSearch, index: str) -> tuple[str, str]:
-    """The (title, body) source fields of an index: ``title``/``body`` unless ``semdup enable`` named others."""
-    try:
-        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
-    for m in mappings.values():
-        names = (m.get("mappings", {}).get("_meta") or {}).get(TEXT_FIELDS_META_KEY)
-        if names:
-            return str(names["title"]), str(names["body"])
-    return "title", "body"
-
-
-def _semdup_props(mapping: dict[str, Any]) -> dict[str, Any] | None:
-    return ((mapping.get("properties") or {}).get("semdup") or {}).get("properties")
-
-
-def candidate_fields(client: OpenSearch, index: str) -> CandidateFields:
-    """The search structures every concrete index behind ``index`` holds (what a write may fill there)."""
-    return _common_fields(_mappings(client, index))
-
-
-def _common_fields(mappings: dict[str, dict[str, Any]]) -> CandidateFields:
-    return CandidateFields.common(CandidateFields.of_mapping(_semdup_props(m)) for m in mappings.values())
-
-
 def ensure_index_model(client: OpenSearch, index: str, version: str) -> CandidateFields:
     """Claim ``index`` for bundle ``version``, or refuse if it holds another model's vectors; returns the search
     structures its mapping holds (:func:`semdup_source` writes exactly those).
@@ -228,7 +151,7 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> Candidat
     Raises:
         IndexError_: the index is missing, or its ``_meta.semdup_model`` is another version.
     """
-    mappings = _mappings(client, index)
+    mappings = index_mapping.mappings(client, index)
     for name, mapping in mappings.items():
         current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
         if current is not None and current != version:
@@ -238,7 +161,7 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> Candidat
             )
     for name, mapping in mappings.items():
         current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
-        semdup_props = _semdup_props(mapping)
+        semdup_props = index_mapping.semdup_props(mapping)
         missing = missing_semdup_fields(semdup_props) if semdup_props is not None else {}
         if missing:
             client.indices.put_mapping(
@@ -251,7 +174,7 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> Candidat
         meta = {**(mapping.get("_meta") or {}), MODEL_META_KEY: version}
         client.indices.put_mapping(index=name, body={"_meta": meta}, request_timeout=_TIMEOUT)
         logger.info("index %s claimed for model %s", name, version)
-    return _common_fields(mappings)
+    return index_mapping.common_fields(mappings)
 
 
 def index_batch(

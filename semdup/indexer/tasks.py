@@ -22,9 +22,8 @@ from celery import Task
 from celery.utils.log import get_task_logger
 from opensearchpy import exceptions as os_exc
 
-from semdup.deploy import worker_metrics
-from semdup.errors import IndexError_, OpenSearchUnavailable
-from semdup.indexer import parking, semantic
+from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.indexer import parking, semantic, worker_metrics
 from semdup.indexer.celery_app import app, runtime
 
 __all__ = ["index_posts", "backfill_batch", "delete_posts", "TRANSIENT_ERRORS", "MAX_RETRIES"]

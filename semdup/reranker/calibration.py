@@ -9,7 +9,7 @@ the fit lives in a separate ``<bundle>.calibration.json`` next to it, keyed by t
     {"t-scqa-c47dab540f62": {"a": 6.1, "b": -4.2, "threshold": 0.71, "fitted_on": "SemEval dev", "n": 500, ...}}
 
 ``threshold`` is the decision threshold on the fused score chosen on the same held-out pairs
-(:func:`semdup.evaluation.metrics.best_threshold`, maximum accuracy); it overrides the bundle's own.
+(:func:`semdup.core.metrics.best_threshold`, maximum accuracy); it overrides the bundle's own.
 
 Example::
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from semdup.errors import BundleError
+from semdup.core.errors import BundleError
 
 __all__ = ["Calibration", "fit_platt", "calibration_path", "load_calibration", "save_calibration"]
 

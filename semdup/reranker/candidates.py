@@ -5,7 +5,7 @@ pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learn
 ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>`` with the ``linear`` function and
 boost = the query's own weight, i.e. the dot product cos_bow inside OpenSearch) and the ``knn`` query on
 ``semdup.vector``. Every path asks for ``docvalue_fields`` ``semdup.packed`` and ``semdup.model``, so each hit
-carries its exact float32 vector and term weights (:mod:`semdup.indexer.packed_fields`): no
+carries its exact float32 vector and term weights (:mod:`semdup.index_format.packed_fields`): no
 second request. Candidates whose hits carry no packed fields (posts written before ``semdup.packed`` existed,
 posts the workers have not reached, templates stored by an older semdup) are read with one ``mget`` of their
 ``_source`` (or the exact field cache, :mod:`semdup.reranker.field_cache`), :func:`fetch_semdup_fields`.
@@ -14,8 +14,8 @@ Measured on Travel (100 BM25 candidates, 400 dimensions; ``benchmarks/rerank_lat
 add a few ms to the template search, where the ``mget`` of 100 ``_source`` documents cost more than the search.
 
 Every OpenSearch call carries an explicit ``request_timeout``; a timeout raises :class:`SearchTimeout`
-(the service answers 504), a connection failure :class:`~semdup.errors.OpenSearchUnavailable` (503), a
-missing index :class:`~semdup.errors.IndexError_` (404).
+(the service answers 504), a connection failure :class:`~semdup.core.errors.OpenSearchUnavailable` (503), a
+missing index :class:`~semdup.core.errors.IndexError_` (404).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from opensearchpy import exceptions as os_exc
 
-from semdup.errors import IndexError_, OpenSearchUnavailable, SemdupError
-from semdup.indexer.packed_fields import unpack_semdup_fields
-from semdup.indexer.schema import PACKED_FIELD
+from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
+from semdup.index_format.packed_fields import unpack_semdup_fields
+from semdup.index_format.schema import PACKED_FIELD
 from semdup.reranker.field_cache import FieldCache
 from semdup.search_templates import template_id, template_params
 
@@ -149,8 +149,9 @@ def knn_query(
 ) -> dict[str, Any]:
     """A ``knn`` search on ``semdup.vector`` (lucene engine, cosinesimil; the filter is applied during the search).
 
-    ``ef_search`` is 2·k: the graph is built with ef_construction 32 (:data:`semdup.indexer.schema.HNSW_PARAMETERS`),
-    and the wider search beam keeps the recall of the plugin's default build at about the same query cost.
+    ``ef_search`` is 2·k: the graph is built with ef_construction 32
+    (:data:`semdup.index_format.schema.HNSW_PARAMETERS`), and the wider search beam keeps the recall of the
+    plugin's default build at about the same query cost.
     """
     knn: dict[str, Any] = {
         "vector": [float(x) for x in vector],

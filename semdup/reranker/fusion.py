@@ -5,9 +5,9 @@
 (dos Santos et al. 2015, §3.3, eq. 1 for the first two terms; Das et al. 2016, §3.4 for α·lexnorm with the
 lexical score min-max normalised over the candidate list). The inputs are what the indexer stored:
 ``semdup.vector`` (the unit dense vector, float32 values) and ``semdup.terms`` (tf·t / ‖tf·t‖, positive
-weights keyed by :func:`semdup.indexer.schema.feature_name`). cos_dense goes through
-:func:`semdup.encoders.scorer.cosine_rows` and the sum through :func:`semdup.encoders.scorer.fused_scores`,
-so the result equals :meth:`semdup.export.bundle_scorer.BundleScorer.score` on the same candidates.
+weights keyed by :func:`semdup.index_format.schema.feature_name`). cos_dense goes through
+:func:`semdup.core.scoring.cosine_rows` and the sum through :func:`semdup.core.scoring.fused_scores`,
+so the result equals :meth:`semdup.bundle.scorer.BundleScorer.score` on the same candidates.
 
 Candidates without stored fields (not yet indexed by a worker) get their missing components as NaN in
 ``compute_components``; :func:`compute_fused` scores them with the components they have.
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from semdup.encoders.scorer import check_fusion, cosine_rows, fused_scores, minmax_normalise
-from semdup.errors import SemdupError
-from semdup.indexer.packed_fields import PackedTerms
+from semdup.core.errors import SemdupError
+from semdup.core.scoring import check_fusion, cosine_rows, fused_scores, minmax_normalise
+from semdup.index_format.packed_fields import PackedTerms
 
 __all__ = ["compute_components", "compute_fused", "sparse_dot"]
 

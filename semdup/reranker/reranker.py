@@ -8,7 +8,8 @@ One call: encode the query with the bundle (one onnxruntime session per process)
 for every candidate path whose hits carry the candidates' packed vectors and term weights as docvalue fields
 (:mod:`semdup.reranker.candidates`), then the bundle's fusion over them (:mod:`semdup.reranker.fusion`). Only
 candidates whose hits carried none (written before ``semdup.packed`` existed, not indexed yet) take one ``mget``
-of their ``_source``. Scores equal ``BundleScorer.score`` on the same candidates (``tests/test_reranker_parity.py``).
+of their ``_source``. Scores equal ``BundleScorer.score`` on the same candidates
+(``tests/integration/test_reranker_parity.py``).
 
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
 have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
@@ -27,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from semdup.encoders.text_pipeline import check_post
-from semdup.errors import IndexError_, PostError
-from semdup.export.bundle import Bundle
-from semdup.indexer.schema import CandidateFields
-from semdup.indexer.semantic import candidate_fields, index_model
-from semdup.posts import Post
+from semdup.bundle.bundle import Bundle
+from semdup.core.errors import IndexError_, PostError
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import check_post
+from semdup.index_format.mapping import candidate_fields, index_model
+from semdup.index_format.schema import CandidateFields
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
 from semdup.reranker.candidates import (
     CandidateSet,
@@ -99,7 +100,7 @@ class Reranker:
     """Candidates from OpenSearch, fused with the bundle's model. Thread-safe (onnxruntime sessions are).
 
     Args:
-        bundle: a loaded :class:`~semdup.export.bundle.Bundle`.
+        bundle: a loaded :class:`~semdup.bundle.bundle.Bundle`.
         client: an ``opensearchpy.OpenSearch`` client.
         index: the index (or alias) to search.
         settings: candidate paths, sizes and timeouts.

@@ -31,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from semdup.errors import ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
+from semdup.core.errors import ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.reranker.settings import ServiceSettings
@@ -175,7 +175,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         ConfigError: no API key while auth is on (raised by ``ServiceSettings``), a bad bundle or setting.
     """
     if reranker is None:
-        from semdup.config import connect
+        from semdup.core.clients import connect
 
         client = connect(settings.opensearch, check=False)  # the service starts while the cluster is down
         reranker = Reranker.from_bundle(
@@ -293,7 +293,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         try:
             reranker.client.info(request_timeout=settings.reranker.search_timeout)
             checks["opensearch"] = "ok"
-            from semdup.indexer.semantic import index_model
+            from semdup.index_format.mapping import index_model
 
             models = index_model(reranker.client, settings.index)
             checks["index"] = models
@@ -321,7 +321,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     @app.post("/v1/rerank", response_model=RerankResponse, dependencies=[Depends(require_key)], tags=["rerank"])
     def rerank(req: RerankRequest) -> dict[str, Any]:
         """Top-k duplicate candidates for a post: fused score, components, probability, decision."""
-        from semdup.posts import Post
+        from semdup.core.posts import Post
 
         if req.k > settings.max_k:
             raise ValueError(f"k = {req.k} is over this server's max_k = {settings.max_k}; ask for fewer candidates")

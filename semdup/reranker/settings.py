@@ -1,7 +1,7 @@
 """Settings of the reranker and its HTTP service: one frozen dataclass, read at the edge (CLI, app factory).
 
 Sources, highest first: environment variables, the ``reranker:`` section of the config file
-(``$SEMDUP_CONFIG``, YAML or TOML, the :mod:`semdup.config` pattern), then the defaults below::
+(``$SEMDUP_CONFIG``, YAML or TOML, the :mod:`semdup.core.settings` pattern), then the defaults below::
 
     SEMDUP_BUNDLE               the model bundle (directory or .tar.gz)            required
     SEMDUP_INDEX                the index to search                                 required
@@ -18,7 +18,7 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_LOG_JSON             structured JSON log lines                           false
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
 
-OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.config.OpenSearchSettings`.
+OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from semdup.config import OpenSearchSettings, load_config_file, parse_bool
-from semdup.errors import ConfigError
-from semdup.indexer.schema import LEXICAL_MODELS
+from semdup.core.errors import ConfigError
+from semdup.core.settings import OpenSearchSettings, load_config_file, parse_bool
+from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
 
 __all__ = ["RerankerSettings", "ServiceSettings"]

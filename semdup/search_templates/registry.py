@@ -10,8 +10,8 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.config import opensearch_errors
-from semdup.errors import IndexError_, SemdupError
+from semdup.core.clients import opensearch_errors
+from semdup.core.errors import IndexError_, SemdupError
 from semdup.search_templates.templates import all_templates
 
 __all__ = ["register_templates", "render_template", "Hit", "msearch_templates", "MAX_QUERY_TERMS", "query_text"]

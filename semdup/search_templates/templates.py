@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from semdup.indexer.schema import LEXICAL_MODELS, lexical_field
+from semdup.index_format.schema import LEXICAL_MODELS, lexical_field
 
 __all__ = ["VARIANTS", "template_id", "template_source", "all_templates", "template_params"]
 

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from semdup.encoders.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
-from semdup.posts import Post
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 
 _PIPELINE: TextPipeline | None = None
 
@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from semdup.encoders.checkpoint import load_checkpoint
-    from semdup.evaluation.data_paths import travel_dir
-    from semdup.evaluation.datasets import load_stackexchange_dump
+    from semdup.data import load_stackexchange_dump
+    from semdup.data.paths import travel_dir
+    from semdup.training.checkpoint import load_checkpoint
 
     model, pipeline, config = load_checkpoint(args.checkpoint)
     if model.input_kind != "text_ids":

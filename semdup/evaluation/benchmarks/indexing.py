@@ -38,7 +38,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from semdup.posts import Post
+from semdup.core.posts import Post
 
 logger = logging.getLogger(__name__)
 
@@ -92,15 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-knn", action="store_true", help="leave the HNSW graph out of the +sparse+knn condition")
     args = parser.parse_args(argv)
 
-    from semdup.config import OpenSearchSettings, connect
-    from semdup.deploy.local_opensearch import knn_available
-    from semdup.evaluation.data_paths import travel_dir
-    from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
-    from semdup.export.bundle import Bundle
+    from semdup.bundle.bundle import Bundle
+    from semdup.core.clients import connect, knn_available
+    from semdup.core.settings import OpenSearchSettings
+    from semdup.data.paths import travel_dir
+    from semdup.data.stackexchange import load_stackexchange_dump
+    from semdup.index_format.documents import index_action
+    from semdup.index_format.schema import CandidateFields
     from semdup.indexer.bulk import bulk_write, chunked
-    from semdup.indexer.documents import index_action
     from semdup.indexer.lexical_index import create_index, delete_index
-    from semdup.indexer.schema import CandidateFields
     from semdup.indexer.semantic import INDEX_CHUNK, index_batch
 
     posts: list[Post] = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.errors import SemdupError
+    from semdup.core.errors import SemdupError
 
     try:
         sys.exit(main())

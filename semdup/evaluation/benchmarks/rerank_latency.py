@@ -72,7 +72,7 @@ def _start_service(bundle: str, index: str, url: str) -> tuple[Any, Any]:
 
     import httpx
 
-    from semdup.deploy.local_process import any_free_port
+    from semdup.devstack.local_process import any_free_port
 
     port, key = any_free_port(), secrets.token_hex(16)
     env = {
@@ -131,13 +131,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime
 
-    from semdup.config import OpenSearchSettings, connect
-    from semdup.evaluation.data_paths import travel_dir
-    from semdup.evaluation.datasets.stackexchange import load_stackexchange_dump
-    from semdup.export.bundle import Bundle
-    from semdup.indexer.schema import CandidateFields
+    from semdup.bundle.bundle import Bundle
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
+    from semdup.data.paths import travel_dir
+    from semdup.data.stackexchange import load_stackexchange_dump
+    from semdup.evaluation.through_reranker import semantic_index
+    from semdup.index_format.schema import CandidateFields
     from semdup.reranker import Reranker, RerankerSettings
-    from semdup.reranker.evaluation import semantic_index
     from semdup.search_templates import query_text, template_id, template_params
 
     settings = OpenSearchSettings.from_env()

@@ -1,0 +1,432 @@
+"""The verified model bundle: what `semdup export` writes and what workers and the reranker load, torch-free.
+
+A bundle is a directory (or one ``.tar.gz`` of it)::
+
+    manifest.json      architecture, input kind + names, dimension, fusion weights, threshold, text-pipeline
+                       settings, vocab size, data, dev/test figures, library versions, opset, per-file sha256
+                       and sizes, and ``version`` = ``<arch>-<first 12 hex of the content hash>``
+    encoder.onnx       the dense encoder (inputs named by the input kind, output ``vector`` [B, D])
+    vocab.json         the vocabulary (``Vocabulary.save``)
+    term_weights.npy   t [|V|] float32 (architectures with a bag-of-words path only)
+    tokenizer.json     the wordpiece tokenizer (``wordpiece`` input kind only)
+
+The content hash is sha256 over, in sorted file-name order, each file's name and sha256, then the canonical
+JSON of the manifest entries that change a score (:data:`SCORING_KEYS`). Two bundles with the same version
+score every post identically, so an index never mixes vectors of two models.
+
+:meth:`Bundle.load` checks every piece against the others and refuses a bundle that disagrees with itself
+(:class:`~semdup.core.errors.BundleError` naming both values). This module imports numpy and onnxruntime, never torch.
+
+Example::
+
+    bundle = Bundle.load("artifacts/bundles/bow-cnn-travel.tar.gz")
+    bundle.document_fields([Post("1", "How do I mount a USB drive?", "")])
+    # [{"vector": [...400 floats...], "terms": {"mount": 0.61, ...}, "model": "bow-cnn-3f2a9c0d1e7b"}]
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import os
+import tarfile
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from semdup.core.errors import BundleError, SemdupError
+from semdup.core.inputs import build_inputs, input_names, pad_sequences
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import PAD_ID, UNK_ID, TextPipeline, check_post
+from semdup.index_format.packed_fields import PackedTerms
+from semdup.index_format.schema import feature_name
+
+__all__ = [
+    "MANIFEST_FILE",
+    "ENCODER_FILE",
+    "VOCAB_FILE",
+    "TERM_WEIGHTS_FILE",
+    "TOKENIZER_FILE",
+    "SCORING_KEYS",
+    "Bundle",
+    "content_version",
+    "file_entry",
+    "write_bundle",
+    "write_archive",
+    "read_bundle_files",
+    "default_providers",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+ENCODER_FILE = "encoder.onnx"
+VOCAB_FILE = "vocab.json"
+TERM_WEIGHTS_FILE = "term_weights.npy"
+TOKENIZER_FILE = "tokenizer.json"
+OUTPUT_NAME = "vector"
+FORMAT_VERSION = 1
+# Manifest entries that change a score; they enter the content hash beside the files.
+SCORING_KEYS = (
+    "architecture", "input_kind", "input_names", "output_name", "dimension", "id_range",
+    "fusion", "threshold", "pipeline", "tokenizer",
+)
+_MAX_ARCHIVE_BYTES = 2 << 30  # refuse archives that unpack to more than 2 GiB
+
+
+def file_entry(data: bytes) -> dict[str, Any]:
+    """``{"sha256": hex, "bytes": size}`` of one bundle file."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def content_version(manifest: Mapping[str, Any]) -> str:
+    """``<arch>-<12 hex>``: sha256 over the files (sorted by name) and the scoring entries of the manifest."""
+    h = hashlib.sha256()
+    for name in sorted(manifest["files"]):
+        h.update(name.encode("utf-8") + b"\0" + manifest["files"][name]["sha256"].encode("ascii") + b"\n")
+    scoring = {k: manifest.get(k) for k in SCORING_KEYS}
+    h.update(json.dumps(scoring, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    return f"{manifest['architecture']}-{h.hexdigest()[:12]}"
+
+
+def write_bundle(out_dir: str | Path, files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> Path:
+    """Write ``files`` and a sealed manifest.json (file hashes, sizes, version) into ``out_dir``.
+
+    Files go to a sibling temporary directory first, then replace ``out_dir`` in one rename, so a reader
+    never sees half a bundle. Returns ``out_dir``.
+    """
+    out = Path(out_dir)
+    sealed = dict(manifest)
+    sealed["format_version"] = FORMAT_VERSION
+    sealed["files"] = {name: file_entry(data) for name, data in sorted(files.items())}
+    sealed["version"] = content_version(sealed)
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        _remove_tree(tmp)
+    tmp.mkdir(parents=True)
+    for name, data in files.items():
+        (tmp / name).write_bytes(data)
+    (tmp / MANIFEST_FILE).write_text(json.dumps(sealed, indent=2, sort_keys=True), encoding="utf-8")
+    if out.exists():
+        _remove_tree(out)
+    tmp.rename(out)
+    logger.info("wrote bundle %s (%s)", out, sealed["version"])
+    return out
+
+
+def _remove_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    path.rmdir()
+
+
+def write_archive(bundle_dir: str | Path, out_path: str | Path) -> Path:
+    """One reproducible ``.tar.gz`` of a bundle directory: members under ``<version>/``, zero mtimes and owners."""
+    src = Path(bundle_dir)
+    version = json.loads((src / MANIFEST_FILE).read_text(encoding="utf-8"))["version"]
+    out = Path(out_path)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in sorted(p for p in src.iterdir() if p.is_file()):
+            data = f.read_bytes()
+            info = tarfile.TarInfo(f"{version}/{f.name}")
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    with open(out, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") as gz:
+        gz.write(buf.getvalue())
+    logger.info("wrote bundle archive %s", out)
+    return out
+
+
+def read_bundle_files(path: str | Path) -> dict[str, bytes]:
+    """Every file of a bundle directory or ``.tar.gz`` archive, by name (archives unpack in memory)."""
+    p = Path(path)
+    if p.is_dir():
+        return {f.name: f.read_bytes() for f in sorted(p.iterdir()) if f.is_file()}
+    if not p.exists():
+        raise BundleError(f"no model bundle at {p}; give the directory or .tar.gz that 'semdup export' wrote")
+    try:
+        tar = tarfile.open(p, mode="r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"{p} is neither a bundle directory nor a readable .tar.gz archive: {exc}") from exc
+    files: dict[str, bytes] = {}
+    total = 0
+    with tar:
+        for m in tar.getmembers():
+            if m.isdir():
+                continue
+            parts = Path(m.name).parts
+            if not m.isfile() or m.name.startswith("/") or ".." in parts or len(parts) > 2:
+                raise BundleError(f"{p}: archive member {m.name!r} is not a plain bundle file; re-export the bundle")
+            total += m.size
+            if total > _MAX_ARCHIVE_BYTES:
+                raise BundleError(f"{p} unpacks to more than {_MAX_ARCHIVE_BYTES} bytes; it is not a semdup bundle")
+            files[parts[-1]] = tar.extractfile(m).read()
+    return files
+
+
+def default_providers() -> list[str]:
+    """CUDA first when onnxruntime-gpu is installed and a GPU is visible, else CPU."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers() and os.path.exists("/dev/nvidiactl"):
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def _load_json(files: Mapping[str, bytes], name: str, where: Path) -> Any:
+    try:
+        return json.loads(files[name].decode("utf-8"))
+    except KeyError:
+        raise BundleError(f"{where} has no {name}; re-export it with 'semdup export'") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"{where}/{name} is not valid UTF-8 JSON: {exc}") from exc
+
+
+def _verify_files(files: Mapping[str, bytes], manifest: Mapping[str, Any], where: Path) -> None:
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        raise BundleError(f"{where}/{MANIFEST_FILE} has no 'files' table; re-export the bundle")
+    if ENCODER_FILE not in listed and manifest.get("dimension") is not None:
+        raise BundleError(f"{where}/{MANIFEST_FILE} gives dimension {manifest['dimension']} but lists no "
+                          f"{ENCODER_FILE}; re-export the bundle")
+    for name, entry in listed.items():
+        if name not in files:
+            raise BundleError(f"{where} lacks {name}, which {MANIFEST_FILE} lists; the bundle is incomplete")
+        got = file_entry(files[name])
+        if got["bytes"] != entry["bytes"]:
+            raise BundleError(f"{where}/{name} has {got['bytes']} bytes but {MANIFEST_FILE} says {entry['bytes']}; "
+                              "the file changed after export: re-export the bundle")
+        if got["sha256"] != entry["sha256"]:
+            raise BundleError(f"{where}/{name} has sha256 {got['sha256'][:16]}… but {MANIFEST_FILE} says "
+                              f"{entry['sha256'][:16]}…; the file changed after export: re-export the bundle")
+    extra = sorted(set(files) - set(listed) - {MANIFEST_FILE})
+    if extra:
+        logger.warning("bundle %s holds files its manifest does not list (ignored): %s", where, extra)
+    version = content_version(manifest)
+    if version != manifest.get("version"):
+        raise BundleError(f"{where}/{MANIFEST_FILE} says version {manifest.get('version')!r} but its content "
+                          f"hashes to {version!r}; the manifest was edited after export: re-export the bundle")
+
+
+class Bundle:
+    """A loaded, verified model bundle with one onnxruntime session (create it in each worker after fork).
+
+    Attributes:
+        path: the directory or archive it was loaded from.
+        manifest: manifest.json as a dict.
+        version: the content-hash version id (``bow-cnn-3f2a9c0d1e7b``), written as ``semdup.model``.
+        arch: the architecture name.
+        dimension: D of the dense vectors, or None without a dense encoder.
+        fusion: β_bow, β_dense, α.
+        threshold: the duplicate decision threshold, or None.
+        pipeline: the text pipeline (settings + vocabulary, and the wordpiece tokenizer if any).
+        input_kind: the encoder's input kind.
+        term_weights: t [|V|] float32, or None without a BOW path.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any], pipeline: TextPipeline,
+                 term_weights: np.ndarray | None, session: Any) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.version: str = manifest["version"]
+        self.arch: str = manifest["architecture"]
+        self.dimension: int | None = manifest.get("dimension")
+        self.fusion: dict[str, float] = {k: float(v) for k, v in manifest["fusion"].items()}
+        t = manifest.get("threshold")
+        self.threshold: float | None = None if t is None else float(t)
+        self.pipeline = pipeline
+        self.input_kind: str = manifest["input_kind"]
+        self.term_weights = term_weights
+        self.session = session
+        self._names_cache: tuple[Any, list[str]] | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, providers: list[str] | None = None, intra_op_threads: int | None = None) -> Bundle:
+        """Read and verify a bundle directory or ``.tar.gz``; see :mod:`semdup.bundle.verify` for the checks.
+
+        Args:
+            path: the bundle directory or archive.
+            providers: onnxruntime execution providers (default :func:`default_providers`).
+            intra_op_threads: onnxruntime intra-op threads (default: onnxruntime's choice, all cores).
+
+        Raises:
+            BundleError: a missing or changed file, or pieces that disagree (the message names both values).
+        """
+        from semdup.bundle.verify import check_bundle
+
+        where = Path(path)
+        files = read_bundle_files(where)
+        manifest = _load_json(files, MANIFEST_FILE, where)
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise BundleError(f"{where}: bundle format {manifest.get('format_version')!r}, this semdup reads "
+                              f"{FORMAT_VERSION}; re-export it with this version")
+        try:
+            _verify_files(files, manifest, where)
+            pipeline, term_weights, session = check_bundle(files, manifest, where, providers or default_providers(),
+                                                           intra_op_threads)
+        except KeyError as exc:
+            raise BundleError(f"{where}/{MANIFEST_FILE} lacks the entry {exc}; re-export the bundle") from exc
+        except BundleError:
+            raise
+        except SemdupError as exc:
+            raise BundleError(f"bundle {where}: {exc}") from exc
+        logger.info("loaded bundle %s (%s, dimension %s)", where, manifest["version"], manifest.get("dimension"))
+        return cls(where, manifest, pipeline, term_weights, session)
+
+    # --- encoding -----------------------------------------------------------------------------
+    def run_encoder(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Raw encoder output [B, D] float32 for input arrays named by the input kind."""
+        feed = {n: arrays[n] for n in input_names(self.input_kind)}
+        return np.asarray(self.session.run([OUTPUT_NAME], feed)[0], dtype=np.float32)
+
+    def _text_ids(self, posts: Sequence[Post]) -> list[list[int]]:
+        """Vocabulary ids of each post's title + body tokens: the ``text_ids`` input and the BOW counts alike."""
+        pipeline = self.pipeline
+        return [pipeline.ids(pipeline.text_tokens(p)) for p in posts]
+
+    def _shared_text_ids(self, posts: Sequence[Post]) -> list[list[int]] | None:
+        """Text ids when some path reads them (the BOW counts, a ``text_ids`` encoder), else None: callers that
+        need both the vector and the terms tokenise once for both."""
+        if self.term_weights is not None or (self.session is not None and self.input_kind == "text_ids"):
+            return self._text_ids(posts)
+        return None
+
+    def _dense(self, posts: Sequence[Post], ids: list[list[int]] | None, batch_size: int) -> np.ndarray:
+        """Unit vectors [N, D]; ``ids`` (from :meth:`_text_ids`) spare the ``text_ids`` kind a second tokenisation.
+
+        Batches and padding are those of :func:`semdup.core.inputs.build_inputs` (``text_ids`` pads each
+        batch of ``batch_size`` posts to its longest sequence), so the vectors are the same either way.
+        """
+        if not posts:
+            return np.zeros((0, self.dimension or 0), dtype=np.float32)
+        chunks = []
+        for i in range(0, len(posts), batch_size):
+            if ids is not None and self.input_kind == "text_ids":
+                arrays = {"ids": pad_sequences(ids[i : i + batch_size], self.pipeline.settings.max_tokens)}
+            else:
+                arrays = build_inputs(self.input_kind, self.pipeline, posts[i : i + batch_size])
+            chunks.append(self.run_encoder(arrays))
+        x = np.concatenate(chunks)
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def encode_dense(self, posts: Sequence[Post], batch_size: int = 64) -> np.ndarray | None:
+        """L2-normalised dense vectors [N, D] float32 (a zero vector stays zero), or None without an encoder.
+
+        Raises:
+            PostError: a post with neither title nor body, or binary text.
+        """
+        if self.session is None:
+            return None
+        for p in posts:
+            check_post(p)
+        return self._dense(posts, None, batch_size)
+
+    def feature_names(self) -> list[str]:
+        """``feature_name`` of every vocabulary token, by id (built once: the indexer asks for it per token)."""
+        vocab = self.pipeline.vocab
+        cached = self._names_cache
+        if cached is None or cached[0] is not vocab:
+            cached = self._names_cache = (vocab, [feature_name(t) for t in vocab.itos])
+        return cached[1]
+
+    def _term_weights(self, ids: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per post (vocabulary ids, weights float64) of the kept terms, in first-occurrence order (see
+        :meth:`encode_terms`)."""
+        t = self.term_weights.astype(np.float64)
+        tiny = float(np.finfo(np.float32).tiny)  # Lucene's FeatureField refuses subnormal values
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0))
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        for seq in ids:
+            tf = Counter(seq)  # first-occurrence order, as TextPipeline.term_frequencies
+            tf.pop(UNK_ID, None)
+            tf.pop(PAD_ID, None)
+            if not tf:
+                out.append(none)
+                continue
+            keys = np.fromiter(tf.keys(), dtype=np.int64, count=len(tf))
+            v = np.fromiter(tf.values(), dtype=np.float64, count=len(tf)) * t[keys]
+            norm = float(np.sqrt(np.sum(v * v)))
+            if norm <= 0:
+                out.append(none)
+                continue
+            v = v / norm
+            keep = v > tiny
+            out.append((keys[keep], v[keep]))
+        return out
+
+    def _named(self, keys: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+        return dict(zip(map(self.feature_names().__getitem__, keys.tolist()), weights.tolist(), strict=True))
+
+    def _terms(self, ids: list[list[int]]) -> list[dict[str, float]]:
+        """``{feature name: weight}`` per post from its text ids (see :meth:`encode_terms`)."""
+        return [self._named(keys, v) for keys, v in self._term_weights(ids)]
+
+    def encode_terms(self, posts: Sequence[Post]) -> list[dict[str, float]] | None:
+        """Per post ``{feature_name(token): (tf·t)_w / ‖tf·t‖}``, only strictly positive weights; None without BOW.
+
+        The norm is over every known token, so for the kept features the sum of query·document products is
+        exactly cos_bow (dos Santos et al. 2015, eq. 1) when every t_w > 0. rank_features stores positive
+        values only, so tokens with t_w ≤ 0 are dropped: learned t can go below zero (it starts at IDF ≥ 0), and
+        then the index-side dot misses those tokens' products. ``manifest["term_weights"]["nonpositive"]``
+        counts such tokens (0 for IDF-initialised weights that stayed positive).
+        """
+        if self.term_weights is None:
+            return None
+        for p in posts:
+            check_post(p)
+        return self._terms(self._text_ids(posts))
+
+    def encode_query(self, post: Post) -> tuple[np.ndarray | None, PackedTerms | None]:
+        """One post's (unit dense vector [D] or None, BOW weights or None): ``encode_dense`` and ``encode_terms``
+        of ``[post]``, tokenised once (the reranker's query). The weights come as :class:`PackedTerms`: they
+        read as the ``encode_terms`` dict and carry the vocabulary ids the fusion matches candidates on.
+
+        Raises:
+            PostError: a post with neither title nor body, or binary text.
+        """
+        check_post(post)
+        ids = self._shared_text_ids([post])
+        dense = None if self.session is None else self._dense([post], ids, 1)[0]
+        terms = None
+        if self.term_weights is not None:
+            keys, weights = self._term_weights(ids)[0]
+            terms = PackedTerms(weights, ids=keys, feature_names=self.feature_names())
+        return dense, terms
+
+    def document_fields(self, posts: Sequence[Post], batch_size: int = 64) -> list[dict[str, Any]]:
+        """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "term_ids", "model"}``.
+
+        ``vector`` is a list of floats (None without a dense encoder), ``terms`` the positive BOW weights
+        (``{}`` without a BOW path), ``term_ids`` their vocabulary ids in the same order (what the packed copy
+        stores), ``model`` this bundle's version. Equal to ``encode_dense`` and
+        ``encode_terms``, but each post is tokenised once for both (the indexer's hot path).
+        """
+        for p in posts:
+            check_post(p)
+        ids = self._shared_text_ids(posts)
+        dense = None if self.session is None else self._dense(posts, ids, batch_size)
+        weighted = None if self.term_weights is None else self._term_weights(ids)
+        out = []
+        for i in range(len(posts)):
+            keys, v = weighted[i] if weighted is not None else (None, None)
+            out.append(
+                {
+                    "vector": None if dense is None else dense[i].tolist(),
+                    "terms": {} if keys is None else self._named(keys, v),
+                    "term_ids": [] if keys is None else keys.tolist(),
+                    "model": self.version,
+                }
+            )
+        return out
+
+
+# `semdup eval --method bundle:PATH` imports BundleScorer from here; it lives in bundle_scorer.py, which needs
+# Bundle above, so the re-export comes last.

@@ -1,0 +1,275 @@
+"""Where semdup's OpenSearch cluster and Celery broker are, and how to log in to them.
+
+Read once at the edge (CLI, worker start-up, app factory) and passed down as frozen settings::
+
+    settings = OpenSearchSettings.from_env()     # env, else config file; never a dev node behind your back
+    client = connect(settings)                   # semdup.core.clients: checked with GET / ; clear error when down
+
+Sources, highest first: environment variables, then one YAML or TOML config file (argument or
+``$SEMDUP_CONFIG``) with ``opensearch:`` and ``broker:`` sections. Only ``semdup demo`` and the tests use the
+embedded local OpenSearch / Redis (:mod:`semdup.devstack`), and they pass its URL explicitly. Environment variables::
+
+    SEMDUP_OPENSEARCH_URL (or OPENSEARCH_URL)   https://search.example.org:9200
+    SEMDUP_OPENSEARCH_USERNAME / _PASSWORD      HTTP basic auth
+    SEMDUP_OPENSEARCH_VERIFY_CERTS              true|false
+    SEMDUP_OPENSEARCH_CA_CERTS                  PEM file of the cluster's CA
+    SEMDUP_OPENSEARCH_TIMEOUT / _MAX_RETRIES    seconds per request / retries on 502-504
+    SEMDUP_AWS_REGION, SEMDUP_AWS_SERVICE       SigV4 for Amazon OpenSearch (es) or Serverless (aoss)
+    SEMDUP_BROKER_URL                           redis://host:6379/0, amqp://user:pass@host//
+
+Passwords never appear in ``repr``, logs or error messages (:func:`redact_url`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+
+__all__ = [
+    "OpenSearchSettings",
+    "BrokerSettings",
+    "redact_url",
+    "load_config_file",
+    "parse_bool",
+]
+
+logger = logging.getLogger(__name__)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+START_HINT = (
+    "set SEMDUP_OPENSEARCH_URL (for a local run, `semdup opensearch start` prints the URL of an embedded node)"
+)
+_BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any user name and password replaced by ``***``: safe for logs and errors."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparseable URL>"
+    if "@" not in parts.netloc:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"***@{host}" + (f":{port}" if port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    """A boolean setting from the environment or a config file (1/0, true/false, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false (1/0, yes/no, on/off), got {value!r}")
+
+
+def _parse_number(name: str, value: Any, kind: type) -> Any:
+    try:
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name} must be a {kind.__name__}, got {value!r}") from exc
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (.yml/.yaml) or TOML (.toml) config file into a dict of sections."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist; fix SEMDUP_CONFIG or the --config argument") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read as UTF-8 text: {exc}") from exc
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".yml", ".yaml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif suffix == ".toml":
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml, got {suffix or 'no suffix'!r}")
+    except ConfigError:
+        raise
+    except Exception as exc:  # yaml.YAMLError / tomllib.TOMLDecodeError
+        raise ConfigError(f"config file {path} is not valid {suffix[1:].upper()}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {path} must hold a mapping of sections (opensearch:, broker:), got {type(data).__name__}"
+        )
+    return data
+
+
+def _section(data: Mapping[str, Any], name: str, allowed: tuple[str, ...], source: str) -> dict[str, Any]:
+    section = data.get(name) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"section {name!r} in {source} must be a mapping, got {type(section).__name__}")
+    unknown = sorted(set(section) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in section {name!r} of {source}; accepted: {', '.join(allowed)}")
+    return dict(section)
+
+
+def _file_section(config_file: str | Path | None, env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> dict:
+    path = config_file or env.get("SEMDUP_CONFIG")
+    if not path:
+        return {}
+    return _section(load_config_file(path), name, allowed, str(path))
+
+
+@dataclass(frozen=True)
+class OpenSearchSettings:
+    """How to reach one OpenSearch cluster. Credentials inside ``url`` are moved to username/password."""
+
+    url: str
+    username: str | None = None
+    password: str | None = None
+    verify_certs: bool = True
+    ca_certs: str | None = None
+    aws_region: str | None = None
+    aws_service: str = "es"
+    timeout: float = 30.0
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"OpenSearch URL must look like http(s)://host:port, got {redact_url(self.url)!r}")
+        if parts.username is not None:  # https://user:pass@host -> fields, URL without them
+            object.__setattr__(self, "username", self.username or unquote(parts.username))
+            object.__setattr__(self, "password", self.password or unquote(parts.password or ""))
+            host = parts.netloc.rsplit("@", 1)[1]
+            object.__setattr__(self, "url", urlunsplit(parts._replace(netloc=host)))
+        if self.aws_service not in ("es", "aoss"):
+            raise ConfigError(
+                f"aws_service must be 'es' (managed OpenSearch) or 'aoss' (Serverless), got {self.aws_service!r}"
+            )
+        if self.password and not self.username:
+            raise ConfigError("an OpenSearch password was given without a username; set SEMDUP_OPENSEARCH_USERNAME")
+        if self.username and self.aws_region:
+            raise ConfigError("both basic auth (username) and AWS SigV4 (aws_region) are set; choose one")
+        if self.timeout <= 0 or self.max_retries < 0:
+            raise ConfigError(f"timeout must be > 0 and max_retries >= 0, got {self.timeout} and {self.max_retries}")
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        shown["url"] = self.safe_url
+        if shown["password"] is not None:
+            shown["password"] = "***"
+        return "OpenSearchSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_env(
+        cls, config_file: str | Path | None = None, env: Mapping[str, str] | None = None
+    ) -> OpenSearchSettings:
+        """Settings from the environment, else the config file.
+
+        Raises:
+            OpenSearchUnavailable: no URL in either.
+            ConfigError: a malformed value or config file.
+        """
+        env = os.environ if env is None else env
+        names = tuple(f.name for f in fields(cls))
+        values: dict[str, Any] = _file_section(config_file, env, "opensearch", names)
+        env_names = {
+            "username": "SEMDUP_OPENSEARCH_USERNAME",
+            "password": "SEMDUP_OPENSEARCH_PASSWORD",
+            "verify_certs": "SEMDUP_OPENSEARCH_VERIFY_CERTS",
+            "ca_certs": "SEMDUP_OPENSEARCH_CA_CERTS",
+            "aws_region": "SEMDUP_AWS_REGION",
+            "aws_service": "SEMDUP_AWS_SERVICE",
+            "timeout": "SEMDUP_OPENSEARCH_TIMEOUT",
+            "max_retries": "SEMDUP_OPENSEARCH_MAX_RETRIES",
+        }
+        url = env.get("SEMDUP_OPENSEARCH_URL") or env.get("OPENSEARCH_URL")
+        if url:
+            values["url"] = url
+        for field_name, var in env_names.items():
+            if env.get(var):
+                values[field_name] = env[var]
+        if "verify_certs" in values:
+            values["verify_certs"] = parse_bool("verify_certs", values["verify_certs"])
+        if "timeout" in values:
+            values["timeout"] = _parse_number("timeout", values["timeout"], float)
+        if "max_retries" in values:
+            values["max_retries"] = _parse_number("max_retries", values["max_retries"], int)
+        if not values.get("url"):
+            raise OpenSearchUnavailable(
+                f"no OpenSearch at SEMDUP_OPENSEARCH_URL, OPENSEARCH_URL or a config file; {START_HINT}"
+            )
+        for key in ("url", "username", "password", "ca_certs", "aws_region", "aws_service"):
+            if values.get(key) is not None:
+                values[key] = str(values[key])
+        return cls(**values)
+
+    def with_url(self, url: str) -> OpenSearchSettings:
+        return replace(self, url=url)
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """Where the Celery broker is: ``redis://``, ``rediss://`` or ``amqp://`` URL."""
+
+    url: str
+
+    def __post_init__(self) -> None:
+        scheme = urlsplit(self.url).scheme
+        if scheme not in _BROKER_SCHEMES:
+            raise ConfigError(
+                f"broker URL must start with one of {', '.join(s + '://' for s in _BROKER_SCHEMES)}, "
+                f"got {redact_url(self.url)!r}"
+            )
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
+
+    def __repr__(self) -> str:
+        return f"BrokerSettings(url={self.safe_url!r})"
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_env(cls, config_file: str | Path | None = None, env: Mapping[str, str] | None = None) -> BrokerSettings:
+        """``$SEMDUP_BROKER_URL``, else the config file's ``broker.url``.
+
+        Raises:
+            BrokerUnavailable: none of those gives a broker.
+        """
+        env = os.environ if env is None else env
+        url = env.get("SEMDUP_BROKER_URL") or _file_section(config_file, env, "broker", ("url",)).get("url")
+        if not url:
+            raise BrokerUnavailable(
+                "no broker at SEMDUP_BROKER_URL or a config file; set SEMDUP_BROKER_URL (for a local run, "
+                "`semdup broker start` prints the URL of an embedded Redis)"
+            )
+        return cls(url=str(url))
+
+

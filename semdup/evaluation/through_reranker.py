@@ -1,0 +1,325 @@
+"""Quality figures through the reranker itself: retrieval runs, candidate recall and duplicate decisions.
+
+Every figure here goes through :class:`~semdup.reranker.Reranker` on a fresh index filled by the indexer's
+own :func:`semdup.indexer.semantic.index_batch`, so the numbers are the service's, not an offline model's:
+
+* :func:`semeval_predictions` / :func:`stackexchange_ranking`: what ``semdup eval semeval|stackexchange
+  --method bundle:PATH`` report.
+* :func:`candidate_recall`: the share of relevant posts among the merged candidates, per candidate set
+  (BM25 alone; bm25+lmj+dfr+ib; + learned sparse; + k-NN).
+* :func:`semeval_decisions` / :func:`askubuntu_decisions`: P/R/F1/Acc with the threshold chosen on dev
+  (SemEval) or train (AskUbuntu), and the Platt calibration fitted on the same pairs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from semdup.bundle.bundle import Bundle
+from semdup.core.errors import BulkWriteError
+from semdup.core.metrics import best_threshold, pair_accuracy, precision_recall_f1_accuracy
+from semdup.core.posts import Post
+from semdup.index_format.schema import CandidateFields
+from semdup.indexer.lexical_index import create_index, delete_index
+from semdup.indexer.semantic import ensure_index_model, index_batch
+from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, save_calibration
+from semdup.reranker.reranker import Reranker
+from semdup.reranker.settings import RerankerSettings
+from semdup.search_templates import register_templates
+
+__all__ = [
+    "CANDIDATE_SETS",
+    "semantic_index",
+    "semeval_predictions",
+    "stackexchange_ranking",
+    "candidate_recall",
+    "DecisionRun",
+    "CRITERIA",
+    "best_f1_threshold",
+    "semeval_decisions",
+    "askubuntu_decisions",
+]
+
+logger = logging.getLogger(__name__)
+
+# name -> RerankerSettings changes; "sparse" needs a bag-of-words bundle, "knn" a dense one
+CANDIDATE_SETS: dict[str, dict[str, Any]] = {
+    "bm25": {"templates": ("bm25",)},
+    "bm25+lmj+dfr+ib": {"templates": ("bm25", "lmj", "dfr", "ib")},
+    "+sparse": {"templates": ("bm25", "lmj", "dfr", "ib"), "sparse": True},
+    "+knn": {"templates": ("bm25", "lmj", "dfr", "ib"), "knn": True},
+    "+sparse+knn": {"templates": ("bm25", "lmj", "dfr", "ib"), "sparse": True, "knn": True},
+}
+
+
+def _index_name(stem: str) -> str:
+    return f"semdup-rr-{re.sub('[^a-z0-9]+', '-', stem.lower()).strip('-')[:32]}-{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def semantic_index(
+    client: Any,
+    bundle: Bundle,
+    posts: Sequence[Post],
+    stem: str,
+    *,
+    keep: bool = False,
+    progress: bool = True,
+    batch: int = 64,
+    search: CandidateFields | None = None,
+) -> Iterator[str]:
+    """A fresh index holding ``posts`` with lexical and semdup fields (``index_batch``), dropped afterwards.
+
+    ``search``: its search structures; by default every one the bundle and cluster allow (learned-sparse with a
+    BOW model, k-NN when the cluster has the plugin), so every candidate path can be measured.
+    """
+    name = _index_name(stem)
+    if search is None:
+        plugins = {p.get("component") for p in client.cat.plugins(format="json", request_timeout=30)}
+        knn = "opensearch-knn" in plugins and bundle.dimension is not None
+        search = CandidateFields(sparse=bundle.term_weights is not None, knn=knn)
+    create_index(client, name, dimension=bundle.dimension, knn=search.knn, sparse=search.sparse)
+    try:
+        search = ensure_index_model(client, name, bundle.version)
+        register_templates(client)
+        failed: list[tuple[str, str]] = []
+        unique = list({p.id: p for p in posts}.values())
+        for start in tqdm(range(0, len(unique), batch), desc=f"indexing {name}", disable=not progress):
+            chunk = unique[start : start + batch]
+            result = index_batch(client, name, [p.to_json() for p in chunk], bundle, search=search)
+            failed.extend(result.failed)
+        client.indices.refresh(index=name, request_timeout=60)
+        if failed:
+            raise BulkWriteError(
+                f"{len(failed)} of {len(unique)} posts were not indexed into {name!r} (first: {failed[0]})", failed
+            )
+        logger.info("indexed %d posts into %s (%s)", len(unique), name, search.describe())
+        yield name
+    finally:
+        if not keep:
+            delete_index(client, name)
+
+
+def _reranker(bundle: Bundle, client: Any, index: str, **settings: Any) -> Reranker:
+    return Reranker(bundle, client, index, RerankerSettings(**settings))
+
+
+def semeval_predictions(
+    client: Any,
+    sem: Any,
+    bundle_path: str | Path,
+    mode: str,
+    variant: str,
+    k: int,
+    *,
+    keep_index: bool = False,
+    progress: bool = True,
+    complete: Callable[[dict[str, float], Sequence[str]], dict[str, float]],
+) -> tuple[dict[str, dict[str, float]], float | None]:
+    """``orgq -> relq -> score`` through the reranker; ``complete`` gives unretrieved gold candidates a floor.
+
+    ``rerank``: each question's 10 candidates exactly (``restrict_ids``); ``retrieve``: the top ``k`` BM25
+    candidates among all of the set's related questions.
+    """
+    bundle = Bundle.load(bundle_path)
+    with semantic_index(client, bundle, sem.related_posts(), sem.name, keep=keep_index, progress=progress) as index:
+        rr = _reranker(bundle, client, index, variant=variant, k_candidates=k)
+        preds: dict[str, dict[str, float]] = {}
+        for q in tqdm(sem.questions, desc=f"reranking {sem.name}", disable=not progress):
+            ids = [r.post.id for r in q.related]
+            if mode == "rerank":
+                cands = rr.rank(q.post, k=len(ids), restrict_ids=ids)
+            else:
+                cands = rr.rank(q.post, k=k)
+            wanted = set(ids)
+            preds[q.post.id] = complete({c.id: c.score for c in cands if c.id in wanted}, ids)
+    return preds, rr.threshold
+
+
+def stackexchange_ranking(
+    client: Any,
+    queries: Sequence[Any],
+    corpus: Sequence[Post],
+    bundle_path: str | Path,
+    variant: str,
+    top: int,
+    *,
+    keep_index: bool = False,
+    progress: bool = True,
+) -> dict[str, list[tuple[str, float]]]:
+    """``query id -> [(post id, score)]`` (top ``top``): BM25's ``top`` candidates reranked by the bundle."""
+    bundle = Bundle.load(bundle_path)
+    with semantic_index(client, bundle, corpus, "stackexchange", keep=keep_index, progress=progress) as index:
+        rr = _reranker(bundle, client, index, variant=variant, k_candidates=top)
+        return {
+            q.post.id: [(c.id, c.score) for c in rr.rank(q.post, k=top, exclude_id=q.post.id)]
+            for q in tqdm(queries, desc="reranking queries", disable=not progress)
+        }
+
+
+def candidate_recall(
+    client: Any,
+    bundle: Bundle,
+    index: str,
+    queries: Sequence[tuple[Post, set[str], str | None]],
+    k: int,
+    sets: Sequence[str] = tuple(CANDIDATE_SETS),
+    variant: str = "text",
+    progress: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Per candidate set: micro recall (relevant found / relevant), mean candidates per query, queries.
+
+    Args:
+        queries: (query post, its relevant post ids, id to exclude) triples.
+        k: candidates per retrieval path.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for name in sets:
+        changes = CANDIDATE_SETS[name]
+        if changes.get("sparse") and bundle.term_weights is None:
+            logger.info("candidate set %s skipped: bundle %s has no learned term weights", name, bundle.version)
+            continue
+        rr = _reranker(bundle, client, index, variant=variant, k_candidates=k, **changes)
+        found = total = n_cands = 0
+        for post, relevant, exclude in tqdm(queries, desc=f"candidates {name}", disable=not progress):
+            cands, _, _ = rr.candidates(post, exclude_id=exclude)
+            got = set(cands.ids)
+            found += len(relevant & got)
+            total += len(relevant)
+            n_cands += len(got)
+        out[name] = {
+            "recall": 100.0 * found / max(total, 1),
+            "candidates": n_cands / max(len(queries), 1),
+            "relevant": total,
+            "queries": len(queries),
+        }
+    return out
+
+
+@dataclass
+class DecisionRun:
+    """Duplicate decisions on test with the threshold (and calibration) chosen on dev/train."""
+
+    data: str
+    model: str
+    threshold: float
+    dev_accuracy: float
+    test: dict[str, float]
+    calibration: Calibration
+    calibration_file: Path | None
+
+
+CRITERIA = ("accuracy", "f1")
+
+
+def best_f1_threshold(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """The threshold (midpoint between adjacent distinct scores) that maximises F1 of the duplicate class.
+
+    Returns:
+        ``(threshold, accuracy in percent at it)``, the same shape as ``best_threshold``.
+    """
+    values = np.unique(scores)
+    candidates = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
+    best_t, best_f1 = float(candidates[0]), -1.0
+    for t in candidates:
+        f1 = precision_recall_f1_accuracy(scores >= t, labels)["F1"]
+        if f1 > best_f1:
+            best_t, best_f1 = float(t), f1
+    return best_t, pair_accuracy(scores, labels, best_t)
+
+
+def _fit(scores: np.ndarray, labels: np.ndarray, fitted_on: str, criterion: str = "accuracy") -> Calibration:
+    if criterion not in CRITERIA:
+        raise ValueError(f"unknown threshold criterion {criterion!r}; accepted: {', '.join(CRITERIA)}")
+    threshold, acc = (best_threshold if criterion == "accuracy" else best_f1_threshold)(scores, labels)
+    fitted_on = f"{fitted_on}, threshold by {criterion}"
+    platt = fit_platt(scores, labels)
+    return Calibration(
+        a=platt.a,
+        b=platt.b,
+        threshold=threshold,
+        fitted_on=fitted_on,
+        n=platt.n,
+        positives=platt.positives,
+        dev_accuracy=acc,
+    )
+
+
+def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    scores, labels = [], []
+    with semantic_index(client, bundle, sem.related_posts(), sem.name, progress=progress) as index:
+        rr = _reranker(bundle, client, index, k_candidates=10)
+        for q in tqdm(sem.questions, desc=f"deciding {sem.name}", disable=not progress):
+            ids = [r.post.id for r in q.related]
+            by_id = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
+            for r in q.related:
+                scores.append(by_id[r.post.id])
+                labels.append(bool(r.relevant))
+    return np.asarray(scores), np.asarray(labels)
+
+
+def semeval_decisions(
+    client: Any,
+    bundle_path: str | Path,
+    dev: Any,
+    test: Any,
+    *,
+    save: bool = True,
+    progress: bool = True,
+    criterion: str = "accuracy",
+) -> DecisionRun:
+    """SemEval-2016 subtask B decisions: threshold and Platt fitted on dev, P/R/F1/Acc on test (rerank mode)."""
+    bundle = Bundle.load(bundle_path)
+    dev_s, dev_y = _semeval_pair_scores(client, bundle, dev, progress)
+    cal = _fit(dev_s, dev_y, f"SemEval-2016 {dev.name} ({len(dev_s)} pairs, rerank mode)", criterion)
+    test_s, test_y = _semeval_pair_scores(client, bundle, test, progress)
+    metrics = precision_recall_f1_accuracy(test_s >= cal.threshold, test_y)
+    path = save_calibration(calibration_path(bundle_path), bundle.version, cal) if save else None
+    return DecisionRun("semeval", bundle.version, float(cal.threshold), float(cal.dev_accuracy), metrics, cal, path)
+
+
+def askubuntu_decisions(
+    client: Any,
+    bundle_path: str | Path,
+    train: Sequence[Any],
+    test: Sequence[Any],
+    *,
+    save: bool = True,
+    progress: bool = True,
+    criterion: str = "accuracy",
+) -> DecisionRun:
+    """AskUbuntu pairs: each pair's candidate ranked alone (``restrict_ids``), threshold on train, Acc on test."""
+    bundle = Bundle.load(bundle_path)
+    posts = [p.candidate for p in [*train, *test]]
+    seen: dict[str, Post] = {}
+    for p in posts:
+        if p.id in seen and seen[p.id] != p:
+            logger.warning("AskUbuntu candidate %s occurs with two texts; the first is indexed", p.id)
+        seen.setdefault(p.id, p)
+
+    def scores(index: str, pairs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        rr = _reranker(bundle, client, index, k_candidates=1)
+        out = []
+        for pair in tqdm(pairs, desc="deciding pairs", disable=not progress):
+            cands = rr.rank(pair.query, k=1, restrict_ids=[pair.candidate.id])
+            out.append(cands[0].score)
+        return np.asarray(out), np.asarray([p.duplicate for p in pairs])
+
+    with semantic_index(client, bundle, list(seen.values()), "askubuntu", progress=progress) as index:
+        tr_s, tr_y = scores(index, train)
+        cal = _fit(tr_s, tr_y, f"AskUbuntu train ({len(tr_s)} pairs)", criterion)
+        te_s, te_y = scores(index, test)
+    metrics = precision_recall_f1_accuracy(te_s >= cal.threshold, te_y)
+    metrics["Acc_check"] = pair_accuracy(te_s, te_y, cal.threshold)
+    path = save_calibration(calibration_path(bundle_path), bundle.version, cal) if save else None
+    return DecisionRun("askubuntu", bundle.version, float(cal.threshold), float(cal.dev_accuracy), metrics, cal, path)

@@ -1,0 +1,27 @@
+"""Post → the lexical part of an index document.
+
+The indexed text is exactly what the encoders read (HTML stripped, code blocks dropped, URLs as one token),
+so lexical candidates and neural scores see the same words. semdup's own fields are added by
+:func:`semdup.index_format.mapping.semdup_source` (their packed copy: :mod:`semdup.index_format.packed_fields`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipelineSettings, check_post, clean_text
+
+__all__ = ["lexical_document", "index_action"]
+
+
+def lexical_document(post: Post, settings: TextPipelineSettings | None = None) -> dict[str, Any]:
+    """Fields for a semdup index. Raises PostError for a post with neither title nor body, or binary text."""
+    check_post(post)
+    s = settings or TextPipelineSettings()
+    return {"post_id": post.id, "title": clean_text(post.title, s), "body": clean_text(post.body, s)}
+
+
+def index_action(index: str, post: Post, settings: TextPipelineSettings | None = None) -> dict[str, Any]:
+    """A bulk ``index`` action with the post id as ``_id``: writing it twice writes the same document."""
+    return {"_op_type": "index", "_index": index, "_id": post.id, "_source": lexical_document(post, settings)}

