@@ -5,4 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bootstrap.sh
+# Imports only point down (contracts in pyproject.toml); a wrong arrow fails here, before any test runs.
+lint-imports --no-cache
 exec python -m pytest -p no:cacheprovider "$@"
