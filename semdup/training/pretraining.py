@@ -16,9 +16,9 @@ embedding table and the encoder recurrence's weights. :func:`load_pretrained_enc
 recurrence weights into a fresh RCNN and copies the word vectors of the words both vocabularies
 share, so fine-tuning may build its own vocabulary.
 
-Example::
+Example (the command-line front end is ``experiments/pretrain_rcnn.py``, in the repository, not installed)::
 
-    python -m semdup.training.pretraining --out artifacts/rcnn-pretrained.pt --minutes 8
+    python -m experiments.pretrain_rcnn --out artifacts/rcnn-pretrained.pt --minutes 8
     semdup train --arch rcnn --data semeval --out artifacts/rcnn-semeval-pt \\
         --set pretrained_encoder=artifacts/rcnn-pretrained.pt
 """
@@ -296,7 +296,7 @@ def load_pretrained_encoder(model: RCNN, pipeline: TextPipeline, path: str | Pat
     except (OSError, RuntimeError) as exc:
         raise ConfigError(
             f"cannot read the RCNN pre-training file {path}: {exc}; make one with "
-            "'python -m semdup.training.pretraining --out PATH'"
+            "pretrain_rcnn() ('python -m experiments.pretrain_rcnn --out PATH' in a checkout)"
         ) from exc
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ConfigError(f"{path} is not an RCNN pre-training file (expected format {_FORMAT})")
@@ -347,56 +347,3 @@ def evaluate_without_finetuning(path: str | Path | None, data_dir: str | Path = 
     with torch.no_grad():
         return eval_semeval(CheckpointScorer(model, pipeline), dev)
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m semdup.training.pretraining``: the command behind the pre-training figures."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="output .pt file")
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
-    parser.add_argument("--minutes", type=float, default=8.0)
-    parser.add_argument("--max-steps", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="RCNN hyper-parameter, as for semdup train",
-    )
-    parser.add_argument(
-        "--evaluate",
-        action="store_true",
-        help="no training: SemEval dev figures of --out (an existing file) and of a random-weight RCNN",
-    )
-    args = parser.parse_args(argv)
-    if args.evaluate:
-        torch.set_num_threads(args.threads)
-        figures = {
-            "pretrained": evaluate_without_finetuning(args.out, args.data_dir),
-            "random_weights": evaluate_without_finetuning(None, args.data_dir),
-        }
-        print(json.dumps(figures, indent=2))  # noqa: T201 - command-line entry point
-        return
-    hparams: dict[str, Any] = {}
-    for item in args.sets:
-        k, _, v = item.partition("=")
-        try:
-            hparams[k] = json.loads(v)
-        except ValueError:
-            hparams[k] = v
-    settings = PretrainSettings(
-        minutes=args.minutes, max_steps=args.max_steps, batch_size=args.batch_size, seed=args.seed, hparams=hparams
-    )
-    figures = pretrain_rcnn(settings, args.out, args.data_dir, threads=args.threads)
-    print(json.dumps(figures, indent=2))  # noqa: T201 - command-line entry point
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    main()

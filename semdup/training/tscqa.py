@@ -11,9 +11,9 @@ Torch-free apart from the checkpoint scorer that produces the cosines. The tuned
 written as a copy of the SCQA checkpoint whose config says ``arch: t-scqa`` and carries the fusion
 weights ``beta_dense = α``, ``alpha = 1 − α``, so export and serving apply the interpolation.
 
-Example::
+Example (the command-line front end is ``experiments/tscqa.py``, in the repository, not installed)::
 
-    python -m semdup.training.tscqa --checkpoint artifacts/scqa-semeval --data semeval --out artifacts/t-scqa-semeval
+    python -m experiments.tscqa --checkpoint artifacts/scqa-semeval --data semeval --out artifacts/t-scqa-semeval
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from semdup.core.scoring import PostScorer, minmax_normalise
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir
 
-__all__ = ["ALPHA_GRID", "semeval_components", "travel_components", "fuse", "tune_alpha"]
+__all__ = ["ALPHA_GRID", "semeval_components", "travel_components", "fuse", "tune_alpha", "write_tscqa_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -187,23 +187,3 @@ def write_tscqa_checkpoint(checkpoint: str | Path, out_dir: str | Path, result: 
     (out / "metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
     return out
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m semdup.training.tscqa``: the command behind the T-SCQA figures."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Tune T-SCQA's α on dev and report dev/test")
-    parser.add_argument("--checkpoint", required=True, help="a trained scqa checkpoint directory")
-    parser.add_argument("--data", required=True, choices=["semeval", "travel"])
-    parser.add_argument("--data-dir", default=str(default_data_dir()))
-    parser.add_argument("--out", help="write a t-scqa checkpoint here (copy with the tuned α)")
-    args = parser.parse_args(argv)
-    result = tune_alpha(args.checkpoint, args.data, args.data_dir)
-    if args.out:
-        write_tscqa_checkpoint(args.checkpoint, args.out, result)
-    print(json.dumps(result, indent=2))  # noqa: T201 - command-line entry point
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    main()

@@ -3,6 +3,7 @@ pre-trained weights loading, and tiny real training and pre-training runs."""
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
@@ -186,16 +187,17 @@ def test_tiny_rcnn_training_on_semeval_learns(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_tiny_body_to_title_pretraining_lowers_the_loss(tmp_path: Path) -> None:
-    from semdup.training.pretraining import PretrainSettings, pretrain_rcnn
+    """Through the research script (experiments/pretrain_rcnn.py), which calls pretrain_rcnn."""
+    from click.testing import CliRunner
 
-    settings = PretrainSettings(
-        minutes=1.0,
-        max_steps=40,
-        batch_size=16,
-        output_vocab=1000,
-        hparams={"word_vectors": "none", "emb_dim": 16, "hidden_dim": 24},
-    )
-    figures = pretrain_rcnn(settings, tmp_path / "pt.pt", threads=1)
+    from experiments.pretrain_rcnn import main
+
+    args = ["--out", str(tmp_path / "pt.pt"), "--minutes", "1", "--max-steps", "40", "--batch-size", "16"]
+    args += ["--threads", "1", "--set", "word_vectors=none", "--set", "emb_dim=16", "--set", "hidden_dim=24"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    figures = json.loads(res.stdout)
+    assert 0 < figures["steps"] <= 40  # --max-steps caps the run (--minutes may stop it first)
     assert figures["train_loss_last"] < figures["train_loss_first"]
     assert math.isfinite(figures["held_out_perplexity"])
     payload = torch.load(tmp_path / "pt.pt", weights_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -95,7 +96,8 @@ def test_t_scqa_interpolation_on_hand_built_scores() -> None:
 
 
 @pytest.mark.slow
-def test_tiny_scqa_training_on_semeval_learns(tmp_path: Path) -> None:
+def test_tiny_scqa_training_on_semeval_learns_and_t_scqa_tunes_alpha_on_dev(tmp_path: Path) -> None:
+    """A tiny SCQA run, then T-SCQA through the research script (experiments/tscqa.py) on real dev and test."""
     from semdup.core.protocols import eval_semeval
     from semdup.training.checkpoint import CheckpointScorer
     from semdup.training.trainer import TrainSettings
@@ -115,3 +117,21 @@ def test_tiny_scqa_training_on_semeval_learns(tmp_path: Path) -> None:
     assert result.metrics["dev"]["MAP"] > random_semeval_map(dev) + 3.0
     scorer = CheckpointScorer.from_dir(tmp_path / "ckpt")
     assert eval_semeval(scorer, dev)["MAP"] == pytest.approx(result.metrics["dev"]["MAP"], abs=1e-6)
+
+    from click.testing import CliRunner
+
+    from experiments.tscqa import main
+
+    args = ["--checkpoint", str(tmp_path / "ckpt"), "--data", "semeval", "--out", str(tmp_path / "t")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    tuned = json.loads(res.stdout)
+    curve = {float(a): m for a, m in tuned["dev_curve"].items()}
+    assert tuned["alpha"] == max(curve, key=lambda a: (curve[a], a))  # dev-best α, ties to more SCQA
+    assert tuned["dev"]["MAP"] == pytest.approx(curve[tuned["alpha"]])
+    assert tuned["scqa_alone"]["dev"]["MAP"] == pytest.approx(curve[1.0])
+    assert tuned["scqa_alone"]["dev"]["MAP"] == pytest.approx(result.metrics["dev"]["MAP"], abs=1e-6)
+    config = json.loads((tmp_path / "t" / "config.json").read_text())
+    assert config["arch"] == "t-scqa" and config["hparams"]["tscqa_alpha"] == tuned["alpha"]
+    a = tuned["alpha"]
+    assert config["fusion"] == pytest.approx({"beta_bow": 0.0, "beta_dense": a, "alpha": 1 - a})
