@@ -112,6 +112,16 @@ def clean_text(text: str, settings: TextPipelineSettings) -> str:
     return " ".join(text.split())[:MAX_FIELD_CHARS]
 
 
+def _visible(text: str) -> bool:
+    """Whether ``text`` holds anything but white space, HTML tags, entities and control characters."""
+    text = text[: MAX_FIELD_CHARS * 4]  # what clean_text reads, too
+    if "<" in text:
+        text = _TAG.sub(" ", text)
+    if "&" in text:
+        text = html.unescape(text)
+    return bool(_CONTROL.sub(" ", text).strip())
+
+
 def check_post(post: Post) -> None:
     """Refuse a post that cannot be indexed or scored, with a message that says why.
 
@@ -128,6 +138,9 @@ def check_post(post: Post) -> None:
             f"post {post.id!r} looks binary ({bad} control or undecodable characters in the first "
             f"{len(sample)}); send UTF-8 text"
         )
+    if not _visible(post.title or "") and not _visible(post.body or ""):
+        # Same fate as an empty post: encoded, it would be a zero vector that matches nothing.
+        raise PostError(f"post {post.id!r} has no text, only white space or markup; give a title or a body")
 
 
 class _TokenIds(dict):

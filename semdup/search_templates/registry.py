@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import regex
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
@@ -14,13 +15,32 @@ from semdup.core.clients import opensearch_errors
 from semdup.core.errors import IndexError_, SemdupError
 from semdup.search_templates.templates import all_templates
 
-__all__ = ["register_templates", "render_template", "Hit", "msearch_templates", "MAX_QUERY_TERMS", "query_text"]
+__all__ = [
+    "register_templates",
+    "render_template",
+    "Hit",
+    "msearch_templates",
+    "MAX_QUERY_TERMS",
+    "MAX_ANALYSED_TERMS",
+    "query_text",
+]
 
 logger = logging.getLogger(__name__)
 
 # A post of thousands of words would become thousands of match clauses (and hit the clause limit);
 # its first words carry the subject anyway.
 MAX_QUERY_TERMS = 300
+# OpenSearch refuses a query of more than 1,024 clauses (indices.query.bool.max_clause_count), and the match query
+# makes one clause per analysed term. One whitespace "word" can hold hundreds of terms: CJK text (one term per
+# ideograph), comma-separated lists, emoji. So the text is also cut at this many terms, counted so that the count
+# never falls below the standard analyzer's (each CJK character, symbol and emoji counts as one term).
+MAX_ANALYSED_TERMS = 1000
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
+_TERM = regex.compile(
+    rf"[{_CJK}]"  # one term per character
+    rf"|(?:(?![{_CJK}])[\p{{L}}\p{{M}}\p{{N}}_])+"  # a run of letters and digits (split at any punctuation)
+    r"|[^\s\p{L}\p{M}\p{N}\p{P}\p{Z}\p{C}]"  # a symbol or emoji
+)
 
 
 @dataclass(frozen=True)
@@ -31,9 +51,16 @@ class Hit:
     score: float
 
 
-def query_text(title: str, body: str = "", max_terms: int = MAX_QUERY_TERMS) -> str:
-    words = f"{title} {body}".split()
-    return " ".join(words[:max_terms])
+def query_text(
+    title: str, body: str = "", max_terms: int = MAX_QUERY_TERMS, max_analysed: int = MAX_ANALYSED_TERMS
+) -> str:
+    """The query text of a post: its first ``max_terms`` words, cut further so that it analyses to at most
+    ``max_analysed`` terms (any script, any punctuation: it never exceeds OpenSearch's clause limit)."""
+    text = " ".join(f"{title} {body}".split()[:max_terms])
+    for i, match in enumerate(_TERM.finditer(text)):
+        if i == max_analysed:
+            return text[: match.start()].rstrip()
+    return text
 
 
 def register_templates(client: OpenSearch) -> list[str]:

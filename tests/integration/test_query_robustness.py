@@ -1,0 +1,55 @@
+"""Ordinary posts with thousands of analysed terms (CJK, lists, emoji) are answered, not a 500 (issue: a 1,300-
+character Japanese post made more than 1,024 clauses). Real OpenSearch, the real bundle path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from semdup.bundle import Bundle
+from semdup.core.posts import Post
+from semdup.core.settings import OpenSearchSettings
+from semdup.reranker import Reranker, RerankerSettings
+from semdup.reranker.service import create_app
+from semdup.reranker.settings import ServiceSettings
+
+LONG_POSTS = {
+    "japanese": "日本語の長い質問です。東京から京都までの新幹線の切符はどこで買えますか。" * 40,  # ~1,400 chars
+    "comma-list": ",".join(f"ubuntu{i}" for i in range(1800)),
+    "emoji": "😀🙂🎉👍" * 400,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG_POSTS))
+def test_rerank_answers_posts_with_thousands_of_terms(served: tuple[Bundle, str], opensearch_client, name: str):
+    bundle, index = served
+    rr = Reranker(bundle, opensearch_client, index, RerankerSettings(templates=("bm25", "lmj")))
+    got = rr.rank(Post("q", "a question", LONG_POSTS[name]), k=10)
+    assert isinstance(got, list) and len(got) <= 10
+
+
+def test_the_service_answers_them_with_200(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> None:
+    _, index = served
+    settings = ServiceSettings.from_mapping(
+        {"bundle": str(tiny_bundle), "index": index, "api_key": "k-1", "max_text_chars": 20_000},
+        OpenSearchSettings(url=opensearch_url),
+    )
+    client = TestClient(create_app(settings))
+    for name, body in LONG_POSTS.items():
+        r = client.post("/v1/rerank", json={"title": "help", "body": body, "k": 5}, headers={"X-API-Key": "k-1"})
+        assert r.status_code == 200, (name, r.text[:300])
+        assert "candidates" in r.json()
+
+
+def test_a_markup_only_post_is_reported_for_parking_not_indexed_as_a_zero_vector(
+    served: tuple[Bundle, str], opensearch_client
+) -> None:
+    from semdup.indexer.semantic import index_batch
+
+    bundle, index = served
+    result = index_batch(opensearch_client, index, [{"id": "blank-1", "title": " ", "body": "<p> </p>"}], bundle)
+    assert result.written == 0 and [pid for pid, _ in result.failed] == ["blank-1"]
+    assert "no text" in result.failed[0][1]
+    assert not opensearch_client.exists(index=index, id="blank-1")
