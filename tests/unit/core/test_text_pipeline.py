@@ -104,7 +104,9 @@ def test_text_tokens_equal_title_tokens_then_body_tokens() -> None:
             assert p.text_tokens(post) == (p.tokens(post.title) + p.tokens(post.body))[:max_tokens], post.id
 
 
-@pytest.mark.parametrize("title,body", [("   ", "<p> </p>"), ("", "&nbsp;<br/>\n\t"), ("\u00a0", "<div><p></p></div>")])
+@pytest.mark.parametrize(
+    "title,body", [("   ", "<p> </p>"), ("", "&nbsp;<br/>\n\t"), ("\u00a0", "<div><p></p></div>")]
+)
 def test_a_post_of_white_space_or_markup_is_refused_like_an_empty_one(title: str, body: str) -> None:
     # Indexed, it would be a zero vector; the workers park it as they park an empty post.
     with pytest.raises(PostError, match="no text|neither title nor body"):
