@@ -26,7 +26,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import regex
-from nltk.tokenize import RegexpTokenizer
 
 from semdup.core.errors import DataError, PostError
 from semdup.core.posts import Post
@@ -219,8 +218,8 @@ class TextPipeline:
         # NLTK's RegexpTokenizer defines the tokenisation: findall of the pattern, compiled by the `regex`
         # engine with its flags. Its per-call timeout wrapper (nltk.redos, a guard against caller-supplied
         # patterns) halves throughput on the hot path; our fixed pattern is linear, so the same engine, pattern
-        # and flags run without it. tests/unit/core/test_text_pipeline.py checks the tokens are identical to NLTK's.
-        self._tokenizer = RegexpTokenizer(TOKEN_PATTERN)
+        # and flags run without it, and NLTK itself is not needed (semdup[test] has it for the check).
+        # tests/unit/core/test_text_pipeline.py checks the tokens are identical to NLTK's.
         self._findall = regex.compile(TOKEN_PATTERN, TOKEN_FLAGS).findall
 
     def tokens(self, text: str) -> list[str]:
