@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 from opensearchpy import OpenSearch
 
 from semdup.core.metrics import retrieval_scores
+from semdup.core.protocols import rank_corpus
 from semdup.data import StackExchangeDump
 from semdup.evaluation.methods import Method, load_scorer
 from semdup.indexer.lexical_index import create_index, delete_index, load_posts
@@ -87,14 +87,5 @@ def run_stackexchange(
 
 
 def _exhaustive(scorer, queries, corpus) -> dict[str, list[tuple[str, float]]]:
-    scores = np.asarray(scorer.score_matrix(queries, corpus), dtype=np.float64)
-    ids = [p.id for p in corpus]
-    position = {pid: i for i, pid in enumerate(ids)}
-    ranked = {}
-    for qi, q in enumerate(queries):
-        row = scores[qi].copy()
-        if q.id in position:
-            row[position[q.id]] = -np.inf  # never retrieve the query itself
-        top = np.argsort(-row, kind="stable")[:TOP]
-        ranked[q.id] = [(ids[j], float(row[j])) for j in top]
-    return ranked
+    scores = scorer.score_matrix(queries, corpus)
+    return rank_corpus(scores, [q.id for q in queries], [p.id for p in corpus], TOP)  # the one Travel ranking
