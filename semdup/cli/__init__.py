@@ -68,7 +68,13 @@ def _unavailable(name: str) -> click.Command:
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="semdup")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def cli(verbose: int) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log lines as text, or one JSON object per line with secrets scrubbed (default: $SEMDUP_LOG_FORMAT, "
+    "else text). Applies to every command, the workers and the HTTP service included.",
+)
+def cli(verbose: int, log_format: str | None) -> None:
     """semdup: semantic duplicate-question detection for OpenSearch clusters.
 
     \b
@@ -83,7 +89,7 @@ def cli(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     from semdup.core.logs import configure_logging
 
-    configure_logging(level)  # text, or one JSON object per line with SEMDUP_LOG_FORMAT=json
+    configure_logging(level, log_format)  # text, or one JSON object per line (--log-format / SEMDUP_LOG_FORMAT)
     if verbose == 0:
         # The client logs every failed attempt with a traceback; semdup reports the failure itself, in one line.
         for noisy in ("opensearch", "urllib3", "celery.utils.functional"):

@@ -115,13 +115,20 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
     type=click.Path(exists=True, dir_okay=False),
     help="YAML/TOML config file with opensearch: and reranker: sections (or $SEMDUP_CONFIG).",
 )
-@click.option("--log-json", is_flag=True, default=None, help="Structured JSON log lines (or $SEMDUP_LOG_JSON).")
+@click.option(
+    "--log-json",
+    is_flag=True,
+    hidden=True,
+    deprecated="use `semdup --log-format json serve ...` or SEMDUP_LOG_FORMAT=json",
+    help="JSON log lines (deprecated alias of `semdup --log-format json`).",
+)
 @click.option("--opensearch", "url", help="OpenSearch URL (or $SEMDUP_OPENSEARCH_URL / the embedded node).")
 def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url) -> None:
     """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs).
 
     Clients send the key of $SEMDUP_API_KEY in the X-API-Key header; without a key the service refuses to
-    start unless SEMDUP_AUTH=off is set explicitly.
+    start unless SEMDUP_AUTH=off is set explicitly. With `semdup --log-format json` (or SEMDUP_LOG_FORMAT=json)
+    every line on stderr, uvicorn's and tracebacks included, is one JSON object, secrets scrubbed.
 
     \b
     Example:
@@ -131,16 +138,12 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     """
     import uvicorn
 
+    from semdup.core.logs import LOG_FORMAT_ENV
+    from semdup.reranker.service import configure_service_logging
     from semdup.reranker.settings import ServiceSettings
 
-    overrides = {
-        "bundle": bundle,
-        "index": index,
-        "templates": templates,
-        "sparse": sparse,
-        "knn": knn,
-        "log_json": log_json,
-    }
+    log_format = configure_service_logging("json" if log_json else None)
+    overrides = {"bundle": bundle, "index": index, "templates": templates, "sparse": sparse, "knn": knn}
     if url:
         os.environ["SEMDUP_OPENSEARCH_URL"] = url
     settings = ServiceSettings.from_env(config_file, **overrides)  # fails here, before any worker starts
@@ -151,7 +154,6 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         "templates": "SEMDUP_TEMPLATES",
         "sparse": "SEMDUP_SPARSE",
         "knn": "SEMDUP_KNN",
-        "log_json": "SEMDUP_LOG_JSON",
     }
     for key, var in env_names.items():
         if overrides[key] is not None:
@@ -159,11 +161,15 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     if config_file:
         os.environ["SEMDUP_CONFIG"] = str(config_file)
     os.environ.setdefault("SEMDUP_OPENSEARCH_URL", settings.opensearch.url)
-    click.echo(
+    os.environ[LOG_FORMAT_ENV] = log_format  # uvicorn's worker processes are spawned: they read it there
+    line = (
         f"serving {settings.bundle} on index {settings.index} at http://{host}:{port} "
-        f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})",
-        err=True,
+        f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})"
     )
+    if log_format == "json":
+        logger.info(line)
+    else:
+        click.echo(line, err=True)
     uvicorn.run(
         "semdup.reranker.service:app_from_env",
         factory=True,
@@ -172,4 +178,5 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         workers=workers,
         log_level="info",
         access_log=False,
+        log_config=None,  # no handlers of uvicorn's own: its records go through semdup's root handler
     )

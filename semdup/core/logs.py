@@ -1,16 +1,24 @@
 """How semdup's processes log: plain text for people, or one JSON object per line for log collectors.
 
-Chosen once at the edge (the ``semdup`` CLI, hence also ``semdup worker`` and ``semdup serve``)::
+One switch, ``SEMDUP_LOG_FORMAT=text|json`` (or ``semdup --log-format``), read once at the edge: the
+``semdup`` CLI, hence ``semdup worker`` (the Celery workers) and ``semdup serve`` (the HTTP service, whose
+uvicorn workers read it again from the environment)::
 
-    SEMDUP_LOG_FORMAT=json semdup worker --bundle /bundles/current     # SEMDUP_LOG_JSON=true works too
+    SEMDUP_LOG_FORMAT=json semdup worker --bundle /bundles/current
     {"time": "2026-11-22T20:01:02.345Z", "level": "INFO", "logger": "semdup.indexer.tasks",
      "message": "index_posts travel: 64 written, 0 parked", "process": 17, ...}
+
+Every process has one root handler with one formatter. Loggers that other libraries give handlers of their
+own are routed through it: uvicorn's (``uvicorn``, ``uvicorn.error``, ``uvicorn.access``) by
+:func:`configure_logging`, Celery's task logger through its setup signal. In JSON mode tracebacks are the
+``exception`` field of a record, and an uncaught exception is logged as one record instead of printed.
 
 Library code never configures logging (STYLE rule 7); it only logs ids, counts and durations. As a second
 line of defence the JSON formatter scrubs what a log collector must not keep: credentials inside URLs
 (``redis://:secret@host``), ``password=...``/``api_key: ...``/``Authorization: Bearer ...`` pairs, and the
 extra fields that may carry post text (``body``, ``title``, Celery's task ``args``/``kwargs``). Messages are
-cut at :data:`MAX_MESSAGE_CHARS` so a stray post body cannot flood the collector.
+cut at :data:`MAX_MESSAGE_CHARS` so a stray post body cannot flood the collector; tracebacks at
+:data:`MAX_TRACEBACK_CHARS`, in the middle, so the line naming the error stays.
 """
 
 from __future__ import annotations
@@ -20,20 +28,36 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from types import TracebackType
 from typing import Any, TextIO
 
 from semdup.core.errors import ConfigError
 
-__all__ = ["configure_logging", "JsonFormatter", "scrub", "LOG_FORMAT_ENV", "LOG_FORMATS", "MAX_MESSAGE_CHARS"]
+__all__ = [
+    "configure_logging",
+    "log_format_from_env",
+    "active_format",
+    "JsonFormatter",
+    "scrub",
+    "LOG_FORMAT_ENV",
+    "LOG_FORMATS",
+    "MAX_MESSAGE_CHARS",
+    "SERVER_LOGGERS",
+]
 
 logger = logging.getLogger(__name__)
 
 LOG_FORMAT_ENV = "SEMDUP_LOG_FORMAT"
 LOG_FORMATS = ("text", "json")
+_RETIRED_ENV = "SEMDUP_LOG_JSON"  # the reranker service's old switch, replaced by SEMDUP_LOG_FORMAT
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MAX_MESSAGE_CHARS = 2000
+MAX_TRACEBACK_CHARS = 8000
+# uvicorn's loggers: its default config gives them plain-text handlers that would bypass the root handler.
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
 # Extra fields never written: they may hold post text (exact names) or secrets (names containing these words).
 _TEXT_FIELDS = frozenset({"body", "title", "text", "post", "posts", "payload", "payloads", "args", "kwargs"})
@@ -43,8 +67,13 @@ _SECRET_PAIR = re.compile(
     r"(?i)\b(password|passwd|pwd|api[_-]?key|secret|token|x-api-key)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;}&]+)"
 )
 _BEARER = re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic)\s+)([^\s\"',;}]+)")
-# LogRecord's own attributes; anything else on a record came from ``extra=``.
-_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# LogRecord's own attributes; anything else on a record came from ``extra=`` (uvicorn's ``color_message``
+# repeats the message with terminal colour codes).
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 def scrub(text: str) -> str:
@@ -63,6 +92,14 @@ def _clip(text: str) -> str:
     if len(text) <= MAX_MESSAGE_CHARS:
         return text
     return text[:MAX_MESSAGE_CHARS] + f"... [{len(text) - MAX_MESSAGE_CHARS} more characters cut]"
+
+
+def _clip_traceback(text: str) -> str:
+    """A traceback cut in the middle: its first frames and its end, which names the error, are kept."""
+    if len(text) <= MAX_TRACEBACK_CHARS:
+        return text
+    head, tail = MAX_TRACEBACK_CHARS // 4, MAX_TRACEBACK_CHARS - MAX_TRACEBACK_CHARS // 4
+    return f"{text[:head]}\n... [{len(text) - head - tail} characters cut] ...\n{text[-tail:]}"
 
 
 def _clean_extra(value: Any, depth: int = 0) -> Any:
@@ -93,9 +130,9 @@ class JsonFormatter(logging.Formatter):
             "thread": record.threadName,
         }
         if record.exc_info:
-            out["exception"] = _clip(scrub(self.formatException(record.exc_info)))
+            out["exception"] = _clip_traceback(scrub(self.formatException(record.exc_info)))
         elif record.exc_text:
-            out["exception"] = _clip(scrub(record.exc_text))
+            out["exception"] = _clip_traceback(scrub(record.exc_text))
         for key, value in vars(record).items():
             if key in _RECORD_FIELDS or key.startswith("_") or key in out or _dropped(key):
                 continue
@@ -150,13 +187,68 @@ class _StderrHandler(logging.StreamHandler):
         self._configured_stream = value
 
 
-def _format_from_env(env: Mapping[str, str]) -> str:
-    raw = env.get(LOG_FORMAT_ENV, "").strip().lower()
-    if not raw:  # the reranker service's switch, SEMDUP_LOG_JSON=true, means the same
-        raw = "json" if env.get("SEMDUP_LOG_JSON", "").strip().lower() in ("1", "true", "yes", "on") else "text"
+def log_format_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The format ``$SEMDUP_LOG_FORMAT`` asks for (``text`` when unset).
+
+    Raises:
+        ConfigError: a value other than ``text`` or ``json``.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(LOG_FORMAT_ENV, "").strip().lower() or "text"
     if raw not in LOG_FORMATS:
         raise ConfigError(f"{LOG_FORMAT_ENV} must be one of {', '.join(LOG_FORMATS)}, got {raw!r}; e.g. json")
     return raw
+
+
+def active_format() -> str | None:
+    """The format of the handler :func:`configure_logging` installed in this process, None before it ran."""
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, "_semdup_handler", False):
+            return getattr(handler, "_semdup_format", None)
+    return None
+
+
+def _route_server_loggers() -> None:
+    """uvicorn's loggers that got handlers of their own (its default config) write through the root handler
+    instead. One without handlers is left alone: it propagates already, or uvicorn switched it off
+    (``access_log=False`` leaves ``uvicorn.access`` without handlers and not propagating)."""
+    for name in SERVER_LOGGERS:
+        server_logger = logging.getLogger(name)
+        if server_logger.handlers:
+            for handler in list(server_logger.handlers):
+                server_logger.removeHandler(handler)
+            server_logger.propagate = True
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, exc, tb)
+        return
+    logging.getLogger("semdup").critical("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is None or isinstance(args.exc_value, SystemExit):
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("semdup").critical(
+        "uncaught %s in thread %s: %s",
+        args.exc_type.__name__,
+        name,
+        args.exc_value,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
+
+
+def _hook_uncaught(json_mode: bool) -> None:
+    """JSON mode: an uncaught exception becomes one record, not a traceback printed beside the JSON lines."""
+    if json_mode:
+        sys.excepthook, threading.excepthook = _log_uncaught, _log_uncaught_in_thread
+        return
+    if sys.excepthook is _log_uncaught:
+        sys.excepthook = sys.__excepthook__
+    if threading.excepthook is _log_uncaught_in_thread:
+        threading.excepthook = threading.__excepthook__
 
 
 def configure_logging(
@@ -168,7 +260,8 @@ def configure_logging(
 ) -> str:
     """Give the root logger one stderr handler in ``fmt`` (default ``$SEMDUP_LOG_FORMAT``, else text).
 
-    Only the process edge calls this. Calling it again replaces the handler it installed before.
+    Only the process edge calls this. Calling it again replaces the handler it installed before. uvicorn's
+    loggers are routed through that handler too (their levels are left as they are).
 
     Returns:
         The format used, ``"text"`` or ``"json"``.
@@ -176,7 +269,7 @@ def configure_logging(
     Raises:
         ConfigError: an unknown format.
     """
-    chosen = (fmt or "").strip().lower() or _format_from_env(os.environ if env is None else env)
+    chosen = (fmt or "").strip().lower() or log_format_from_env(env)
     if chosen not in LOG_FORMATS:
         raise ConfigError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {chosen!r}")
     root = logging.getLogger()
@@ -185,9 +278,14 @@ def configure_logging(
     handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter() if chosen == "json" else logging.Formatter(TEXT_FORMAT))
     handler._semdup_handler = True  # type: ignore[attr-defined]
+    handler._semdup_format = chosen  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
+    _route_server_loggers()
     logging.captureWarnings(chosen == "json")  # warnings.warn text would break the one-object-per-line stream
+    _hook_uncaught(chosen == "json")
     if chosen == "json":
         _hook_celery_task_logger()
+    if (os.environ if env is None else env).get(_RETIRED_ENV):
+        logger.warning("%s is no longer read; set %s=json for JSON log lines", _RETIRED_ENV, LOG_FORMAT_ENV)
     return chosen

@@ -32,15 +32,17 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from semdup.core.errors import ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
+from semdup.core.logs import active_format, configure_logging, log_format_from_env
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.reranker.settings import ServiceSettings
 
-__all__ = ["create_app", "app_from_env", "JsonLogFormatter", "error_status"]
+__all__ = ["create_app", "app_from_env", "configure_service_logging", "error_status", "STARTUP_FAILURE"]
 
 logger = logging.getLogger(__name__)
 
 API_KEY_HEADER = "X-API-Key"
+STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that cannot start: its supervisor stops, not restarts
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
 
 
@@ -57,24 +59,6 @@ def error_status(exc: BaseException) -> int:
     if isinstance(exc, OpenSearchUnavailable):
         return 503
     return 500
-
-
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per log line (time, level, logger, message, and any ``extra`` fields given)."""
-
-    _SKIP = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        out.update({k: v for k, v in record.__dict__.items() if k not in self._SKIP})
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
 
 
 class RerankRequest(BaseModel):
@@ -349,13 +333,44 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     return app
 
 
+def configure_service_logging(fmt: str | None = None) -> str:
+    """Logging of a service process, through :func:`semdup.core.logs.configure_logging` like every semdup process.
+
+    The format is ``fmt``, else the one this process already uses (``semdup serve``), else
+    ``$SEMDUP_LOG_FORMAT`` (a uvicorn worker process, or ``uvicorn ... --factory``). JSON mode logs at INFO
+    or finer, so the collector gets one record per request; text mode keeps the level the process has.
+
+    Returns:
+        The format used, ``"text"`` or ``"json"``.
+    """
+    chosen = fmt or active_format() or log_format_from_env()
+    level = logging.getLogger().level
+    if chosen == "json":
+        level = min(level, logging.INFO)
+    return configure_logging(level, chosen)
+
+
 def app_from_env() -> Any:
-    """uvicorn factory (``--factory``): settings from the environment / ``$SEMDUP_CONFIG``, one app per worker."""
-    settings = ServiceSettings.from_env()
-    if settings.log_json:
-        handler = logging.StreamHandler()
-        handler.setFormatter(JsonLogFormatter())
-        root = logging.getLogger()
-        root.handlers[:] = [handler]
-        root.setLevel(logging.INFO)
-    return create_app(settings)
+    """uvicorn factory (``--factory``): settings from the environment / ``$SEMDUP_CONFIG``, one app per worker.
+
+    In JSON mode a failure to start is logged as one record (with its traceback) and the worker exits with
+    :data:`STARTUP_FAILURE`, instead of a traceback printed beside the JSON lines.
+    """
+    fmt = configure_service_logging()
+    try:
+        settings = ServiceSettings.from_env()
+        app = create_app(settings)
+    except Exception as exc:
+        if fmt != "json":
+            raise
+        logger.critical("the reranking service could not start: %s", exc, exc_info=True)
+        raise SystemExit(STARTUP_FAILURE) from exc
+    logger.info(
+        "reranking service: bundle %s (model %s), index %s, OpenSearch %s, auth %s",
+        settings.bundle,
+        app.state.reranker.version,
+        settings.index,
+        settings.opensearch.safe_url,
+        "on" if settings.auth else "OFF",
+    )
+    return app

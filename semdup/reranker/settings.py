@@ -15,10 +15,10 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_MAX_TEXT_CHARS       title + body above this get 400                     100000
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
     SEMDUP_THREADS              worker threads for blocking OpenSearch calls        8
-    SEMDUP_LOG_JSON             structured JSON log lines                           false
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
 
-OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`.
+OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`; the log format
+from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,6 @@ class ServiceSettings:
     max_text_chars: int = 100_000
     max_k: int = 100
     threads: int = 8
-    log_json: bool = False
     calibration: str | None = None
 
     def __post_init__(self) -> None:
@@ -149,7 +148,6 @@ class ServiceSettings:
             "max_text_chars": "SEMDUP_MAX_TEXT_CHARS",
             "search_timeout": "SEMDUP_SEARCH_TIMEOUT",
             "threads": "SEMDUP_THREADS",
-            "log_json": "SEMDUP_LOG_JSON",
             "calibration": "SEMDUP_CALIBRATION",
             "field_cache": "SEMDUP_FIELD_CACHE",
         }
@@ -167,8 +165,9 @@ class ServiceSettings:
         known = {f.name for f in fields(RerankerSettings)} | {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
+            moved = "; the log format is SEMDUP_LOG_FORMAT=json now" if "log_json" in unknown else ""
             raise ConfigError(
-                f"unknown reranker setting(s) {unknown} in {source}; accepted: {', '.join(sorted(known))}"
+                f"unknown reranker setting(s) {unknown} in {source}; accepted: {', '.join(sorted(known))}{moved}"
             )
         for required in ("bundle", "index"):
             if not values.get(required):
@@ -198,7 +197,6 @@ class ServiceSettings:
                 max_text_chars=int(values.get("max_text_chars", 100_000)),
                 max_k=int(values.get("max_k", 100)),
                 threads=int(values.get("threads", 8)),
-                log_json=parse_bool("log_json", values.get("log_json", False)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,
             )
         except (TypeError, ValueError) as exc:

@@ -340,3 +340,95 @@ def test_cli_serve_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_
         check=False,
     )
     assert out.returncode == 1 and "SEMDUP_API_KEY" in out.stderr
+
+
+@contextlib.contextmanager
+def _garbage_cluster(body: str) -> Iterator[str]:
+    """A loopback HTTP server that answers every call with 200 and a body that is not JSON: the client's
+    SerializationError carries the body into the service's error log, tracebacks included."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            data = body.encode("utf-8")
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_HEAD = _answer
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.slow
+def test_json_mode_service_logs_are_json_lines_without_secrets(tiny_bundle: Path, tmp_path: Path) -> None:
+    """`semdup serve` with SEMDUP_LOG_FORMAT=json and two uvicorn workers: every line it writes (its own records,
+    uvicorn's, the tracebacks of a failing call) is one JSON object, and the planted secrets, a password in the
+    OpenSearch URL and an ``api_key=...`` that the failing cluster's answer carries into the traceback, never show."""
+    import json
+
+    password, api_key = "Pl4ntedPassw0rd", "pl4nted-key-5150"
+    with _garbage_cluster(f"upstream login failed for http://admin:{password}@db:9200 with api_key={api_key}") as at:
+        port = any_free_port()
+        env = {
+            **os.environ,
+            "SEMDUP_API_KEY": KEY,
+            "SEMDUP_LOG_FORMAT": "json",
+            "SEMDUP_OPENSEARCH_URL": f"http://admin:{password}@{at}",
+            "SEMDUP_OPENSEARCH_MAX_RETRIES": "0",
+        }
+        log_path = tmp_path / "serve.log"
+        with log_path.open("wb") as log:
+            cmd = [sys.executable, "-m", "semdup", "serve", "--bundle", str(tiny_bundle), "--index", "questions"]
+            proc = subprocess.Popen(
+                [*cmd, "--port", str(port), "--workers", "2"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+            try:
+                base = f"http://127.0.0.1:{port}"
+                deadline = time.monotonic() + 120  # waiting for start-up, not a timing assertion
+                while True:
+                    try:
+                        if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(f"semdup serve did not start: {log_path.read_text()[-2000:]}")
+                    time.sleep(0.5)
+                for _ in range(4):  # each worker process answers some of them
+                    r = httpx.post(f"{base}/v1/rerank", headers=HEADERS, json={"title": "visa for Qatar?"}, timeout=30)
+                    assert r.status_code == 500 and r.json()["error"]["type"] == "InternalError"
+                    assert api_key not in r.text
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+    text = log_path.read_text()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]  # every line is one JSON object
+    assert password not in text and api_key not in text
+    by_logger: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        assert {"time", "level", "logger", "message"} <= set(r)
+        by_logger.setdefault(r["logger"], []).append(r)
+    uvicorn_messages = " ".join(r["message"] for r in by_logger.get("uvicorn.error", []))
+    assert "Started parent process" in uvicorn_messages and "Application startup complete" in uvicorn_messages
+    tracebacks = [r["exception"] for r in records if "exception" in r]
+    assert tracebacks and all("SerializationError" in t and "api_key=***" in t for t in tracebacks)
+    assert any(r["logger"] == "uvicorn.error" for r in records if "exception" in r)  # uvicorn's own traceback
+    started = [r for r in by_logger["semdup.reranker.service"] if r["message"].startswith("reranking service:")]
+    assert len(started) == 2 and all(f"OpenSearch http://{at}" in r["message"] for r in started)
+    failures = [r for r in by_logger["semdup.reranker.service"] if r["message"].startswith("unexpected error")]
+    assert len(failures) == 4 and all(r["level"] == "ERROR" and "exception" in r for r in failures)

@@ -7,11 +7,19 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from semdup.core.errors import ConfigError
-from semdup.core.logs import MAX_MESSAGE_CHARS, JsonFormatter, configure_logging, scrub
+from semdup.core.logs import (
+    MAX_MESSAGE_CHARS,
+    MAX_TRACEBACK_CHARS,
+    JsonFormatter,
+    active_format,
+    configure_logging,
+    scrub,
+)
 
 
 @pytest.fixture
@@ -83,6 +91,25 @@ def test_long_message_is_cut(json_log: tuple[logging.Logger, io.StringIO]) -> No
     assert "more characters cut" in line["message"]
 
 
+def test_long_traceback_keeps_the_line_naming_the_error(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    log, stream = json_log
+
+    cause: BaseException | None = None
+    for step in range(200):  # a long chain of causes: a traceback of some 20,000 characters
+        try:
+            raise KeyError(f"step {step}") from cause
+        except KeyError as exc:
+            cause = exc
+    try:
+        raise LookupError("the part that names the error, api_key=k-424242") from cause
+    except LookupError:
+        log.exception("failed")
+    (line,) = _lines(stream)
+    assert len(line["exception"]) < MAX_TRACEBACK_CHARS + 100 and "characters cut" in line["exception"]
+    assert line["exception"].startswith("Traceback (most recent call last):") and "step 0" in line["exception"]
+    assert line["exception"].endswith("LookupError: the part that names the error, api_key=***")
+
+
 def test_scrub_leaves_plain_text() -> None:
     assert scrub("indexed 64 posts into http://opensearch:9200/travel") == (
         "indexed 64 posts into http://opensearch:9200/travel"
@@ -98,7 +125,9 @@ def test_configure_logging_format_from_env_and_bad_value() -> None:
         logging.getLogger("semdup.test.env").info("hello")
         assert json.loads(stream.getvalue().splitlines()[-1])["message"] == "hello"
         assert configure_logging(logging.INFO, env={}, stream=io.StringIO()) == "text"
-        assert configure_logging(logging.INFO, env={"SEMDUP_LOG_JSON": "true"}, stream=io.StringIO()) == "json"
+        retired = io.StringIO()  # the service's old second switch is not read any more: one variable
+        assert configure_logging(logging.INFO, env={"SEMDUP_LOG_JSON": "true"}, stream=retired) == "text"
+        assert "SEMDUP_LOG_JSON is no longer read; set SEMDUP_LOG_FORMAT=json" in retired.getvalue()
         with pytest.raises(ConfigError, match="SEMDUP_LOG_FORMAT must be one of text, json"):
             configure_logging(logging.INFO, env={"SEMDUP_LOG_FORMAT": "xml"})
     finally:
@@ -106,6 +135,66 @@ def test_configure_logging_format_from_env_and_bad_value() -> None:
             if getattr(h, "_semdup_handler", False):
                 root.removeHandler(h)
         root.setLevel(before[1])
+
+
+@pytest.fixture
+def root_logging() -> None:
+    """Put back the root logger, uvicorn's loggers and the exception hooks a test's configure_logging changed."""
+    root = logging.getLogger()
+    loggers = [logging.getLogger(n) for n in ("uvicorn", "uvicorn.error", "uvicorn.access")]
+    saved = [(lg, list(lg.handlers), lg.propagate) for lg in loggers]
+    level, hooks = root.level, (sys.excepthook, threading.excepthook)
+    yield
+    for h in [h for h in root.handlers if getattr(h, "_semdup_handler", False)]:
+        root.removeHandler(h)
+    root.setLevel(level)
+    for lg, handlers, propagate in saved:
+        lg.handlers[:] = handlers
+        lg.propagate = propagate
+    sys.excepthook, threading.excepthook = hooks
+    logging.captureWarnings(False)
+
+
+def test_uvicorn_loggers_go_through_the_one_formatter(root_logging: None) -> None:
+    """uvicorn's default config gives its loggers plain-text handlers; in JSON mode their records, tracebacks
+    included, come out as scrubbed JSON lines of the root handler instead. An access log uvicorn switched off
+    (no handler, not propagating) stays off."""
+    own = io.StringIO()
+    server = logging.getLogger("uvicorn")
+    server.addHandler(logging.StreamHandler(own))  # what uvicorn's LOGGING_CONFIG installs
+    server.propagate = False
+    access = logging.getLogger("uvicorn.access")
+    access.handlers, access.propagate = [], False  # uvicorn's access_log=False
+    stream = io.StringIO()
+    configure_logging(logging.INFO, "json", stream=stream)
+    logging.getLogger("uvicorn.error").info("Uvicorn running on http://127.0.0.1:8080 (Press CTRL+C to quit)")
+    try:
+        raise RuntimeError("upstream refused http://admin:Pl4nted@db:9200 with api_key=k-777777")
+    except RuntimeError as exc:
+        logging.getLogger("uvicorn.error").error("Exception in ASGI application\n", exc_info=exc)
+    assert own.getvalue() == "" and not access.hasHandlers()
+    started, failed = _lines(stream)
+    assert started["logger"] == "uvicorn.error" and started["message"].startswith("Uvicorn running on")
+    assert "RuntimeError" in failed["exception"] and "api_key=***" in failed["exception"]
+    assert "Pl4nted" not in stream.getvalue() and "k-777777" not in stream.getvalue()
+    assert active_format() == "json"
+
+
+def test_uncaught_exceptions_are_json_records_in_json_mode_only(root_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging(logging.WARNING, "json", stream=stream)
+    try:
+        raise ValueError("token=Sup3rS3cret went missing")
+    except ValueError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)  # what Python calls for an exception nobody caught
+    thread = threading.Thread(target=lambda: 1 / 0, name="probe")
+    thread.start()
+    thread.join()
+    main, in_thread = _lines(stream)
+    assert main["level"] == "CRITICAL" and "ValueError" in main["exception"] and "Sup3rS3cret" not in stream.getvalue()
+    assert "ZeroDivisionError" in in_thread["exception"] and "probe" in in_thread["message"]
+    configure_logging(logging.WARNING, "text", stream=io.StringIO())
+    assert sys.excepthook is sys.__excepthook__ and threading.excepthook is threading.__excepthook__
 
 
 def test_cli_logs_json_lines_without_credentials(tmp_path) -> None:
@@ -136,7 +225,7 @@ def test_cli_logs_json_lines_without_credentials(tmp_path) -> None:
         assert {"time", "level", "logger", "message"} <= set(record)
 
 
-def test_json_mode_reaches_celerys_own_task_logger() -> None:
+def test_json_mode_reaches_celerys_own_task_logger(root_logging: None) -> None:
     """Celery gives ``celery.task`` its own text handler; in JSON mode its lines are JSON too (Celery's signal)."""
     from celery import signals
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from semdup.reranker.calibration import Calibration, calibration_path, fit_platt
 from semdup.reranker.candidates import MAX_SPARSE_TERMS, SearchTimeout, knn_query, merge_hits, sparse_query
 from semdup.reranker.fusion import compute_components, compute_fused, sparse_dot
 from semdup.reranker.reranker import ModelMismatch
-from semdup.reranker.service import JsonLogFormatter, error_status
+from semdup.reranker.service import error_status
 from semdup.reranker.settings import RerankerSettings, ServiceSettings
 
 FUSION = {"beta_bow": 1.0, "beta_dense": 0.5, "alpha": 0.25}
@@ -166,8 +168,28 @@ def test_error_statuses() -> None:
     assert error_status(SemdupError("x")) == 500
 
 
-def test_json_log_lines_carry_extra_fields() -> None:
-    record = logging.LogRecord("semdup.x", logging.INFO, __file__, 1, "request %s", ("done",), None)
-    record.status = 200
-    line = json.loads(JsonLogFormatter().format(record))
-    assert line["message"] == "request done" and line["status"] == 200 and line["level"] == "INFO"
+def test_service_logs_through_the_one_scrubbing_json_formatter(monkeypatch, capsys) -> None:
+    """The service's log setup is semdup's: SEMDUP_LOG_FORMAT=json gives JsonFormatter at INFO (one record per
+    request), extra fields kept, secrets scrubbed; there is no second formatter or switch."""
+    from semdup.core.logs import JsonFormatter
+    from semdup.reranker.service import configure_service_logging
+
+    root = logging.getLogger()
+    level, hooks = root.level, (sys.excepthook, threading.excepthook)
+    monkeypatch.setenv("SEMDUP_LOG_FORMAT", "json")
+    try:
+        assert configure_service_logging() == "json"
+        (handler,) = [h for h in root.handlers if getattr(h, "_semdup_handler", False)]
+        assert isinstance(handler.formatter, JsonFormatter) and root.level <= logging.INFO
+        logging.getLogger("semdup.reranker.service").info(
+            "request from http://admin:Pl4nted@proxy", extra={"path": "/v1/rerank", "status": 200, "api_key": "k-1"}
+        )
+        (line,) = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+        assert line["message"] == "request from http://***@proxy" and line["status"] == 200 and line["level"] == "INFO"
+        assert "api_key" not in line
+    finally:
+        for h in [h for h in root.handlers if getattr(h, "_semdup_handler", False)]:
+            root.removeHandler(h)
+        root.setLevel(level)
+        sys.excepthook, threading.excepthook = hooks
+        logging.captureWarnings(False)
