@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything semdup needs on a fresh Debian machine, cached outside the clone so a second run is fast:
 #   - redis-server (Debian package) for the Celery broker
-#   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV)
+#   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV), on CPU onnxruntime:
+#     train and serve bring `semdup[cpu]`; a GPU worker installs "semdup[gpu]" alone instead (never both)
 #   - OpenSearch 2.19.1 + k-NN from Maven Central (fetched on first `semdup opensearch start`, into ~/.m2)
 # Source it:  . scripts/bootstrap.sh   (it exports SEMDUP_VENV and puts the venv's bin first on PATH)
 set -euo pipefail

@@ -59,7 +59,7 @@ FORMAT_VERSION = 1
 def library_versions() -> dict[str, str]:
     """Versions of the libraries that change a score (recorded in every checkpoint)."""
     out = {"python": platform.python_version()}
-    for name in ("semdup", "torch", "numpy", "nltk", "onnx", "onnxruntime"):
+    for name in ("semdup", "torch", "numpy", "regex", "tokenizers", "onnx", "onnxruntime"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

