@@ -1,10 +1,14 @@
 """semdup: semantic duplicate-question detection for OpenSearch clusters.
 
-Data flow, one package per verb::
+Data flow, one package per layer (imports only point down; ``lint-imports`` checks the contracts in
+pyproject.toml)::
 
-    post -> encoders.text_pipeline -> encoders (torch, training) -> export (ONNX bundle)
-         -> indexer (Celery + onnxruntime -> OpenSearch bulk)
-    query -> search_templates (BM25/LMJ/DFR/IB/...) -> candidates -> reranker (fusion) -> decision
+    post -> core.text_pipeline -> training (torch: models, losses, trainer) -> export (checkpoint -> ONNX)
+         -> bundle (verified, onnxruntime) -> indexer (Celery workers -> OpenSearch bulk, index_format fields)
+    query -> search_templates (BM25/LMJ/DFR/IB/...) -> reranker (candidates, fusion over stored fields) -> decision
+
+    core (posts, settings, text pipeline, scoring maths, measures) < data | devstack < index_format < bundle
+    < search_templates < training | indexer | reranker < export < evaluation < cli;  experiments/ on top, not installed
 """
 
 from __future__ import annotations
