@@ -126,7 +126,7 @@ def _top_half_scores(preds: dict[str, dict[str, float]]) -> dict[str, dict[str, 
               help=f"{METHOD_HELP}; 'lexical' = all six; repeatable.")
 @click.option("--fields", type=click.Choice(["text", "title"]), default="text", show_default=True)
 @click.option("--run", "run_out", type=click.Path(path_type=Path),
-              help="Write a run file (QID DOCID RANK SCORE, top 100); several methods: a directory.")
+              help="Write a TREC run file (QID Q0 DOCID RANK SCORE TAG, top 100); several methods: a directory.")
 @click.option("--opensearch", "url", help="OpenSearch URL (default: settings / the embedded node).")
 @click.option("--keep-index", is_flag=True)
 @click.option("--offline", is_flag=True,

@@ -3,7 +3,12 @@
 * SemEval ``.pred``: ``ORGQ_ID<TAB>RELQ_ID<TAB>0<TAB>SCORE<TAB>true|false``, one line per gold
   candidate, in the gold file's order (the official scorer reads gold and prediction lines side
   by side and stops at the first id mismatch).
-* TREC-style run: ``QID<TAB>DOCID<TAB>RANK<TAB>SCORE``, best first, ranks from 1.
+* TREC run: ``QID Q0 DOCID RANK SCORE TAG``, best first, ranks from 1, the six columns that
+  trec_eval, ir-measures and ranx read. Those tools order a query's documents by SCORE and break
+  ties by DOCID, ignoring RANK, so the SCORE column strictly decreases down each list: a score tied
+  with the one above it is written one float step (``numpy.nextafter``) below it, and the tools read
+  the ranking semdup measured (``tests/unit/data/test_run_files.py`` checks ir-measures' figures).
+* TREC qrels: ``QID 0 DOCID 1``, one line per relevant document.
 * The official SemEval-2016 results table (``results_subtask_B_2016.tab``).
 
 Files are written to a temporary sibling and renamed into place, so a crash never leaves half a run.
@@ -21,9 +26,11 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from semdup.core.errors import DataError
 from semdup.data.reading import read_utf8_lines
@@ -35,6 +42,8 @@ __all__ = [
     "read_semeval_pred_labels",
     "write_trec_run",
     "read_trec_run",
+    "write_trec_qrels",
+    "read_trec_qrels",
     "OfficialRun",
     "load_official_results",
 ]
@@ -107,44 +116,130 @@ def read_semeval_pred_labels(path: str | Path) -> dict[str, dict[str, bool]]:
     return {q: {r: label for r, (_, label) in row.items()} for q, row in load_relevancy(path).items()}
 
 
+def _strictly_decreasing(qid: str, hits: Sequence[tuple[str, float]]) -> tuple[list[tuple[str, float]], int]:
+    """The hits with each score not below the one written above it moved one float step below that one.
+
+    Returns:
+        The hits to write, and how many scores were above the one ranked before them (not mere ties).
+    """
+    out: list[tuple[str, float]] = []
+    previous = written = math.inf
+    raised = 0
+    for doc, raw in hits:
+        score = float(raw)
+        if not math.isfinite(score):
+            raise ValueError(f"Query {qid}: document {doc} has score {score}; TREC tools need finite scores.")
+        raised += score > previous
+        previous = score
+        written = score if score < written else float(np.nextafter(written, -math.inf))
+        out.append((doc, written))
+    return out, raised
+
+
 def write_trec_run(
-    path: str | Path, ranked_with_scores: Mapping[str, Sequence[tuple[str, float]]], top: int = 100
+    path: str | Path,
+    ranked_with_scores: Mapping[str, Sequence[tuple[str, float]]],
+    top: int = 100,
+    tag: str = "semdup",
 ) -> Path:
-    """Write ``QID<TAB>DOCID<TAB>RANK<TAB>SCORE`` lines, the first ``top`` documents of each query.
+    """Write a six-column TREC run, ``QID Q0 DOCID RANK SCORE TAG``, the first ``top`` documents of each query.
 
     Args:
-        ranked_with_scores: query id -> (doc id, score) pairs, best first (written in that order).
+        ranked_with_scores: query id -> (doc id, score) pairs, best first (written in that order; a
+            score not below the one written above it is written one float step below that one, see the
+            module docstring, with a warning when it was above it rather than tied).
         top: documents kept per query.
+        tag: the run's name in the last column (no white space).
+
+    Raises:
+        ValueError: a tag or id with white space, or a non-finite score.
     """
-    lines = [
-        f"{qid}\t{doc}\t{rank}\t{_format_score(score)}"
-        for qid, hits in ranked_with_scores.items()
-        for rank, (doc, score) in enumerate(list(hits)[:top], start=1)
-    ]
+    if not tag or any(c.isspace() for c in tag):
+        raise ValueError(f"run tag {tag!r} must be one non-empty word; TREC columns are split on white space.")
+    lines: list[str] = []
+    raised = 0
+    for qid, hits in ranked_with_scores.items():
+        written, n_raised = _strictly_decreasing(qid, list(hits)[:top])
+        raised += n_raised
+        for rank, (doc, score) in enumerate(written, start=1):
+            _check_id(qid, doc)
+            lines.append(f"{qid} Q0 {doc} {rank} {_format_score(score)} {tag}")
+    if raised:
+        logger.warning(
+            "%d documents in %s score above the one ranked before them (e.g. the reranker puts posts without "
+            "semdup fields last); their scores were written just below it so the tools keep semdup's order.",
+            raised,
+            path,
+        )
     return _write_atomically(path, lines)
 
 
 def read_trec_run(path: str | Path) -> dict[str, list[tuple[str, float]]]:
-    """Read a run written by ``write_trec_run``: query id -> (doc id, score) by RANK.
+    """Read a six-column TREC run: query id -> (doc id, score) by RANK.
 
     Raises:
-        DataError: a line without 4 fields, or a RANK / SCORE that is not a number.
+        DataError: a line without 6 fields, or a RANK / SCORE that is not a number.
     """
     p = Path(path)
-    fmt = "lines 'QID DOCID RANK SCORE' separated by white space"
+    fmt = "lines 'QID Q0 DOCID RANK SCORE TAG' separated by white space"
     rows: dict[str, list[tuple[int, str, float]]] = {}
-    for line_no, text in read_utf8_lines(p, fmt):
+    for line_no, fields in _fields(p, 6, fmt):
+        try:
+            rank, score = int(fields[3]), float(fields[4])
+        except ValueError as exc:
+            raise DataError(f"{p}: line {line_no}: RANK or SCORE is not a number; expected {fmt}.") from exc
+        rows.setdefault(fields[0], []).append((rank, fields[2], score))
+    return {q: [(d, s) for _, d, s in sorted(hits, key=lambda h: h[0])] for q, hits in rows.items()}
+
+
+def write_trec_qrels(path: str | Path, relevant: Mapping[str, Iterable[str]]) -> Path:
+    """Write TREC qrels, ``QID 0 DOCID 1`` per relevant document (sorted ids, so the file is reproducible).
+
+    A query is never written as relevant to itself: the protocols search a corpus without the query
+    (:func:`semdup.core.metrics.retrieval_scores` drops it the same way). A query with no relevant
+    document gets no line; trec_eval then leaves it out of its means, where semdup counts it as 0.
+    """
+    lines: list[str] = []
+    for qid, docs in relevant.items():
+        for doc in sorted(set(docs) - {qid}):
+            _check_id(qid, doc)
+            lines.append(f"{qid} 0 {doc} 1")
+    return _write_atomically(path, lines)
+
+
+def read_trec_qrels(path: str | Path) -> dict[str, set[str]]:
+    """Read TREC qrels: query id -> ids with relevance above 0.
+
+    Raises:
+        DataError: a line without 4 fields or with a relevance that is not an integer.
+    """
+    p = Path(path)
+    fmt = "lines 'QID ITERATION DOCID RELEVANCE' separated by white space"
+    out: dict[str, set[str]] = {}
+    for line_no, fields in _fields(p, 4, fmt):
+        try:
+            grade = int(fields[3])
+        except ValueError as exc:
+            raise DataError(f"{p}: line {line_no}: RELEVANCE {fields[3]!r} is no integer; expected {fmt}.") from exc
+        docs = out.setdefault(fields[0], set())
+        if grade > 0:
+            docs.add(fields[2])
+    return out
+
+
+def _fields(path: Path, n: int, fmt: str) -> Iterator[tuple[int, list[str]]]:
+    for line_no, text in read_utf8_lines(path, fmt):
         fields = text.split()
         if not fields:
             continue
-        if len(fields) != 4:
-            raise DataError(f"{p}: line {line_no}: found {len(fields)} fields; expected {fmt}.")
-        try:
-            rank, score = int(fields[2]), float(fields[3])
-        except ValueError as exc:
-            raise DataError(f"{p}: line {line_no}: RANK or SCORE is not a number; expected {fmt}.") from exc
-        rows.setdefault(fields[0], []).append((rank, fields[1], score))
-    return {q: [(d, s) for _, d, s in sorted(hits, key=lambda h: h[0])] for q, hits in rows.items()}
+        if len(fields) != n:
+            raise DataError(f"{path}: line {line_no}: found {len(fields)} fields; expected {fmt}.")
+        yield line_no, fields
+
+
+def _check_id(qid: str, doc: str) -> None:
+    if any(c.isspace() for c in qid + doc) or not qid or not doc:
+        raise ValueError(f"ids {qid!r} / {doc!r}: TREC files need non-empty ids without white space.")
 
 
 @dataclass(frozen=True)

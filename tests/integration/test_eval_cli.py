@@ -54,9 +54,9 @@ def test_stackexchange_test_split_lexical(opensearch_url, tmp_path):
               "--opensearch", opensearch_url, "--json"]
     )
     assert res.exit_code == 0, res.output
-    rows = (tmp_path / "r.run").read_text().splitlines()
-    qids = {r.split("\t")[0] for r in rows}
-    assert len(qids) == 108 and all(r.split("\t")[0] != r.split("\t")[1] for r in rows)
+    rows = [r.split() for r in (tmp_path / "r.run").read_text().splitlines()]  # QID Q0 DOCID RANK SCORE TAG
+    qids = {r[0] for r in rows}
+    assert len(qids) == 108 and all(len(r) == 6 and r[0] != r[2] for r in rows)
 
 
 def _semdup(*args: str) -> subprocess.CompletedProcess:

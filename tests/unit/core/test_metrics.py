@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from semdup.core.errors import DataError
 from semdup.core.metrics import (
     accuracy_at_k,
     average_precision_at,
@@ -23,9 +22,7 @@ from semdup.data.run_files import (
     load_official_results,
     read_semeval_pred,
     read_semeval_pred_labels,
-    read_trec_run,
     write_semeval_pred,
-    write_trec_run,
 )
 
 DATA = Path(os.environ.get("SEMDUP_DATA", "/work/shared/data"))
@@ -219,13 +216,3 @@ def test_written_ir_baseline_scores_the_same(tmp_path):
     path = write_semeval_pred(tmp_path / "dev.pred", pred, gold)
     assert len(path.read_text().splitlines()) == 500
     assert _r2(semeval_scores(read_semeval_pred(path), gold))["MAP"] == 71.35
-
-
-def test_trec_run_round_trip(tmp_path):
-    run = {"q1": [("d3", 2.5), ("d1", 1.0), ("d2", 0.5)], "q2": [("d9", 0.1)]}
-    path = write_trec_run(tmp_path / "run.tsv", run, top=2)
-    assert path.read_text().splitlines()[0] == "q1\td3\t1\t2.5"
-    assert read_trec_run(path) == {"q1": [("d3", 2.5), ("d1", 1.0)], "q2": [("d9", 0.1)]}
-    (tmp_path / "bad.tsv").write_text("q1 d1 first 0.3\n")
-    with pytest.raises(DataError, match="line 1: RANK or SCORE is not a number"):
-        read_trec_run(tmp_path / "bad.tsv")
