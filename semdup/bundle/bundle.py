@@ -426,7 +426,3 @@ class Bundle:
                 }
             )
         return out
-
-
-# `semdup eval --method bundle:PATH` imports BundleScorer from here; it lives in bundle_scorer.py, which needs
-# Bundle above, so the re-export comes last.
