@@ -2,10 +2,11 @@
 
 Run::
 
-    python -m experiments.minilm_peer [--max-len 256] [--threads 2]
+    python -m experiments.minilm_peer [--max-len 256] [--threads 1]
 
-SemEval-2016 dev/test: cosine reranks each original question's 10 related questions (MAP/MRR/P@1).
-Travel dev/test: exhaustive retrieval over all 4,919 posts (Acc@1/5/10, MAP, MRR over the top 100).
+Every figure goes through :mod:`semdup.core.protocols`, the code training and ``semdup eval`` use:
+SemEval-2016 dev/test: cosine reranks each original question's 10 related questions (official rules);
+Travel dev/test: exhaustive retrieval over all 4,919 posts (Acc@1/5/10, MAP, MRR over the top 100);
 AskUbuntu: accuracy on test with the cosine threshold chosen on train. Embeddings are cached
 under ``artifacts/experiments/embeddings`` (keyed by the posts' text and max_len).
 """
@@ -15,27 +16,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
-from experiments._peer_common import (
-    askubuntu_pairs,
-    best_threshold,
-    cached_embeddings,
-    retrieval_metrics,
-    semeval_metrics,
-    semeval_set,
-    travel_dump,
-)
+from experiments._peer_common import cached_embeddings
+from semdup.core.protocols import eval_pair_scores, semeval_pair_scores, travel_scores
+from semdup.data import load_pairs_jsonl, load_semeval_xml, load_stackexchange_dump
+from semdup.data.paths import askubuntu_files, semeval_files, travel_dir
 
 logger = logging.getLogger(__name__)
 
+MEASURES = ("MAP", "MRR", "P@1", "Acc@1", "Acc@5", "Acc@10", "accuracy", "threshold")
 
-def main() -> None:
+
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-len", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: reproducible, shares the machine)")
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     import torch
 
@@ -51,44 +50,41 @@ def main() -> None:
 
     results: dict[str, dict[str, float]] = {}
     for split in ("dev", "test"):
-        sem = semeval_set(split)
+        sem = load_semeval_xml(*semeval_files(split), name=split)
         posts = {q.post.id: q.post for q in sem.questions}
         posts.update({r.post.id: r.post for q in sem.questions for r in q.related})
         ids = list(posts)
         vec = embed([posts[i] for i in ids])
         ix = {i: n for n, i in enumerate(ids)}
-        scores = {
-            (q.post.id, r.post.id): float(vec[ix[q.post.id]] @ vec[ix[r.post.id]])
+        scores = (
+            ((q.post.id, r.post.id), float(vec[ix[q.post.id]] @ vec[ix[r.post.id]]))
             for q in sem.questions
             for r in q.related
-        }
-        results[f"semeval-{split}"] = semeval_metrics(sem, scores)
+        )
+        results[f"semeval-{split}"] = semeval_pair_scores(sem, scores)
 
-    dump = travel_dump()
+    dump = load_stackexchange_dump(travel_dir())
     corpus = dump.corpus()
     cvec = embed(corpus)
     pos = {p.id: i for i, p in enumerate(corpus)}
     for split in ("dev", "test"):
         queries = dump.queries(split)
         qvec = cvec[[pos[q.post.id] for q in queries]]
-        results[f"travel-{split}"] = retrieval_metrics(qvec @ cvec.T, [p.id for p in corpus], queries)
+        results[f"travel-{split}"] = travel_scores(qvec @ cvec.T, queries, [p.id for p in corpus])
 
-    def pair_scores(pairs):
+    def cosines(pairs):
         q = embed([p.query for p in pairs])
         c = embed([p.candidate for p in pairs])
-        return np.sum(q * c, axis=1), np.array([p.duplicate for p in pairs])
+        return np.sum(q * c, axis=1), [p.duplicate for p in pairs]
 
-    tr_s, tr_y = pair_scores(askubuntu_pairs("train"))
-    te_s, te_y = pair_scores(askubuntu_pairs("test"))
-    thr, tr_acc = best_threshold(tr_s, tr_y)
-    results["askubuntu"] = {
-        "threshold": thr,
-        "train_acc": tr_acc,
-        "test_acc": 100 * float(np.mean((te_s >= thr) == te_y)),
-    }
+    train_file, test_file = askubuntu_files()
+    train = eval_pair_scores(*cosines(load_pairs_jsonl(train_file)))
+    test = eval_pair_scores(*cosines(load_pairs_jsonl(test_file)), threshold=train["threshold"])
+    results["askubuntu-train"] = train
+    results["askubuntu-test"] = test
     print(f"# MiniLM peer, max_len={args.max_len}")
     for name, m in results.items():
-        print(name, json.dumps({k: round(v, 2) for k, v in m.items()}))
+        print(name, json.dumps({k: round(m[k], 4 if k == "threshold" else 2) for k in MEASURES if k in m}))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments._peer_common import DATA, SEMEVAL, cached_embeddings, semeval_set
+from experiments._peer_common import cached_embeddings
+from semdup.core.protocols import semeval_pair_scores
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +56,12 @@ class SetFeatures:
 
 def _train_sets():
     from semdup.data import load_semeval_pairs_jsonl, load_semeval_xml
+    from semdup.data.paths import data_dir
 
+    base = data_dir() / "semeval2016-task3"
     return [
-        load_semeval_pairs_jsonl(DATA / "semeval2016-task3" / "train-part1.pairs.jsonl"),
-        load_semeval_xml(SEMEVAL / "SemEval2016-Task3-CQA-QL-train-part2.xml"),
+        load_semeval_pairs_jsonl(base / "train-part1.pairs.jsonl"),
+        load_semeval_xml(base / "official" / "SemEval2016-Task3-CQA-QL-train-part2.xml"),
     ]
 
 
@@ -103,12 +106,7 @@ def build_features(
 
 def official(f: SetFeatures, scores: np.ndarray) -> dict[str, float]:
     """Official SemEval-2016 scores of a score vector aligned with ``f.keys``."""
-    from semdup.core.metrics import semeval_scores
-
-    pred: dict[str, dict[str, float]] = {}
-    for (q, r), s in zip(f.keys, scores, strict=True):
-        pred.setdefault(q, {})[r] = float(s)
-    return semeval_scores(pred, f.sem.gold())
+    return semeval_pair_scores(f.sem, zip(f.keys, scores, strict=True))
 
 
 def _fmt(m: dict[str, float]) -> str:
@@ -215,13 +213,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch
 
     from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
+    from semdup.data import SemEvalSet, load_semeval_xml
+    from semdup.data.paths import semeval_files
 
     torch.set_num_threads(args.threads)
-    sets = {"train": None, "dev": semeval_set("dev"), "test": semeval_set("test")}
     train_sets = _train_sets()
-    from semdup.data.semeval import SemEvalSet
-
-    sets["train"] = SemEvalSet("train", tuple(q for s in train_sets for q in s.questions))
+    sets = {
+        "train": SemEvalSet("train", tuple(q for s in train_sets for q in s.questions)),
+        "dev": load_semeval_xml(*semeval_files("dev"), name="dev"),
+        "test": load_semeval_xml(*semeval_files("test"), name="test"),
+    }
     vocab_posts = list(
         {p.id: p for s in train_sets for q in s.questions for p in (q.post, *[r.post for r in q.related])}.values()
     )

@@ -18,10 +18,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.metrics import retrieval_scores
+from semdup.core.protocols import travel_scores
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir
 
@@ -36,14 +34,7 @@ def lexical_dev_scores(dump: object, max_tokens: int, kind: str, split: str = "d
     corpus = dump.corpus()  # type: ignore[attr-defined]
     queries = dump.queries(split)  # type: ignore[attr-defined]
     index = LexicalIndex.build(pipe, corpus, kind=kind)
-    scores = index.score_matrix(pipe, [q.post for q in queries])
-    ids = np.asarray(index.ids)
-    ranked = {}
-    for i, q in enumerate(queries):
-        row = scores[i].copy()
-        row[ids == q.post.id] = -np.inf
-        ranked[q.post.id] = [str(x) for x in ids[np.argsort(-row, kind="stable")[:101]] if x != q.post.id][:100]
-    return retrieval_scores(ranked, {q.post.id: q.relevant for q in queries}, cutoff=100)
+    return travel_scores(index.score_matrix(pipe, [q.post for q in queries]), queries, index.ids)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -4,8 +4,8 @@ Run::
 
     python -m experiments.travel_fusion [--checkpoint artifacts/bow-minilm-travel-gpu]
 
-Exhaustive retrieval over all 4,919 posts, the Travel protocol of :mod:`minilm_peer` (the query removed;
-Acc@1/5/10, MAP, MRR over the top 100). Scores of a query against every post:
+Exhaustive retrieval over all 4,919 posts, the Travel protocol of :func:`semdup.core.protocols.travel_scores`
+(the query removed; Acc@1/5/10, MAP, MRR over the top 100). Scores of a query against every post:
 
 * ``dense``: cosine of all-MiniLM-L6-v2 vectors (max_len 256, cached), or with ``--checkpoint`` the
   checkpoint's fused score (``CheckpointScorer.score_matrix``);
@@ -33,7 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from experiments._peer_common import cached_embeddings, retrieval_metrics, travel_dump
+from experiments._peer_common import cached_embeddings
+from semdup.core.protocols import travel_scores
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +81,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from semdup.core.lexical_scores import LexicalIndex
     from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
+    from semdup.data import load_stackexchange_dump
+    from semdup.data.paths import travel_dir
 
     torch.set_num_threads(args.threads)
-    dump = travel_dump()
+    dump = load_stackexchange_dump(travel_dir())
     corpus = dump.corpus()
     ids = [p.id for p in corpus]
     pos = {p.id: i for i, p in enumerate(corpus)}
@@ -116,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if s == "test" and args.dev_only:
             return dict.fromkeys(("Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"), float("nan"))
         extra = wc * cnn[kind][s] if kind else 0.0
-        return retrieval_metrics(dense[s] + w * bm25[s] + wt * title[s] + extra, ids, splits[s])
+        return travel_scores(dense[s] + w * bm25[s] + wt * title[s] + extra, splits[s], ids)
 
     def fmt(m: dict[str, float]) -> str:
         return " / ".join(f"{m[k]:.2f}" for k in ("Acc@1", "Acc@5", "Acc@10", "MAP", "MRR"))
@@ -124,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"# Travel, dense = {label}; Acc@1 / Acc@5 / Acc@10 / MAP / MRR")
     alone_rows = [("bm25", bm25), ("title", title)] + [(f"cnn-{k}", cnn[k]) for k in cnn]
     for name, alone in alone_rows:
-        test = {} if args.dev_only else {"test": fmt(retrieval_metrics(alone["test"], ids, splits["test"]))}
-        print(f"{name + ' alone':<24}dev {fmt(retrieval_metrics(alone['dev'], ids, splits['dev']))}"
+        test = {} if args.dev_only else {"test": fmt(travel_scores(alone["test"], splits["test"], ids))}
+        print(f"{name + ' alone':<24}dev {fmt(travel_scores(alone['dev'], splits['dev'], ids))}"
               f"   test {test.get('test', '(not run: --dev-only)')}")
     if cnn:
         print(f"# + w3 * cnn, cnn = BOW-CNN {' + '.join(args.bow_cnn)}; a row: its (kind, w3)'s dev-best (w1, w2)")

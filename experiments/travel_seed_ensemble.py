@@ -67,13 +67,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     import torch
 
-    from experiments._peer_common import travel_dump
     from semdup.core.protocols import eval_travel
+    from semdup.data import load_stackexchange_dump
+    from semdup.data.paths import travel_dir
     from semdup.training.checkpoint import CheckpointScorer
     from semdup.training.fusion_choice import MemoisedScorer
 
     torch.set_num_threads(args.threads)
-    dump = travel_dump()
+    dump = load_stackexchange_dump(travel_dir())
     members = [MemoisedScorer(CheckpointScorer.from_dir(d)) for d in args.checkpoint]  # corpus encoded once each
     splits = args.split or ["dev"]
     print(f"# Travel seed ensemble (evaluation experiment); {' | '.join(splits)}: {' / '.join(MEASURES)}")
