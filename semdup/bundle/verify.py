@@ -84,7 +84,9 @@ def make_session(model: bytes, providers: list[str], intra_op_threads: int | Non
     try:
         import onnxruntime as ort
     except ImportError as exc:
-        raise ImportError('model bundles need onnxruntime: pip install "onnxruntime>=1.17"') from exc
+        raise ImportError(
+            'model bundles need onnxruntime: pip install "semdup[serve]" (CPU) or "semdup[gpu]" (CUDA), not both'
+        ) from exc
     opts = ort.SessionOptions()
     if intra_op_threads:
         opts.intra_op_num_threads = int(intra_op_threads)
