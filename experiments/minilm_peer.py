@@ -27,7 +27,7 @@ from semdup.data.paths import askubuntu_files, semeval_files, travel_dir
 
 logger = logging.getLogger(__name__)
 
-MEASURES = ("MAP", "MRR", "P@1", "Acc@1", "Acc@5", "Acc@10", "accuracy", "threshold")
+COUNTS = ("n_queries", "n_pairs", "threshold_tuned_here")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results["askubuntu-test"] = test
     print(f"# MiniLM peer, max_len={args.max_len}")
     for name, m in results.items():
-        print(name, json.dumps({k: round(m[k], 4 if k == "threshold" else 2) for k in MEASURES if k in m}))
+        print(name, json.dumps({k: round(v, 4 if k == "threshold" else 2) for k, v in m.items() if k not in COUNTS}))
 
 
 if __name__ == "__main__":
