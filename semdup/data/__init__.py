@@ -3,11 +3,13 @@
 * SemEval-2016 Task 3 subtask B: ``load_semeval_xml``, ``load_relevancy``, ``load_semeval_pairs_jsonl``.
 * AskUbuntu duplicate pairs (and SemEval part 1 as flat pairs): ``load_pairs_jsonl``.
 * Stack Exchange dumps (Travel): ``load_stackexchange_dump`` and ``StackExchangeDump.queries``.
+* Posts to index from any of these inputs, the format sniffed: ``read_posts``.
 """
 
 from __future__ import annotations
 
 from semdup.data.pairs import PAIR_LABELS, PostPair, load_pairs_jsonl
+from semdup.data.posts_input import INPUT_FORMATS, read_posts, sniff_format
 from semdup.data.semeval import (
     COMMENT_LABELS,
     RELQ_LABELS,
@@ -43,4 +45,7 @@ __all__ = [
     "RELQ_LABELS",
     "COMMENT_LABELS",
     "SPLITS",
+    "read_posts",
+    "sniff_format",
+    "INPUT_FORMATS",
 ]
