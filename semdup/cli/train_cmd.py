@@ -194,23 +194,14 @@ def train(
       semdup train --arch cnn --data askubuntu --out artifacts/cnn-askubuntu --set word_vectors=glove
     """
     try:
-        from semdup.training.recipes import DataPaths, build_recipe
-        from semdup.training.trainer import TrainSettings
+        from semdup.training.recipes import DataPaths
+        from semdup.training.run_settings import resolve_settings
         from semdup.training.trainer import train as run_training
     except ImportError as exc:
         raise ConfigError(f'training needs the training extras ({exc}); install: pip install "semdup[train]"') from exc
+    from semdup.data.paths import default_data_dir
 
-    from semdup.training.recipes import recipe_defaults
-
-    chosen = recipe_defaults(arch, data_set)  # dev-chosen defaults of this (arch, data set)
-    hparams = {**chosen.pop("hparams"), **_parse_set(sets)}
-    chosen_lexical = chosen.pop("lexical_negatives", 30)
-    lexical_negatives = chosen_lexical if lexical_negatives is None else lexical_negatives
-    chosen_related = chosen.pop("related_negatives", True)
-    related_negatives = chosen_related if related_negatives is None else related_negatives
-    chosen_random = chosen.pop("random_pair_negatives", 0)
-    random_pair_negatives = chosen_random if random_pair_negatives is None else random_pair_negatives
-    cli = {
+    given = {
         "epochs": epochs,
         "seed": seed,
         "lr": lr,
@@ -229,30 +220,15 @@ def train(
         "dense_scales": _parse_scales(dense_scales),
         "ema_decay": ema_decay,
         "fresh_negatives": fresh_negatives,
+        "lexical_negatives": lexical_negatives,
+        "related_negatives": related_negatives,
+        "random_pair_negatives": random_pair_negatives,
     }
-    settings = TrainSettings.for_arch(
-        arch, **{**chosen, **{k: v for k, v in cli.items() if v is not None}}, hparams=hparams
-    )
-    if chosen:
-        logger.info(
-            "dev-chosen defaults for %s on %s: %s (options given on the command line win)", arch, data_set, chosen
-        )
-    from semdup.data.paths import default_data_dir
-
+    run = resolve_settings(arch, data_set, given, hparams=_parse_set(sets))  # arch, then dev-chosen, then these
     paths = DataPaths.defaults(data_set, data_dir or default_data_dir()).override(train_paths, dev_path, test_path)
-    recipe = build_recipe(
-        data_set,
-        paths,
-        negatives=settings.negatives,
-        seed=seed,
-        lexical_negatives=lexical_negatives,
-        qa_pairs=qa_pairs,
-        report_test=not dev_only,
-        related_negatives=related_negatives,
-        random_pair_negatives=random_pair_negatives,
-    )
+    recipe = run.build_recipe(paths, qa_pairs=qa_pairs, report_test=not dev_only)
     result = run_training(
-        settings,
+        run.settings,
         recipe.data,
         recipe.evaluate_dev,
         recipe.dev_metric,
