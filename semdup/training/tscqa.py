@@ -29,7 +29,8 @@ import numpy as np
 
 from semdup.core.errors import ConfigError
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.metrics import best_threshold, retrieval_scores, semeval_scores
+from semdup.core.metrics import best_threshold, semeval_scores
+from semdup.core.protocols import travel_scores
 from semdup.core.scoring import PostScorer, minmax_normalise
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir
@@ -91,14 +92,7 @@ def travel_components(
 def _travel_figures(
     queries: Sequence[Any], ids: np.ndarray, cos: np.ndarray, lex: np.ndarray, alpha: float, cutoff: int = 100
 ) -> dict[str, float]:
-    scores = fuse(cos, lex, alpha)
-    ranked: dict[str, list[str]] = {}
-    for i, q in enumerate(queries):
-        row = scores[i].copy()
-        row[ids == q.post.id] = -np.inf
-        top = np.argsort(-row, kind="stable")[: cutoff + 1]
-        ranked[q.post.id] = [str(ids[j]) for j in top if ids[j] != q.post.id][:cutoff]
-    return retrieval_scores(ranked, {q.post.id: q.relevant for q in queries}, cutoff=cutoff)
+    return travel_scores(fuse(cos, lex, alpha), queries, [str(i) for i in ids], cutoff)
 
 
 def tune_alpha(
