@@ -1,18 +1,20 @@
-"""``semdup worker``, ``semdup index-posts``, ``semdup backfill``, ``semdup enable``: the Celery indexer's CLI."""
+"""``semdup worker``, ``semdup index-posts``, ``semdup backfill``, ``semdup enable``: the Celery indexer's CLI.
+
+Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`semdup.indexer.jobs`,
+:mod:`semdup.indexer.backfill`, :mod:`semdup.indexer.enable`) and prints what it returns.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from semdup.core.errors import BrokerUnavailable, DataError, OpenSearchUnavailable
-from semdup.core.posts import Post
+from semdup.core.errors import DataError
 
 __all__ = ["worker", "index_posts", "backfill", "enable"]
 
@@ -44,91 +46,10 @@ def _client() -> Any:
 def _broker() -> None:
     """Point the Celery app at the configured broker and check that it answers."""
     from semdup.core.settings import BrokerSettings
-    from semdup.indexer.celery_app import _visibility_from_env, app, configure_app
+    from semdup.indexer.celery_app import visibility_timeout_from_env
+    from semdup.indexer.jobs import connect_broker
 
-    url = BrokerSettings.from_env().url
-    configure_app(url, visibility_timeout=_visibility_from_env())
-    try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=2, interval_start=0.5, interval_step=0.5, timeout=10)
-    except Exception as exc:  # kombu raises transport-specific errors
-        raise BrokerUnavailable(
-            f"the Celery broker at {url} did not answer ({exc}); start the local one with `semdup broker start` "
-            "or set SEMDUP_BROKER_URL"
-        ) from exc
-
-
-def read_posts(path: Path) -> list[Post]:
-    """Posts from a JSONL file (``id``, ``title``, ``body``), a SemEval XML file or a Stack Exchange dump folder."""
-    if path.is_dir():
-        from semdup.data.stackexchange import load_stackexchange_dump
-
-        return list(load_stackexchange_dump(path).posts.values())
-    if path.suffix.lower() == ".xml":
-        from semdup.data.semeval import load_semeval_xml
-
-        sem = load_semeval_xml(path)
-        seen: dict[str, Post] = {q.post.id: q.post for q in sem.questions}
-        for p in sem.related_posts():
-            seen.setdefault(p.id, p)
-        return list(seen.values())
-    from semdup.data.reading import iter_jsonl, require_file
-
-    posts = []
-    for line_no, obj in iter_jsonl(require_file(path, "posts JSONL"), "posts with id, title and body"):
-        if obj.get("id") in (None, ""):
-            raise DataError(f"{path}: line {line_no}: a post without 'id'; every post needs a unique id")
-        posts.append(Post.from_json(obj))
-    return posts
-
-
-def _count_done(client: Any, index: str, ids: list[str], version: str) -> int:
-    from opensearchpy import exceptions as os_exc
-
-    done = 0
-    try:
-        for i in range(0, len(ids), 10_000):
-            query = {
-                "bool": {"filter": [{"ids": {"values": ids[i : i + 10_000]}}, {"term": {"semdup.model": version}}]}
-            }
-            done += int(client.count(index=index, body={"query": query}, request_timeout=30)["count"])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout):
-        return -1  # the cluster is down for now: keep waiting, the workers retry
-    return done
-
-
-def _wait(client: Any, index: str, ids: list[str], version: str, timeout: float, label: str) -> tuple[int, int]:
-    """Poll OpenSearch until every id holds ``version`` or is parked; returns (written, parked)."""
-    from tqdm.auto import tqdm
-
-    from semdup.indexer.parking import count_parked
-
-    deadline = time.monotonic() + timeout
-    written = parked = 0
-    with tqdm(total=len(ids), desc=label, unit="post") as bar:
-        while True:
-            try:
-                client.indices.refresh(index=index, request_timeout=30)
-            except Exception:  # noqa: BLE001 - a refresh is only a hint; counting decides
-                pass
-            done = _count_done(client, index, ids, version)
-            if done >= 0:
-                written = done
-                try:
-                    parked = count_parked(client, index, ids)
-                except OpenSearchUnavailable:
-                    pass
-                bar.n = min(len(ids), written + parked)
-                bar.refresh()
-                if written + parked >= len(ids):
-                    return written, parked
-            if time.monotonic() > deadline:
-                raise OpenSearchUnavailable(
-                    f"gave up waiting after {timeout:.0f} s: {written} of {len(ids)} posts written, {parked} parked. "
-                    "Are workers running (`semdup worker --bundle ...`)? The queued tasks are kept; run the "
-                    "same command again later or `semdup backfill` to finish"
-                )
-            time.sleep(1.0)
+    connect_broker(BrokerSettings.from_env().url, visibility_timeout=visibility_timeout_from_env())
 
 
 def _show_parked(client: Any, index: str, limit: int = 20) -> None:
@@ -195,61 +116,22 @@ def _candidate_field_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool) -> None:
-    from semdup.core.clients import knn_available
-    from semdup.index_format.mapping import candidate_fields
+    from semdup.core.errors import ConfigError
     from semdup.index_format.schema import CandidateFields
-    from semdup.indexer.lexical_index import create_index
+    from semdup.indexer.jobs import ensure_index
 
-    if client.indices.exists(index=index, request_timeout=30):
-        have = candidate_fields(client, index)
-        if (sparse and not have.sparse) or (knn and not have.knn):
-            click.echo(
-                f"warning: {index} exists with {have.describe()}; --sparse/--knn apply only when the index is "
-                f"created (add them to an existing index with `semdup enable --index {index} --sparse --knn`)",
-                err=True,
-            )
-        return
-    plugin = knn and knn_available(client)
-    if knn and (bundle.dimension is None or not plugin):
-        raise click.UsageError(
-            "--knn needs a bundle with a dense encoder and the k-NN plugin on the cluster "
-            f"(bundle dimension {bundle.dimension}, plugin {'present' if plugin else 'missing'})"
+    try:
+        state = ensure_index(client, index, dimension=bundle.dimension, fields=CandidateFields(sparse, knn))
+    except ConfigError as exc:  # --knn the bundle or the cluster cannot serve: a usage error
+        raise click.UsageError(str(exc)) from exc
+    if state.created:
+        click.echo(f"created index {index} (dimension {bundle.dimension}, {state.fields.describe()})")
+    elif (sparse and not state.fields.sparse) or (knn and not state.fields.knn):
+        click.echo(
+            f"warning: {index} exists with {state.fields.describe()}; --sparse/--knn apply only when the index is "
+            f"created (add them to an existing index with `semdup enable --index {index} --sparse --knn`)",
+            err=True,
         )
-    create_index(client, index, dimension=bundle.dimension, knn=knn, sparse=sparse)
-    click.echo(f"created index {index} (dimension {bundle.dimension}, {CandidateFields(sparse, knn).describe()})")
-
-
-def _enqueue(items: list[Any], batch_size: int, send: Callable[[list[Any]], None], label: str) -> None:
-    from tqdm.auto import tqdm
-
-    from semdup.indexer.bulk import chunked
-
-    with tqdm(total=len(items), desc=label, unit="post") as bar:
-        for batch in chunked(items, batch_size):
-            send(batch)
-            bar.update(len(batch))
-
-
-def _replay(client: Any, index: str, version: str, batch_size: int) -> list[str]:
-    from semdup.indexer import tasks
-    from semdup.indexer.parking import forget_parked, iter_parked
-
-    records = list(iter_parked(client, index))
-    by_task: dict[str, list[Any]] = {}
-    for r in records:
-        by_task.setdefault(r.task, []).append(r)
-    for name, recs in by_task.items():
-        if name == "index_posts":
-            items = [r.payload or {"id": r.post_id} for r in recs]
-            _enqueue(items, batch_size, lambda b: tasks.index_posts.apply_async(args=[index, b, version]), "replay")
-        elif name == "backfill_batch":
-            ids = [r.post_id for r in recs]
-            _enqueue(ids, batch_size, lambda b: tasks.backfill_batch.apply_async(args=[index, b, version]), "replay")
-        else:
-            ids = [r.post_id for r in recs]
-            _enqueue(ids, batch_size, lambda b: tasks.delete_posts.apply_async(args=[index, b]), "replay")
-    forget_parked(client, records)
-    return [r.post_id for r in records if r.task != "delete_posts"]
 
 
 @click.command("index-posts")
@@ -300,28 +182,28 @@ def index_posts(
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked)")
+    from semdup.indexer import jobs
+
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     _broker()
     if replay_parked:
-        ids = _replay(client, index, b.version, batch_size)
+        ids = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
         click.echo(f"replayed {len(ids)} parked posts of {index}")
-    elif input_path is not None:
+    else:
+        from semdup.data.posts_input import read_posts
+
         posts = read_posts(input_path)
         if not posts:
             raise DataError(f"{input_path} holds no posts")
         _ensure_index(client, index, b, sparse, knn)
-        from semdup.indexer.tasks import index_posts as task
-
-        payload = [p.to_json() for p in posts]
-        _enqueue(payload, batch_size, lambda batch: task.apply_async(args=[index, batch, b.version]), "enqueue")
-        ids = list(dict.fromkeys(p.id for p in posts))
+        ids = jobs.enqueue_posts(index, posts, b.version, batch_size=batch_size)
     if not wait or not ids:
         click.echo(f"enqueued {len(ids)} posts for {index} (model {b.version})")
         return
-    written, parked = _wait(client, index, ids, b.version, timeout, f"indexing {index}")
-    click.echo(f"{written} posts written to {index} with model {b.version}, {parked} parked")
-    if parked:
+    done = jobs.wait_for(client, index, ids, b.version, timeout=timeout, label=f"indexing {index}")
+    click.echo(f"{done.written} posts written to {index} with model {b.version}, {done.parked} parked")
+    if done.parked:
         _show_parked(client, index)
 
 
@@ -347,9 +229,11 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     if not wait or not ids:
         click.echo(f"enqueued {len(ids)} posts of {index} for backfill (model {b.version})")
         return
-    written, parked = _wait(client, index, ids, b.version, timeout, f"backfill {index}")
-    click.echo(f"{written} posts of {index} now hold model {b.version}, {parked} parked")
-    if parked:
+    from semdup.indexer.jobs import wait_for
+
+    done = wait_for(client, index, ids, b.version, timeout=timeout, label=f"backfill {index}")
+    click.echo(f"{done.written} posts of {index} now hold model {b.version}, {done.parked} parked")
+    if done.parked:
         _show_parked(client, index)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "app",
     "celery_config",
     "configure_app",
+    "visibility_timeout_from_env",
     "WorkerSettings",
     "WorkerRuntime",
     "runtime",
@@ -106,10 +107,12 @@ def _configure_from_env(sender: Celery, **_: Any) -> None:
         return
     from semdup.core.settings import BrokerSettings
 
-    sender.conf.update(celery_config(BrokerSettings.from_env().url, visibility_timeout=_visibility_from_env()))
+    url = BrokerSettings.from_env().url
+    sender.conf.update(celery_config(url, visibility_timeout=visibility_timeout_from_env()))
 
 
-def _visibility_from_env() -> int:
+def visibility_timeout_from_env() -> int:
+    """``$SEMDUP_VISIBILITY_TIMEOUT`` in whole seconds, else :data:`DEFAULT_VISIBILITY_TIMEOUT` (read at the edge)."""
     raw = os.environ.get("SEMDUP_VISIBILITY_TIMEOUT", str(DEFAULT_VISIBILITY_TIMEOUT))
     try:
         return int(raw)

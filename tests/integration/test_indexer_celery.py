@@ -324,21 +324,20 @@ def test_opensearch_down_mid_job_is_retried_and_nothing_lost(
 
 
 def test_bad_posts_are_parked_visible_and_replayable(opensearch_client, unique_index, worker, bundle, travel_posts):
-    from semdup.cli.indexer_cmd import _replay
+    """The index job's library API (enqueue, wait, replay parked) against a real worker."""
+    from semdup.indexer.jobs import JobProgress, enqueue_posts, replay_parked, wait_for
     from semdup.indexer.parking import count_parked, iter_parked
-    from semdup.indexer.tasks import index_posts
 
     good = travel_posts[:5]
     _create(opensearch_client, unique_index, bundle)
     worker.start()
-    batch = [p.to_json() for p in good] + [
-        {"id": "no-text", "title": "", "body": "   "},
-        {"id": "binary", "title": "\x00\x01\x02\x03\x04\x05\x06\x07\x08" * 20, "body": "\ufffd" * 50},
-    ]
-    index_posts.apply_async(args=[unique_index, batch, bundle.version])
+    bad = [Post("no-text", "", "   "), Post("binary", "\x00\x01\x02\x03\x04\x05\x06\x07\x08" * 20, "\ufffd" * 50)]
+    ids = enqueue_posts(unique_index, good + bad, bundle.version, progress=False)
     # A good post enqueued for another model is refused before any write and parked, not dropped.
     late = travel_posts[5]
-    index_posts.apply_async(args=[unique_index, [late.to_json()], "bow-cnn-000000000000"])
+    enqueue_posts(unique_index, [late], "bow-cnn-000000000000", progress=False)
+    done = wait_for(opensearch_client, unique_index, ids, bundle.version, timeout=WAIT_S, progress=False)
+    assert done == JobProgress(unique_index, bundle.version, total=7, written=5, parked=2)
     _wait_for(lambda: count_parked(opensearch_client, unique_index) == 3, "3 parked posts")
     parked = {r.post_id: r for r in iter_parked(opensearch_client, unique_index)}
     assert set(parked) == {"no-text", "binary", late.id}
@@ -347,12 +346,42 @@ def test_bad_posts_are_parked_visible_and_replayable(opensearch_client, unique_i
     assert "bow-cnn-000000000000" in parked[late.id].error
     assert _count(opensearch_client, unique_index, bundle.version) == 5
 
-    replayed = _replay(opensearch_client, unique_index, bundle.version, 64)
+    replayed = replay_parked(opensearch_client, unique_index, bundle.version, progress=False)
     assert sorted(replayed) == sorted(parked)
-    _wait_for(lambda: _count(opensearch_client, unique_index, bundle.version) == 6, "the replayed good post")
-    # The bad posts failed again and are parked again (their records are kept, with the new error).
-    _wait_for(lambda: count_parked(opensearch_client, unique_index) == 2, "bad posts parked again")
+    again = wait_for(opensearch_client, unique_index, replayed, bundle.version, timeout=WAIT_S, progress=False)
+    assert (again.written, again.parked) == (1, 2)  # the late post is written; the bad ones are parked again
+    assert _count(opensearch_client, unique_index, bundle.version) == 6
     assert {r.post_id for r in iter_parked(opensearch_client, unique_index)} == {"no-text", "binary"}
+
+
+def test_index_posts_cli_reads_enqueues_waits_and_replays(
+    opensearch_url, redis_url, unique_index, worker, bundle_dir, bundle, travel_posts, tmp_path
+):
+    """`semdup index-posts` on a JSONL file with one post that cannot be indexed, then --list-parked and
+    --replay-parked: the command creates the index, waits, and prints the job's result and the parked post."""
+    import json
+
+    posts = travel_posts[:20]
+    source = tmp_path / "posts.jsonl"
+    lines = [json.dumps(p.to_json()) for p in posts] + [json.dumps({"id": "empty", "title": "", "body": " "})]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = _env(opensearch_url, redis_url, bundle_dir)
+    worker.start()
+
+    def semdup(*args: str) -> str:
+        cmd = [sys.executable, "-m", "semdup", "index-posts", "--index", unique_index, *args]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WAIT_S, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    printed = semdup("--input", str(source), "--batch-size", "8")
+    assert f"created index {unique_index} (dimension {bundle.dimension}" in printed
+    assert f"20 posts written to {unique_index} with model {bundle.version}, 1 parked" in printed
+    assert "  parked empty (index_posts): " in printed
+    assert f"1 parked posts in {unique_index}" in semdup("--list-parked")
+    printed = semdup("--replay-parked", "--batch-size", "8")
+    assert f"replayed 1 parked posts of {unique_index}" in printed
+    assert f"0 posts written to {unique_index} with model {bundle.version}, 1 parked" in printed
 
 
 def test_model_mixing_is_refused(opensearch_client, unique_index, bundle):

@@ -142,23 +142,3 @@ def test_task_args_are_read_from_positional_and_keyword_forms() -> None:
         ["1"],
         "v",
     )
-
-
-def test_read_posts_refuses_a_post_without_id(tmp_path) -> None:
-    from semdup.cli.indexer_cmd import read_posts
-    from semdup.core.errors import DataError
-
-    f = tmp_path / "posts.jsonl"
-    f.write_text('{"id": "1", "title": "a"}\n{"title": "b"}\n', encoding="utf-8")
-    with pytest.raises(DataError, match="line 2"):
-        read_posts(f)
-
-
-def test_read_posts_refuses_non_utf8(tmp_path) -> None:
-    from semdup.cli.indexer_cmd import read_posts
-    from semdup.core.errors import DataError
-
-    f = tmp_path / "posts.jsonl"
-    f.write_bytes(b'{"id": "1", "title": "caf\xe9"}\n')
-    with pytest.raises(DataError):
-        read_posts(f)
