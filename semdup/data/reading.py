@@ -15,9 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tqdm.auto import tqdm
-
 from semdup.core.errors import DataError
+from semdup.core.progress import progress
 
 __all__ = ["require_file", "read_utf8_lines", "iter_jsonl", "iter_xml_elements", "require_attr"]
 
@@ -107,7 +106,7 @@ class _CheckedReader:
     It also drives an optional progress bar.
     """
 
-    def __init__(self, fh: IO[bytes], path: Path, bar: tqdm | None) -> None:
+    def __init__(self, fh: IO[bytes], path: Path, bar: Any | None) -> None:
         self._fh = fh
         self._path = path
         self._bar = bar
@@ -142,7 +141,7 @@ def iter_xml_elements(path: Path, tag: str, what: str) -> Iterator[ET.Element]:
     require_file(path, what)
     size = path.stat().st_size
     bar = (
-        tqdm(total=size, unit="B", unit_scale=True, desc=path.name, leave=False)
+        progress(total=size, unit="B", unit_scale=True, desc=path.name, leave=False)
         if size >= _PROGRESS_MIN_BYTES
         else None
     )

@@ -25,9 +25,8 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from semdup.core.errors import ConfigError
+from semdup.core.progress import progress
 from semdup.devstack.local_process import file_lock, semdup_home
 
 __all__ = [
@@ -233,7 +232,7 @@ def _assemble_module(home: Path, spec: _ModuleSpec, version: str, repo: Path) ->
 def _unzip(archive: Path, target: Path) -> None:
     """Unzip keeping the executable bits (zipfile alone drops them)."""
     with zipfile.ZipFile(archive) as zf:
-        for info in tqdm(zf.infolist(), desc=f"unpacking {archive.name}", unit="file", leave=False):
+        for info in progress(zf.infolist(), desc=f"unpacking {archive.name}", unit="file", leave=False):
             path = zf.extract(info, target)
             mode = (info.external_attr >> 16) & 0o777
             if mode:
@@ -296,7 +295,7 @@ def ensure_installed(
         staging.mkdir(parents=True)
         _unzip(archive, staging)
         home = staging / f"opensearch-{version}"
-        for spec in tqdm(_MODULES, desc="assembling modules", unit="module", leave=False):
+        for spec in progress(_MODULES, desc="assembling modules", unit="module", leave=False):
             _assemble_module(home, spec, version, repo)
         knn_error = _install_knn(home, version, repo)
         if knn_error:

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from opensearchpy import OpenSearch
-from tqdm.auto import tqdm
 
 from semdup.core.metrics import semeval_scores
 from semdup.data import SemEvalSet
@@ -89,7 +88,7 @@ def _scorer_predictions(
         for q in sem.questions:
             lexical_rows.append(bm25[q.post.id])
     preds = {}
-    for i, q in enumerate(tqdm(sem.questions, desc=f"scoring {method.name}", disable=not progress)):
+    for i, q in enumerate(progress(sem.questions, desc=f"scoring {method.name}", enabled=progress)):
         related = list(q.related)
         if mode == "retrieve" and lexical_rows is not None:
             # rescore only what BM25 retrieved among the gold candidates; the rest stay below

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from semdup.bundle.bundle import Bundle
 from semdup.core.errors import BulkWriteError
@@ -94,7 +93,7 @@ def semantic_index(
         register_templates(client)
         failed: list[tuple[str, str]] = []
         unique = list({p.id: p for p in posts}.values())
-        for start in tqdm(range(0, len(unique), batch), desc=f"indexing {name}", disable=not progress):
+        for start in progress(range(0, len(unique), batch), desc=f"indexing {name}", enabled=progress):
             chunk = unique[start : start + batch]
             result = index_batch(client, name, [p.to_json() for p in chunk], bundle, search=search)
             failed.extend(result.failed)
@@ -135,7 +134,7 @@ def semeval_predictions(
     with semantic_index(client, bundle, sem.related_posts(), sem.name, keep=keep_index, progress=progress) as index:
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=k)
         preds: dict[str, dict[str, float]] = {}
-        for q in tqdm(sem.questions, desc=f"reranking {sem.name}", disable=not progress):
+        for q in progress(sem.questions, desc=f"reranking {sem.name}", enabled=progress):
             ids = [r.post.id for r in q.related]
             if mode == "rerank":
                 cands = rr.rank(q.post, k=len(ids), restrict_ids=ids)
@@ -163,7 +162,7 @@ def stackexchange_ranking(
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=top)
         return {
             q.post.id: [(c.id, c.score) for c in rr.rank(q.post, k=top, exclude_id=q.post.id)]
-            for q in tqdm(queries, desc="reranking queries", disable=not progress)
+            for q in progress(queries, desc="reranking queries", enabled=progress)
         }
 
 
@@ -191,7 +190,7 @@ def candidate_recall(
             continue
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=k, **changes)
         found = total = n_cands = 0
-        for post, relevant, exclude in tqdm(queries, desc=f"candidates {name}", disable=not progress):
+        for post, relevant, exclude in progress(queries, desc=f"candidates {name}", enabled=progress):
             cands, _, _ = rr.candidates(post, exclude_id=exclude)
             got = set(cands.ids)
             found += len(relevant & got)
@@ -259,7 +258,7 @@ def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) 
     scores, labels = [], []
     with semantic_index(client, bundle, sem.related_posts(), sem.name, progress=progress) as index:
         rr = _reranker(bundle, client, index, k_candidates=10)
-        for q in tqdm(sem.questions, desc=f"deciding {sem.name}", disable=not progress):
+        for q in progress(sem.questions, desc=f"deciding {sem.name}", enabled=progress):
             ids = [r.post.id for r in q.related]
             by_id = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
             for r in q.related:
@@ -310,7 +309,7 @@ def askubuntu_decisions(
     def scores(index: str, pairs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         rr = _reranker(bundle, client, index, k_candidates=1)
         out = []
-        for pair in tqdm(pairs, desc="deciding pairs", disable=not progress):
+        for pair in progress(pairs, desc="deciding pairs", enabled=progress):
             cands = rr.rank(pair.query, k=1, restrict_ids=[pair.candidate.id])
             out.append(cands[0].score)
         return np.asarray(out), np.asarray([p.duplicate for p in pairs])

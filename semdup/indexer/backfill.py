@@ -17,7 +17,6 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import scan
-from tqdm.auto import tqdm
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
 from semdup.index_format.mapping import index_model
@@ -97,7 +96,7 @@ def enqueue_backfill(
     check_backfill_target(client, index, version)
     total = count_pending(client, index, version)
     enqueued: list[str] = []
-    with tqdm(total=total, desc=f"enqueue backfill {index}", unit="post", disable=not progress) as bar:
+    with progress(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:
         for ids in chunked(iter_pending_ids(client, index, version), batch_size):
             backfill_batch.apply_async(args=[index, ids, version])
             enqueued.extend(ids)

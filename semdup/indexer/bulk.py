@@ -23,7 +23,6 @@ import orjson
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import expand_action, streaming_bulk
-from tqdm.auto import tqdm
 
 from semdup.core.errors import OpenSearchUnavailable
 
@@ -74,7 +73,7 @@ def bulk_write(
         OpenSearchUnavailable: the cluster stopped answering (nothing of the failed chunk is marked written).
     """
     report = BulkReport()
-    bar = tqdm(total=total, desc=description, unit="doc", disable=not progress)
+    bar = progress(total=total, desc=description, unit="doc", enabled=progress)
     try:
         for ok, item in streaming_bulk(
             client,

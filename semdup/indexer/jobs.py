@@ -26,7 +26,6 @@ from typing import Any
 from celery import Celery, Task
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
-from tqdm.auto import tqdm
 
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
@@ -135,7 +134,7 @@ def ensure_index(
 
 
 def _send_all(calls: list[TaskCall], label: str, progress: bool) -> None:
-    with tqdm(total=sum(len(c.args[1]) for c in calls), desc=label, unit="post", disable=not progress) as bar:
+    with progress(total=sum(len(c.args[1]) for c in calls), desc=label, unit="post", enabled=progress) as bar:
         for call in calls:
             call.send()
             bar.update(len(call.args[1]))
@@ -274,7 +273,7 @@ def wait_for(
         OpenSearchUnavailable: ``timeout`` seconds passed first.
     """
     last = JobProgress(index, model_version, len(ids))
-    with tqdm(total=len(ids), desc=label or f"indexing {index}", unit="post", disable=not progress) as bar:
+    with progress(total=len(ids), desc=label or f"indexing {index}", unit="post", enabled=progress) as bar:
         for last in poll(client, index, ids, model_version, timeout=timeout, interval=interval):
             bar.n = min(len(ids), last.written + last.parked)
             bar.refresh()

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from semdup.core.errors import BundleError, SemdupError
 from semdup.core.inputs import build_inputs, input_names
 from semdup.core.posts import Post
+from semdup.core.progress import progress
 from semdup.core.scoring import EncodingScorer, bow_matrix
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary, check_post
 from semdup.training.models._base import EncoderModel
@@ -210,7 +210,7 @@ class CheckpointScorer(EncodingScorer):
             chunks = []
             starts = range(0, len(posts), self.batch_size)
             with torch.no_grad():
-                for i in tqdm(starts, desc="encode", unit="batch", disable=not self.progress):
+                for i in progress(starts, desc="encode", unit="batch", enabled=self.progress):
                     arrays = build_inputs(self.model.input_kind, self.pipeline, posts[i : i + self.batch_size])
                     device = next(self._dense.parameters()).device  # CPU, or the GPU a training run is on
                     tensors = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}

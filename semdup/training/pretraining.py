@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from semdup.core.errors import ConfigError, DataError
 from semdup.core.inputs import pad_sequences
 from semdup.core.posts import Post
+from semdup.core.progress import progress
 from semdup.core.text_pipeline import PAD_ID, UNK_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.data.paths import default_data_dir
 from semdup.training.models.rcnn import RCNN, RCNN_DEFAULTS, GatedRecurrence
@@ -188,7 +188,10 @@ def pretrain_rcnn(
     posts = pretraining_posts(data_dir)
     pipeline = TextPipeline(TextPipelineSettings(max_tokens=max(settings.max_body_tokens, settings.max_title_tokens)))
     vocab = Vocabulary.build(
-        [pipeline.post_tokens(p)[0] + pipeline.post_tokens(p)[1] for p in tqdm(posts, desc="vocabulary", leave=False)]
+        [
+            pipeline.post_tokens(p)[0] + pipeline.post_tokens(p)[1]
+            for p in progress(posts, desc="vocabulary", leave=False)
+        ]
     )
     pipeline = TextPipeline(pipeline.settings, vocab)
     h = settings.rcnn_hparams()
@@ -204,7 +207,7 @@ def pretrain_rcnn(
     rng = random.Random(settings.seed)
     t0 = time.monotonic()
     step, losses = 0, []
-    bar = tqdm(desc="pre-train body→title", unit="step")
+    bar = progress(desc="pre-train body→title", unit="step")
     while True:
         rng.shuffle(train_posts)
         for i in range(0, len(train_posts), settings.batch_size):

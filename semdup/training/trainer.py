@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from semdup.core.errors import ConfigError, DataError
 from semdup.core.inputs import build_inputs
 from semdup.core.posts import Post
+from semdup.core.progress import progress
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.training.cached_pipeline import CachedTextPipeline
 from semdup.training.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
@@ -162,7 +162,7 @@ def build_pipeline(spec: ArchSpec, settings: TrainSettings, vocab_posts: Sequenc
     if settings.max_tokens is not None:
         ps["max_tokens"] = settings.max_tokens
     pipe = CachedTextPipeline(TextPipelineSettings.from_dict(ps))
-    docs = [pipe.text_tokens(p) for p in tqdm(vocab_posts, desc="vocabulary", unit="post", leave=False)]
+    docs = [pipe.text_tokens(p) for p in progress(vocab_posts, desc="vocabulary", unit="post", leave=False)]
     vocab = Vocabulary.build(docs, min_df=settings.min_df)
     if len(vocab) <= 2:
         raise DataError("the training posts gave an empty vocabulary; check the training data paths")
@@ -316,7 +316,7 @@ def train(
         n_eval = min(settings.evals_per_epoch, len(batches))
         eval_at = {round(len(batches) * (j + 1) / n_eval) for j in range(n_eval)}
         losses: list[float] = []
-        bar = tqdm(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="step", leave=False)
+        bar = progress(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="step", leave=False)
         model.train()
         for step, batch in enumerate(bar, start=1):
             opt.zero_grad()
