@@ -19,6 +19,7 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import scan
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.progress import progress as progress_bar
 from semdup.index_format.mapping import index_model
 from semdup.indexer.bulk import chunked
 
@@ -96,7 +97,7 @@ def enqueue_backfill(
     check_backfill_target(client, index, version)
     total = count_pending(client, index, version)
     enqueued: list[str] = []
-    with progress(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:
+    with progress_bar(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:
         for ids in chunked(iter_pending_ids(client, index, version), batch_size):
             backfill_batch.apply_async(args=[index, ids, version])
             enqueued.extend(ids)

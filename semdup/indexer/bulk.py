@@ -25,6 +25,7 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import expand_action, streaming_bulk
 
 from semdup.core.errors import OpenSearchUnavailable
+from semdup.core.progress import progress as progress_bar
 
 __all__ = ["BulkReport", "bulk_write", "chunked", "bulk_lines"]
 
@@ -73,7 +74,7 @@ def bulk_write(
         OpenSearchUnavailable: the cluster stopped answering (nothing of the failed chunk is marked written).
     """
     report = BulkReport()
-    bar = progress(total=total, desc=description, unit="doc", enabled=progress)
+    bar = progress_bar(total=total, desc=description, unit="doc", enabled=progress)
     try:
         for ok, item in streaming_bulk(
             client,

@@ -30,6 +30,7 @@ from opensearchpy import exceptions as os_exc
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
 from semdup.core.posts import Post
+from semdup.core.progress import progress as progress_bar
 from semdup.index_format.mapping import candidate_fields
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import tasks
@@ -134,7 +135,7 @@ def ensure_index(
 
 
 def _send_all(calls: list[TaskCall], label: str, progress: bool) -> None:
-    with progress(total=sum(len(c.args[1]) for c in calls), desc=label, unit="post", enabled=progress) as bar:
+    with progress_bar(total=sum(len(c.args[1]) for c in calls), desc=label, unit="post", enabled=progress) as bar:
         for call in calls:
             call.send()
             bar.update(len(call.args[1]))
@@ -273,7 +274,7 @@ def wait_for(
         OpenSearchUnavailable: ``timeout`` seconds passed first.
     """
     last = JobProgress(index, model_version, len(ids))
-    with progress(total=len(ids), desc=label or f"indexing {index}", unit="post", enabled=progress) as bar:
+    with progress_bar(total=len(ids), desc=label or f"indexing {index}", unit="post", enabled=progress) as bar:
         for last in poll(client, index, ids, model_version, timeout=timeout, interval=interval):
             bar.n = min(len(ids), last.written + last.parked)
             bar.refresh()
