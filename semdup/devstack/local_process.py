@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from semdup.core.errors import ConfigError
+from semdup.core.model_files import cache_home
 
 __all__ = [
     "ServiceRecord",
@@ -44,22 +45,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_ROOT_HOME = Path("/var/lib/semdup")
-
 
 def semdup_home() -> Path:
-    """Folder holding downloads, unpacked servers and their state.
-
-    ``$SEMDUP_CACHE`` when set; ``~/.cache/semdup`` for a normal user; ``/var/lib/semdup`` for
-    root, because OpenSearch refuses to run as root and the unprivileged account it runs as
-    cannot enter root's home (mode 700).
-    """
-    env = os.environ.get("SEMDUP_CACHE")
-    if env:
-        return Path(env).expanduser()
-    if os.geteuid() == 0:
-        return _ROOT_HOME
-    return Path.home() / ".cache" / "semdup"
+    """Folder holding downloads, unpacked servers and their state: :func:`semdup.core.model_files.cache_home`
+    (``$SEMDUP_CACHE``, else ``~/.cache/semdup``, or ``/var/lib/semdup`` for root)."""
+    return cache_home()
 
 
 @dataclass(frozen=True)
