@@ -1,4 +1,4 @@
-"""The ``wordpiece`` input kind: MiniLM's own WordPiece ids, built without torch.
+"""The ``wordpiece`` input kind: a base encoder's own WordPiece ids (MiniLM, MPNet), built without torch.
 
 Serving (Celery workers, the reranker) must tokenise exactly as training did but may not import
 torch or transformers. The Hugging Face ``tokenizers`` package reads the model's
@@ -8,6 +8,10 @@ runs, so the ids are identical (``tests/unit/training/test_minilm.py`` checks th
 The text fed to the tokenizer is the post's title and body cleaned by the shared
 :func:`~semdup.core.text_pipeline.clean_text` (HTML and code blocks stripped, URLs
 replaced), joined by a space; lower-casing is the tokenizer's own (BertNormalizer).
+
+Special tokens come from the tokenizer.json's post-processor (``[CLS] … [SEP]`` for MiniLM's BERT,
+``<s> … </s>`` for MPNet's RoBERTa-style one) and count towards ``max_len``; padding uses the tokenizer's own
+pad token (``[PAD]`` = 0, ``<pad>`` = 1), as sentence-transformers' ``encode`` does.
 
 A pipeline serves this kind once a tokenizer is attached to it::
 
@@ -35,6 +39,7 @@ __all__ = [
     "load_wordpiece_tokenizer",
     "wordpiece_text",
     "wordpiece_inputs",
+    "pad_id",
     "attach_wordpiece",
 ]
 
@@ -91,12 +96,24 @@ def wordpiece_inputs(
         sep = seqs[0][-1] if seqs and seqs[0] else 0
         seqs = [s if len(s) <= max_len else s[: max_len - 1] + [sep] for s in seqs]
     length = max((len(s) for s in seqs), default=1)
-    ids = np.zeros((len(seqs), length), dtype=np.int64)
+    ids = np.full((len(seqs), length), pad_id(tokenizer), dtype=np.int64)
     mask = np.zeros((len(seqs), length), dtype=np.int64)
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = s
         mask[i, : len(s)] = 1
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def pad_id(tokenizer: Any) -> int:
+    """The tokenizer's padding id: ``<pad>`` (MPNet, 1) or ``[PAD]`` (BERT vocabularies, 0); 0 if it has neither.
+
+    ``<pad>`` first: MPNet's vocabulary also holds BERT's ``[PAD]`` (id 4) as an ordinary token.
+    """
+    for token in ("<pad>", "[PAD]"):
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found)
+    return 0
 
 
 def attach_wordpiece(pipeline: TextPipeline, tokenizer: Any) -> TextPipeline:
