@@ -1,11 +1,18 @@
-"""``semdup export``: a training checkpoint → a verified ONNX model bundle (directory, optionally .tar.gz)."""
+"""``semdup export``: a training checkpoint or a named base encoder → a verified ONNX model bundle (directory,
+optionally .tar.gz)."""
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING
 
 import click
+
+from semdup.training.base_encoders import base_encoder_names
+
+if TYPE_CHECKING:
+    from semdup.export.onnx_export import ExportResult
 
 __all__ = ["export"]
 
@@ -13,8 +20,10 @@ logger = logging.getLogger(__name__)
 
 
 @click.command(name="export")
-@click.option("--checkpoint", "checkpoint_dir", required=True, type=click.Path(exists=True, file_okay=False),
+@click.option("--checkpoint", "checkpoint_dir", type=click.Path(exists=True, file_okay=False),
               help="Checkpoint directory written by 'semdup train'.")
+@click.option("--base-encoder", type=click.Choice(base_encoder_names()), default=None,
+              help="Instead of --checkpoint: a pre-trained encoder as published (hash-checked package files).")
 @click.option("--out", "out_dir", required=True, type=click.Path(),
               help="Bundle directory to write (replaced if it exists).")
 @click.option("--archive", is_flag=True, help="Also write OUT.tar.gz (reproducible: same bundle, same bytes).")
@@ -28,17 +37,18 @@ logger = logging.getLogger(__name__)
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="torch CPU threads.")
 @click.option("--parity-only", is_flag=True,
               help="Export nothing: compare the existing bundle OUT (dir or .tar.gz) with the checkpoint.")
-def export(checkpoint_dir: str, out_dir: str, archive: bool, quantize: str | None, parity_file: str | None,
-           parity_count: int, opset: int, threads: int, parity_only: bool) -> None:
-    """Export a trained checkpoint to a verified ONNX model bundle.
+def export(checkpoint_dir: str | None, base_encoder: str | None, out_dir: str, archive: bool, quantize: str | None,
+           parity_file: str | None, parity_count: int, opset: int, threads: int, parity_only: bool) -> None:
+    """Export a trained checkpoint, or a pre-trained base encoder, to a verified ONNX model bundle.
 
     The bundle holds encoder.onnx, vocab.json, term_weights.npy (BOW models), tokenizer.json
-    (MiniLM) and manifest.json with a content-hash version id. The export is refused if ONNX and
+    (MiniLM, MPNet) and manifest.json with a content-hash version id. The export is refused if ONNX and
     torch differ by more than 1e-4 on real posts, and the written bundle is loaded and verified.
 
     \b
     Example:
       semdup export --checkpoint artifacts/bow-cnn-travel --out artifacts/bundles/bow-cnn-travel --archive
+      semdup export --base-encoder mpnet --out artifacts/bundles/mpnet
       semdup export --checkpoint artifacts/bow-cnn-travel --out artifacts/bundles/bow-cnn-travel.tar.gz --parity-only
     """
     import torch
@@ -46,8 +56,19 @@ def export(checkpoint_dir: str, out_dir: str, archive: bool, quantize: str | Non
     from semdup.export.onnx_export import export_checkpoint
     from semdup.export.parity import sample_posts
 
+    if (checkpoint_dir is None) == (base_encoder is None):
+        raise click.UsageError("give exactly one of --checkpoint and --base-encoder")
+    if parity_only and checkpoint_dir is None:
+        raise click.UsageError("--parity-only compares a bundle with its checkpoint; give --checkpoint")
     torch.set_num_threads(threads)
     posts = sample_posts(parity_count, parity_file)
+    if base_encoder is not None:
+        from semdup.export.base_encoder_bundle import export_base_encoder
+
+        result = export_base_encoder(base_encoder, out_dir, archive=archive, quantize=quantize, parity_posts=posts,
+                                     opset=opset)
+        _print_result(result)
+        return
     if parity_only:
         from semdup.export.parity import parity_report
 
@@ -59,6 +80,10 @@ def export(checkpoint_dir: str, out_dir: str, archive: bool, quantize: str | Non
         return
     result = export_checkpoint(checkpoint_dir, out_dir, archive=archive, quantize=quantize, parity_posts=posts,
                                opset=opset)
+    _print_result(result)
+
+
+def _print_result(result: ExportResult) -> None:
     click.echo(f"version      {result.version}")
     click.echo(f"bundle       {result.bundle_dir}")
     if result.archive is not None:

@@ -1,14 +1,15 @@
-"""torch → ONNX, and a checkpoint directory → a verified model bundle (the only export step that imports torch).
+"""torch → ONNX, and a checkpoint directory (or a loaded model) → a verified model bundle (torch).
 
 :func:`export_encoder` writes an architecture's ``dense_encoder()`` with the TorchScript-based exporter
 (``torch.onnx.export(..., dynamo=False)``): it handles both traced modules (BOW-CNN, CNN, SCQA, MiniLM) and
 scripted ones (RCNN's recurrence becomes one ONNX ``Loop``). Every input of the input kind gets dynamic batch
 and length axes; the output is ``vector`` [batch, D]; the graph passes ``onnx.checker.check_model``.
 
-:func:`export_checkpoint` does the whole job::
+:func:`export_checkpoint` does the whole job; :func:`export_model` is its second half, shared with
+:func:`semdup.export.base_encoder_bundle.export_base_encoder` (a pre-trained encoder, no checkpoint)::
 
     checkpoint DIR ──load──▶ model ──ONNX──▶ parity on real posts (refused above 1e-4) ──▶ bundle DIR
-                                                                                      └──▶ BUNDLE.tar.gz
+                             (export_model from here)                                  └──▶ BUNDLE.tar.gz
 
 Example::
 
@@ -51,7 +52,7 @@ from semdup.export.parity import DEFAULT_TOLERANCE, dense_parity, sample_posts
 from semdup.training.checkpoint import METRICS_FILE, library_versions, load_checkpoint
 from semdup.training.models._base import EncoderModel
 
-__all__ = ["DEFAULT_OPSET", "ExportResult", "export_encoder", "export_checkpoint", "example_posts"]
+__all__ = ["DEFAULT_OPSET", "ExportResult", "export_encoder", "export_checkpoint", "export_model", "example_posts"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,10 +130,24 @@ def _read_metrics(ckpt: Path) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if k != "curve"}
 
 
-def _manifest(model: EncoderModel, pipeline: TextPipeline, config: Mapping[str, Any], ckpt: Path,
-              dimension: int | None, opset: int, term_weights: np.ndarray | None) -> dict[str, Any]:
+def _tokenizer_entry(model: EncoderModel) -> dict[str, Any] | None:
+    """The manifest's ``tokenizer``: file, max_len and, for a registered base encoder, its name and the hash of
+    the tokenizer.json it shipped with (this entry enters the bundle's content hash)."""
+    if model.input_kind != "wordpiece":
+        return None
+    entry: dict[str, Any] = {"file": TOKENIZER_FILE, "max_len": int(model.hparams["max_len"])}
+    record = getattr(model, "base_encoder_record", None)
+    if record is not None:
+        base = record()
+        entry.update(base_encoder=base["name"], sha256=base["tokenizer_sha256"])
+    return entry
+
+
+def _manifest(model: EncoderModel, pipeline: TextPipeline, config: Mapping[str, Any], metrics: Mapping[str, Any],
+              source: str | None, dimension: int | None, opset: int,
+              term_weights: np.ndarray | None) -> dict[str, Any]:
     kind = model.input_kind
-    tokenizer = {"file": TOKENIZER_FILE, "max_len": int(model.hparams["max_len"])} if kind == "wordpiece" else None
+    record = getattr(model, "base_encoder_record", None)
     return {
         "architecture": config["arch"],
         "input_kind": kind,
@@ -143,7 +158,7 @@ def _manifest(model: EncoderModel, pipeline: TextPipeline, config: Mapping[str, 
         "fusion": model.fusion(),
         "threshold": config.get("threshold"),
         "pipeline": pipeline.settings.to_dict(),
-        "tokenizer": tokenizer,
+        "tokenizer": _tokenizer_entry(model),
         "vocab_size": len(pipeline.vocab),
         "hparams": model.get_config_dict(),
         "term_weights": None if term_weights is None else {
@@ -151,12 +166,13 @@ def _manifest(model: EncoderModel, pipeline: TextPipeline, config: Mapping[str, 
             "count": int(len(term_weights)), "nonpositive": int((term_weights[2:] <= 0).sum()),
         },
         "data": config.get("data"),
-        "metrics": _read_metrics(ckpt),
+        "metrics": dict(metrics),
         "trained_with": config.get("versions"),
         "versions": library_versions(),
         "opset": opset,
         "exporter": "torch.onnx.export(dynamo=False)",
-        "source_checkpoint": str(ckpt),
+        "source_checkpoint": source,
+        "base_encoder": None if record is None else record(),
     }
 
 
@@ -185,8 +201,42 @@ def export_checkpoint(
     """
     ckpt = Path(checkpoint_dir)
     model, pipeline, config = load_checkpoint(ckpt)
+    return export_model(model, pipeline, config, out_dir, vocab_json=(ckpt / VOCAB_FILE).read_bytes(),
+                        metrics=_read_metrics(ckpt), source=str(ckpt), archive=archive, quantize=quantize,
+                        parity_posts=parity_posts, opset=opset, tolerance=tolerance)
+
+
+def export_model(
+    model: EncoderModel,
+    pipeline: TextPipeline,
+    config: Mapping[str, Any],
+    out_dir: str | Path,
+    vocab_json: bytes,
+    metrics: Mapping[str, Any] | None = None,
+    source: str | None = None,
+    archive: bool = False,
+    quantize: str | None = None,
+    parity_posts: Sequence[Post] | None = None,
+    opset: int = DEFAULT_OPSET,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> ExportResult:
+    """Export a loaded model to a verified bundle (the part of :func:`export_checkpoint` after loading).
+
+    Args:
+        model: the model, its weights final.
+        pipeline: its text pipeline (vocabulary, and the wordpiece tokenizer if any).
+        config: at least ``arch``; ``threshold``, ``data`` and ``versions`` (training's libraries) if known.
+        out_dir: the bundle directory (replaced if it exists).
+        vocab_json: the vocabulary file's bytes (``Vocabulary.save``).
+        metrics: dev/test figures to ship in the manifest.
+        source: where the weights came from (the checkpoint directory), recorded in the manifest.
+        archive, quantize, parity_posts, opset, tolerance: as :func:`export_checkpoint`.
+
+    Raises:
+        BundleError: export failed, the parity check failed, or the written bundle does not verify.
+    """
     posts = list(parity_posts) if parity_posts is not None else sample_posts(64)
-    files: dict[str, bytes] = {VOCAB_FILE: (ckpt / VOCAB_FILE).read_bytes()}
+    files: dict[str, bytes] = {VOCAB_FILE: vocab_json}
     encoder = model.dense_encoder()
     dimension, max_abs = None, 0.0
     if encoder is not None:
@@ -208,7 +258,7 @@ def export_checkpoint(
         files[TERM_WEIGHTS_FILE] = buf.getvalue()
     if model.input_kind == "wordpiece":
         files[TOKENIZER_FILE] = Path(model.tokenizer_path).read_bytes()
-    manifest = _manifest(model, pipeline, config, ckpt, dimension, opset, t)
+    manifest = _manifest(model, pipeline, config, metrics or {}, source, dimension, opset, t)
     manifest["parity"] = {"n_posts": len(posts), "max_abs_dense": max_abs, "tolerance": tolerance}
     quant = None
     if quantize is not None:
