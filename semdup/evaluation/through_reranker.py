@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from semdup.bundle.bundle import Bundle
+from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError
 from semdup.core.metrics import best_threshold, pair_accuracy, precision_recall_f1_accuracy
 from semdup.core.posts import Post
@@ -93,7 +94,7 @@ def semantic_index(
         register_templates(client)
         failed: list[tuple[str, str]] = []
         unique = list({p.id: p for p in posts}.values())
-        for start in progress(range(0, len(unique), batch), desc=f"indexing {name}", enabled=progress):
+        for start in progress_bar.progress(range(0, len(unique), batch), desc=f"indexing {name}", enabled=progress):
             chunk = unique[start : start + batch]
             result = index_batch(client, name, [p.to_json() for p in chunk], bundle, search=search)
             failed.extend(result.failed)
@@ -134,7 +135,7 @@ def semeval_predictions(
     with semantic_index(client, bundle, sem.related_posts(), sem.name, keep=keep_index, progress=progress) as index:
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=k)
         preds: dict[str, dict[str, float]] = {}
-        for q in progress(sem.questions, desc=f"reranking {sem.name}", enabled=progress):
+        for q in progress_bar.progress(sem.questions, desc=f"reranking {sem.name}", enabled=progress):
             ids = [r.post.id for r in q.related]
             if mode == "rerank":
                 cands = rr.rank(q.post, k=len(ids), restrict_ids=ids)
@@ -162,7 +163,7 @@ def stackexchange_ranking(
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=top)
         return {
             q.post.id: [(c.id, c.score) for c in rr.rank(q.post, k=top, exclude_id=q.post.id)]
-            for q in progress(queries, desc="reranking queries", enabled=progress)
+            for q in progress_bar.progress(queries, desc="reranking queries", enabled=progress)
         }
 
 
@@ -190,7 +191,7 @@ def candidate_recall(
             continue
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=k, **changes)
         found = total = n_cands = 0
-        for post, relevant, exclude in progress(queries, desc=f"candidates {name}", enabled=progress):
+        for post, relevant, exclude in progress_bar.progress(queries, desc=f"candidates {name}", enabled=progress):
             cands, _, _ = rr.candidates(post, exclude_id=exclude)
             got = set(cands.ids)
             found += len(relevant & got)
@@ -258,7 +259,7 @@ def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) 
     scores, labels = [], []
     with semantic_index(client, bundle, sem.related_posts(), sem.name, progress=progress) as index:
         rr = _reranker(bundle, client, index, k_candidates=10)
-        for q in progress(sem.questions, desc=f"deciding {sem.name}", enabled=progress):
+        for q in progress_bar.progress(sem.questions, desc=f"deciding {sem.name}", enabled=progress):
             ids = [r.post.id for r in q.related]
             by_id = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
             for r in q.related:
@@ -309,7 +310,7 @@ def askubuntu_decisions(
     def scores(index: str, pairs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         rr = _reranker(bundle, client, index, k_candidates=1)
         out = []
-        for pair in progress(pairs, desc="deciding pairs", enabled=progress):
+        for pair in progress_bar.progress(pairs, desc="deciding pairs", enabled=progress):
             cands = rr.rank(pair.query, k=1, restrict_ids=[pair.candidate.id])
             out.append(cands[0].score)
         return np.asarray(out), np.asarray([p.duplicate for p in pairs])
