@@ -2,7 +2,10 @@
 
 Each part owns one module here (``opensearch_cmd``, ``eval_cmd`` ...) exposing a click command
 or group under the name listed in ``_COMMANDS``. Runtime errors print "Error: ..." and exit 1;
-usage errors exit 2 (click's convention).
+usage errors exit 2 (click's convention). Every such line goes through :func:`semdup.core.logs.scrub` (no
+password of a broker or cluster URL, no API key), and in JSON log mode it is one JSON record like every other
+line on stderr. An OpenSearch error that no semdup layer translated still ends as one ``Error:`` line (its
+traceback at ``-vv``), not a traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("eval_cmd", "eval_group", "Measure a method on SemEval, Travel Stack Exchange or AskUbuntu pairs."),
     "train": ("train_cmd", "train", "Train an encoder (bow-cnn, cnn, scqa, rcnn, bow-minilm) on real data."),
     "export": ("export_cmd", "export", "Export a trained checkpoint to a verified ONNX model bundle."),
+    "fit-default": ("fit_default_cmd", "fit_default_cmd", "Fit the hybrid default bundle on your dev duplicates."),
     "worker": ("indexer_cmd", "worker", "Run a Celery indexing worker (ONNX encoder -> OpenSearch)."),
     "index-posts": ("indexer_cmd", "index_posts", "Enqueue posts from a file for indexing and wait for them."),
     "backfill": ("indexer_cmd", "backfill", "Fill semdup fields of posts indexed by an older or no model."),
@@ -96,6 +100,55 @@ def cli(verbose: int, log_format: str | None) -> None:
             logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
+def _json_mode() -> bool:
+    """Whether stderr carries JSON records: as configured, or as asked where the error came before that."""
+    from semdup.core.errors import ConfigError
+    from semdup.core.logs import active_format, log_format_from_env
+
+    fmt = active_format()
+    if fmt is None:
+        try:
+            fmt = log_format_from_env()
+        except ConfigError:
+            return False
+    return fmt == "json"
+
+
+def _fail(message: str, code: int, usage: click.ClickException | None = None) -> None:
+    """Print one scrubbed ``Error:`` line (a JSON record in JSON mode) and exit with ``code``."""
+    from semdup.core.logs import configure_logging, scrub
+
+    message = scrub(message)
+    if _json_mode():
+        from semdup.core.logs import active_format
+
+        if active_format() != "json":  # failed before the group set logging up (a usage error)
+            configure_logging(logging.WARNING, "json")
+        logging.getLogger("semdup.cli").error("Error: %s", message, extra={"exit_code": code})
+    elif usage is not None:
+        formatted = usage.format_message
+        usage.format_message = lambda: scrub(formatted())  # type: ignore[method-assign]
+        usage.show()  # click's usage line and --help hint around the message
+    else:
+        click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _untranslated(exc: BaseException) -> str | None:
+    """The message for an OpenSearch client error no semdup layer turned into a SemdupError, else None."""
+    os_exc = sys.modules.get("opensearchpy.exceptions")  # never imported here just to look
+    if os_exc is None or not isinstance(exc, os_exc.OpenSearchException):
+        return None
+    if isinstance(exc, os_exc.ConnectionError):
+        return f"OpenSearch did not answer ({type(exc).__name__}); check SEMDUP_OPENSEARCH_URL and the cluster"
+    if isinstance(exc, os_exc.TransportError):
+        return (
+            f"OpenSearch refused the request (HTTP {exc.status_code} {exc.error}: {exc.info!s:.300}); "
+            "check the command's arguments (index names, ids), or run with -vv for the traceback"
+        )
+    return f"OpenSearch client error {type(exc).__name__}: {exc!s:.300}"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: semdup errors become one "Error: ..." line and exit 1."""
     try:
@@ -106,14 +159,18 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code, usage=exc)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except SemdupError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), 1)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
+    except Exception as exc:
+        message = _untranslated(exc)
+        if message is None:
+            raise  # a bug: its traceback (one JSON record in JSON mode) is what a report needs
+        logging.getLogger("semdup.cli").debug("untranslated OpenSearch error", exc_info=True)
+        _fail(message, 1)

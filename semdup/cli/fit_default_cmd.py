@@ -1,0 +1,66 @@
+"""``semdup fit-default``: the hybrid default bundle (base encoder + corpus IDF + BM25), fitted on dev on CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from semdup.training.base_encoders import base_encoder_names
+
+__all__ = ["fit_default_cmd"]
+
+
+@click.command("fit-default")
+@click.option("--base-encoder", type=click.Choice(base_encoder_names()), default="minilm", show_default=True,
+              help="The dense encoder: minilm (fast on CPU) or mpnet (the accurate preset, ~6x slower).")
+@click.option("--base-bundle", type=click.Path(path_type=Path),
+              help="Its bundle (default artifacts/bundles/NAME; exported there with torch when absent).")
+@click.option("--data", required=True,
+              help="Dev duplicates: travel | semeval | askubuntu, a Stack Exchange dump folder (with splits.tsv; "
+                   "its dev split) or a .jsonl file of labelled pairs.")
+@click.option("--corpus", type=click.Path(exists=True, path_type=Path),
+              help="Posts to be indexed (JSONL, SemEval XML or dump folder); their text joins the IDF vocabulary.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Bundle directory to write (replaced if it exists).")
+@click.option("--k", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Candidates per path (BM25, k-NN) for retrieval data.")
+@click.option("--knn/--no-knn", default=True, show_default=True,
+              help="Add the k nearest dense vectors to BM25's candidates, as the reranker does with --knn.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the corpus's dense vectors here (re-fits skip the slow encoding).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corpus: Path | None, out_dir: Path,
+                    k: int, knn: bool, cache_dir: Path | None, as_json: bool) -> None:
+    """Fit the hybrid default on your dev duplicates and write its bundle (no training, no GPU).
+
+    s = beta_bow * cos_bow(idf) + beta_dense * cos_dense + alpha * lexnorm(BM25); (beta_bow, alpha) are chosen
+    by a grid on dev (beta_dense = 1) and stored in the manifest. Index with --knn to get the k-NN candidates.
+
+    \b
+    Example:
+      semdup fit-default --base-encoder minilm --data travel --out artifacts/bundles/default-travel
+      semdup fit-default --data pairs.jsonl --corpus posts.jsonl --out artifacts/bundles/default-mine
+    """
+    from semdup.data.posts_input import read_posts
+    from semdup.export.default_bundle import fit_default
+
+    base = base_bundle or Path("artifacts/bundles") / base_encoder
+    if not (base / "manifest.json").exists() and not base.is_file():
+        from semdup.export.base_encoder_bundle import export_base_encoder
+
+        click.echo(f"$ semdup export --base-encoder {base_encoder} --out {base}", err=True)
+        export_base_encoder(base_encoder, base)
+    posts = read_posts(corpus) if corpus is not None else ()
+    result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir)
+    out = {"bundle": str(result.bundle_dir), "version": result.version, "fusion": result.fusion,
+           "dev": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "dev_queries": result.n_dev,
+           "vocab_size": result.vocab_size, "seconds": round(result.seconds, 1)}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    f = result.fusion
+    click.echo(f"{result.version}: beta_bow {f['beta_bow']:g}, beta_dense {f['beta_dense']:g}, alpha {f['alpha']:g} "
+               f"chosen on {result.n_dev} dev items of {data} ({result.measure} {result.dev:.2f})")
+    click.echo(f"bundle written to {result.bundle_dir} ({result.vocab_size} terms, {result.seconds:.0f} s)")

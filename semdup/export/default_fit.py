@@ -1,0 +1,118 @@
+"""The hybrid default's fusion weights, chosen by a grid on the user's dev data (torch-free: numpy + onnxruntime).
+
+    s = β_bow · cos_bow + β_dense · cos_dense + α · lexnorm
+
+(dos Santos et al. 2015, §3.3 for the first two terms; Das et al. 2016, §3.4 for α · lexnorm, the lexical score
+min-max normalised over one query's candidates). The scale of s does not change a ranking, so β_dense is fixed
+at 1 and the grid runs over β_bow and α. Each dev query is a :class:`Group`: its candidates' three components,
+computed exactly as the reranker computes them from the stored fields (cos_bow of the bundle's tf·idf vectors,
+cosine of the unit dense vectors, the raw BM25 score). ``measure`` turns the fused scores into the data set's
+official figure (Travel MAP over the top 100, SemEval MAP, pair accuracy at the best threshold); the first best
+grid point wins (the grid runs from small weights up, so ties keep the simpler model).
+
+Example::
+
+    groups = [Group("q1", ("a", "b"), cos_bow=np.array([0.1, 0.9]), cos_dense=np.array([0.5, 0.4]),
+                    lexical=np.array([3.0, 1.0]))]
+    fit = choose_fusion(groups, lambda preds: float(preds["q1"]["b"] > preds["q1"]["a"]))
+    fit.fusion      # {"beta_bow": 0.2, "beta_dense": 1.0, "alpha": 0.0}: the first weights that rank b first
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from semdup.core.scoring import fused_scores, minmax_normalise
+
+__all__ = ["GRID_BOW", "GRID_ALPHA", "Group", "FusionFit", "group_scores", "choose_fusion"]
+
+logger = logging.getLogger(__name__)
+
+GRID_BOW = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
+GRID_ALPHA = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
+
+Predictions = dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One dev query and its candidates' components, each an array [len(candidate_ids)].
+
+    ``lexical`` is the raw lexical score (BM25, 0 where it did not match); it is min-max normalised per group,
+    as the reranker normalises it over its candidate list.
+    """
+
+    query_id: str
+    candidate_ids: tuple[str, ...]
+    cos_bow: np.ndarray
+    cos_dense: np.ndarray
+    lexical: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.candidate_ids)
+        for name in ("cos_bow", "cos_dense", "lexical"):
+            if np.shape(getattr(self, name)) != (n,):
+                raise ValueError(f"group {self.query_id}: {name} has shape {np.shape(getattr(self, name))}, "
+                                 f"expected ({n},) like its candidate ids")
+
+
+@dataclass(frozen=True)
+class FusionFit:
+    """The chosen weights, their dev figure, and every grid point's figure (for the manifest and the report)."""
+
+    fusion: dict[str, float]
+    dev: float
+    measure: str
+    grid: list[tuple[float, float, float]] = field(repr=False)  # (beta_bow, alpha, dev figure)
+
+    def to_json(self) -> dict[str, object]:
+        return {"fusion": self.fusion, "dev": self.dev, "measure": self.measure, "grid_points": len(self.grid),
+                "grid_bow": sorted({b for b, _, _ in self.grid}), "grid_alpha": sorted({a for _, a, _ in self.grid})}
+
+
+def group_scores(groups: Sequence[Group], fusion: Mapping[str, float]) -> Predictions:
+    """``query id -> candidate id -> fused score`` for every group (the reranker's maths, offline)."""
+    out: Predictions = {}
+    for g in groups:
+        s = fused_scores(g.cos_bow, g.cos_dense, minmax_normalise(g.lexical), fusion)
+        out[g.query_id] = dict(zip(g.candidate_ids, s.tolist(), strict=True))
+    return out
+
+
+def choose_fusion(
+    groups: Sequence[Group],
+    measure: Callable[[Predictions], float],
+    measure_name: str = "MAP",
+    grid_bow: Sequence[float] = GRID_BOW,
+    grid_alpha: Sequence[float] = GRID_ALPHA,
+) -> FusionFit:
+    """The (β_bow, α) of the grid with the highest ``measure`` on ``groups`` (β_dense = 1; first best wins).
+
+    Args:
+        groups: the dev queries (never test).
+        measure: predictions -> the figure to maximise (higher is better).
+        measure_name: what the figure is, for the record.
+        grid_bow, grid_alpha: the weights tried, smallest first.
+
+    Raises:
+        ValueError: no groups, or an empty grid.
+    """
+    if not groups:
+        raise ValueError("choose_fusion needs at least one dev query with candidates")
+    if not grid_bow or not grid_alpha:
+        raise ValueError("the fusion grid is empty; give at least one beta_bow and one alpha")
+    best_value, best_fusion = -np.inf, {}
+    table = []
+    for beta_bow in grid_bow:
+        for alpha in grid_alpha:
+            fusion = {"beta_bow": float(beta_bow), "beta_dense": 1.0, "alpha": float(alpha)}
+            value = float(measure(group_scores(groups, fusion)))
+            table.append((float(beta_bow), float(alpha), value))
+            if value > best_value + 1e-12:
+                best_value, best_fusion = value, fusion
+    logger.info("fusion grid: %d points, best %s %.2f at %s", len(table), measure_name, best_value, best_fusion)
+    return FusionFit(best_fusion, best_value, measure_name, table)
