@@ -66,8 +66,11 @@ def aws_auth(settings: OpenSearchSettings, credentials: Any = None) -> Any:
     return AWSV4SignerAuth(credentials, settings.aws_region, settings.aws_service)
 
 
-def connect(settings: OpenSearchSettings, check: bool = True) -> Any:
+def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int | None = None) -> Any:
     """An ``opensearchpy.OpenSearch`` client for ``settings``, checked with ``GET /`` unless ``check=False``.
+
+    ``pool_maxsize``: connections kept open per node, at least one per thread that calls at the same time (the
+    service passes its request threads; default :data:`_POOL_MAXSIZE`).
 
     Raises:
         OpenSearchUnavailable: the cluster does not answer (message has the URL, without credentials).
@@ -102,7 +105,7 @@ def connect(settings: OpenSearchSettings, check: bool = True) -> Any:
         kwargs["http_auth"] = aws_auth(settings)
         kwargs["connection_class"] = RequestsHttpConnection  # AWSV4SignerAuth signs requests' requests
     kwargs["serializer"] = orjson_serializer()
-    kwargs["pool_maxsize"] = _POOL_MAXSIZE
+    kwargs["pool_maxsize"] = max(pool_maxsize or _POOL_MAXSIZE, 1)
     client = OpenSearch(**kwargs)
     if check and settings.aws_service != "aoss":  # Serverless has no GET /
         _probe(client, settings)
@@ -110,7 +113,8 @@ def connect(settings: OpenSearchSettings, check: bool = True) -> Any:
 
 
 # Connections kept open per node: the service and the benchmarks call from several threads, and urllib3's default
-# of one makes every concurrent call beyond the first open (and drop) a connection of its own.
+# of one makes every concurrent call beyond the first open (and drop) a connection of its own. The service sizes
+# its pool to its request threads instead.
 _POOL_MAXSIZE = 16
 
 

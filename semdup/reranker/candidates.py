@@ -82,9 +82,10 @@ def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
     try:
         return fn(**kwargs)
     except os_exc.ConnectionTimeout as exc:
+        timeout = kwargs.get("request_timeout") or (kwargs.get("params") or {}).get("request_timeout")
+        within = f"within {timeout} s" if timeout is not None else "within the client's timeout"
         raise SearchTimeout(
-            f"OpenSearch did not answer {what} within {kwargs.get('request_timeout')} s; raise SEMDUP_SEARCH_TIMEOUT "
-            "or check the cluster's load"
+            f"OpenSearch did not answer {what} {within}; raise SEMDUP_SEARCH_TIMEOUT or check the cluster's load"
         ) from exc
     except os_exc.ConnectionError as exc:
         raise OpenSearchUnavailable(

@@ -30,6 +30,7 @@ import numpy as np
 
 from semdup.bundle.bundle import Bundle
 from semdup.core.errors import IndexError_, PostError
+from semdup.core.index_names import check_index_name
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import check_post
 from semdup.index_format.mapping import candidate_fields, index_model
@@ -172,11 +173,14 @@ class Reranker:
         """Refuse an index whose ``_meta.semdup_model`` is another bundle version (cached once it passed).
 
         Raises:
-            IndexError_: the index does not exist. ModelMismatch: it holds another model's vectors.
+            ConfigError: a name that is not one index or alias (``*``, ``_all``, ``a,b``, ``_search``, ``.hidden``;
+                :func:`~semdup.core.index_names.check_index_name`). IndexError_: the index does not exist.
+            ModelMismatch: it holds another model's vectors.
         """
         name = index or self.index
         if self._checked.get(name):
             return
+        check_index_name(name)  # before any request: a pattern would search every index, '_search' is an endpoint
         models = index_model(self.client, name)
         wrong = {k: v for k, v in models.items() if v is not None and v != self.version}
         if wrong:

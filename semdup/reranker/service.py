@@ -8,48 +8,67 @@ one per uvicorn worker) and a client whose every call carries the reranker's tim
 OpenSearch are plain ``def`` functions, so FastAPI runs them in its thread pool and the event loop never
 blocks; the pool holds ``threads`` workers.
 
-Every error is JSON ``{"error": {"type", "message"}}``: 400 bad input (empty, huge or binary text, bad
-fields), 401 missing or wrong ``X-API-Key``, 404 unknown index, 409 index of another model version,
-413 body over ``max_body_bytes``, 503 OpenSearch down, 504 OpenSearch too slow, 500 anything else (logged).
+Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X-API-Key`` (an OpenAPI
+``APIKeyHeader`` scheme), 404 an index this key may not search or that does not exist (one answer for both, so it
+tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another model version,
+413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
+beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down, 504
+OpenSearch too slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
+(:func:`semdup.core.logs.scrub`). The request schema states every bound the service checks (lengths, ``k``, the
+template names, no unknown fields), so a schema-driven client or fuzzer reaches the search path.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from semdup.core.errors import ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
-from semdup.core.logs import active_format, configure_logging, log_format_from_env
+from semdup.core.logs import active_format, configure_logging, log_format_from_env, scrub
+from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.reranker.settings import ServiceSettings
 
-__all__ = ["create_app", "app_from_env", "configure_service_logging", "error_status", "STARTUP_FAILURE"]
+__all__ = [
+    "create_app",
+    "app_from_env",
+    "configure_service_logging",
+    "error_status",
+    "request_model",
+    "STARTUP_FAILURE",
+]
 
 logger = logging.getLogger(__name__)
 
 API_KEY_HEADER = "X-API-Key"
 STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that cannot start: its supervisor stops, not restarts
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
+MAX_ID_CHARS = 512  # OpenSearch's limit on an _id (in bytes)
+MAX_INDEX_CHARS = 255
+# Text the service refuses whatever the rest holds: C0 control characters but tab / newline / return, DEL and
+# U+FFFD (what undecodable bytes become). Stated in the schema, so a generated request never carries them.
+_TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]*$"
+_NOT_SERVED = "index {name!r} is not one this API key may search, or it does not exist; name one of your indices"
 
 
 def error_status(exc: BaseException) -> int:
     """The HTTP status for an error raised while reranking."""
-    if isinstance(exc, (PostError, ConfigError, ValueError)):
-        return 400
+    if isinstance(exc, (PostError, ConfigError)):
+        return 422
     if isinstance(exc, ModelMismatch):
         return 409
     if isinstance(exc, IndexError_):
@@ -61,13 +80,56 @@ def error_status(exc: BaseException) -> int:
     return 500
 
 
-class RerankRequest(BaseModel):
-    title: str = Field("", description="The new post's title.")
-    body: str = Field("", description="The new post's body (HTML allowed; cleaned like indexed posts).")
-    k: int = Field(10, ge=1, description="How many candidates to return (at most the server's max_k).")
-    exclude_id: str | None = Field(None, description="Leave this post out (the query itself when indexed).")
-    index: str | None = Field(None, description="Index to search (default: the server's).")
-    templates: list[str] | None = Field(None, description="Lexical candidate templates (default: the server's).")
+def request_model(settings: ServiceSettings) -> type[BaseModel]:
+    """The ``/v1/rerank`` body, with this server's bounds in its schema: what the schema allows is what the
+    service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart)."""
+    limit = settings.max_text_chars
+
+    class RerankRequest(BaseModel):
+        """A new post to find duplicates of: a title or a body (or both) holding visible text."""
+
+        model_config = ConfigDict(
+            extra="forbid",
+            strict=True,
+            json_schema_extra={
+                "anyOf": [
+                    {"required": ["title"], "properties": {"title": {"pattern": r"\S"}}},
+                    {"required": ["body"], "properties": {"body": {"pattern": r"\S"}}},
+                ]
+            },
+        )
+
+        title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN, description="The new post's title.")
+        body: str = Field(
+            "",
+            max_length=limit,
+            pattern=_TEXT_PATTERN,
+            description="The new post's body (HTML allowed; cleaned like indexed posts).",
+        )
+        k: int = Field(10, ge=1, le=settings.max_k, description="How many candidates to return.")
+        exclude_id: str | None = Field(
+            None, min_length=1, max_length=MAX_ID_CHARS, description="Leave this post out (the query itself)."
+        )
+        index: str | None = Field(
+            None,
+            min_length=1,
+            max_length=MAX_INDEX_CHARS,
+            description="One of the indices this API key may search (default: the server's index).",
+        )
+        templates: list[Literal[tuple(LEXICAL_MODELS)]] | None = Field(  # type: ignore[valid-type]
+            None,
+            min_length=1,
+            max_length=len(LEXICAL_MODELS),
+            description="Lexical candidate templates, the first one's score is lexnorm's (default: the server's).",
+        )
+
+        @model_validator(mode="after")
+        def _has_text(self) -> RerankRequest:
+            if not self.title.strip() and not self.body.strip():
+                raise ValueError("give a title or a body with visible text")
+            return self
+
+    return RerankRequest
 
 
 class CandidateOut(BaseModel):
@@ -87,8 +149,56 @@ class RerankResponse(BaseModel):
     candidates: list[CandidateOut]
 
 
+class ErrorBody(BaseModel):
+    type: str = Field(description="The error's kind, e.g. Unauthorized, IndexError_, SearchTimeout.")
+    message: str = Field(description="What was wrong and how to fix it.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ValidationItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """FastAPI's ``detail`` list, and the service's one-line ``error`` beside it."""
+
+    detail: list[ValidationItem]
+    error: ErrorBody
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    checks: dict[str, Any]
+    reason: str | None = None
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    said = {
+        401: "Missing or wrong X-API-Key.",
+        404: "An index this key may not search, or that does not exist (the same answer for both).",
+        409: "The index holds vectors of another model version.",
+        413: "Request body over the server's max_body_bytes.",
+        422: "Bad input: a schema violation, malformed JSON, or a post without usable text.",
+        500: "An unexpected error (logged by the service).",
+        503: "OpenSearch is down or overloaded.",
+        504: "OpenSearch did not answer within the search timeout.",
+    }
+    return {
+        c: {"model": ValidationErrorResponse if c == 422 else ErrorResponse, "description": said[c]} for c in codes
+    }
+
+
 class _BodyLimit:
-    """ASGI middleware: 413 for a body over ``limit`` bytes, by Content-Length or by counting a chunked body."""
+    """ASGI middleware: 413 for a body over ``limit`` bytes, by Content-Length or by reading it first.
+
+    The body is read here, before any other layer: a chunked body has no length to check up front, and an error
+    raised from inside the application while it reads would reach the error handlers as a 500.
+    """
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app = app
@@ -101,39 +211,34 @@ class _BodyLimit:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            await _send_json(
-                send,
-                413,
-                "BodyTooLarge",
-                f"request body of {int(length)} bytes is over the limit of "
-                f"{self.limit} bytes; shorten the post or raise SEMDUP_MAX_BODY_BYTES",
-            )
+            await self._too_large(send, f"request body of {int(length)} bytes")
             return
+        messages: list[dict] = []
         seen = 0
-
-        async def limited() -> dict:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge(seen)
-            return message
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # the client went away: the application sees that as it is
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                await self._too_large(send, f"request body of more than {seen} bytes (chunked)")
+                return
+            if not message.get("more_body", False):
+                break
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge as exc:
-            await _send_json(
-                send,
-                413,
-                "BodyTooLarge",
-                f"request body over the limit of {self.limit} bytes "
-                f"({exc.args[0]} read); shorten the post or raise SEMDUP_MAX_BODY_BYTES",
-            )
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
 
+        await self.app(scope, replay, send)
 
-class _TooLarge(Exception):
-    pass
+    async def _too_large(self, send: Any, what: str) -> None:
+        await _send_json(
+            send,
+            413,
+            "BodyTooLarge",
+            f"{what} is over the limit of {self.limit} bytes; shorten the post or raise SEMDUP_MAX_BODY_BYTES",
+        )
 
 
 class _AuthError(Exception):
@@ -152,6 +257,18 @@ async def _send_json(send: Any, status: int, kind: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _validation_items(errors: Any) -> list[dict[str, Any]]:
+    """FastAPI's error list without the inputs (they may hold the whole post) or context objects."""
+    return [
+        {
+            "loc": [x if isinstance(x, (str, int)) else str(x) for x in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in errors
+    ]
+
+
 def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> Any:
     """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``.
 
@@ -161,7 +278,8 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     if reranker is None:
         from semdup.core.clients import connect
 
-        client = connect(settings.opensearch, check=False)  # the service starts while the cluster is down
+        # the service starts while the cluster is down; one pooled connection per request thread
+        client = connect(settings.opensearch, check=False, pool_maxsize=settings.threads)
         reranker = Reranker.from_bundle(
             settings.bundle,
             client,
@@ -173,6 +291,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
             k_candidates=settings.reranker.k_candidates,
             search_timeout=settings.reranker.search_timeout,
             calibration=settings.calibration,
+            intra_op_threads=settings.onnx_threads or None,
             field_cache=settings.reranker.field_cache,
         )
     registry = CollectorRegistry()
@@ -185,13 +304,22 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     )
     errors_total = Counter("semdup_rerank_errors", "HTTP error answers by type", ["path", "type"], registry=registry)
+    key_header = APIKeyHeader(
+        name=API_KEY_HEADER,
+        auto_error=False,
+        description="The service's API key (SEMDUP_API_KEY, or one of SEMDUP_API_KEYS).",
+    )
 
-    def require_key(request: Request) -> None:
-        if not settings.auth:
-            return
-        given = request.headers.get(API_KEY_HEADER)
-        if given is None or not hmac.compare_digest(given.encode("utf-8"), (settings.api_key or "").encode("utf-8")):
+    def key_access(given: str | None = Security(key_header)) -> tuple[str, ...]:
+        allowed = settings.key_indices(given)
+        if allowed is None:
             raise _AuthError("missing or wrong API key; send it in the X-API-Key header")
+        return allowed
+
+    def open_access() -> tuple[str, ...]:
+        return settings.indices
+
+    access = key_access if settings.auth else open_access
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -208,10 +336,13 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     app.state.reranker = reranker
     app.state.settings = settings
 
+    def _path(request: Request) -> str:
+        return request.url.path if request.url.path in _OPEN_PATHS | {"/v1/rerank"} else "other"
+
     @app.middleware("http")
     async def _observe(request: Request, call_next: Any) -> Any:
         start = time.perf_counter()
-        path = request.url.path if request.url.path in _OPEN_PATHS | {"/v1/rerank"} else "other"
+        path = _path(request)
         try:
             response = await call_next(request)
         except Exception:  # an error no handler took: count it, then let Starlette answer 500
@@ -223,11 +354,13 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         logger.info("request", extra={"path": path, "status": response.status_code, "ms": round(took * 1000, 2)})
         return response
 
-    def _error(request: Request, status: int, kind: str, message: str) -> JSONResponse:
-        errors_total.labels(
-            request.url.path if request.url.path in _OPEN_PATHS | {"/v1/rerank"} else "other", kind
-        ).inc()
-        return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+    def _error(
+        request: Request, status: int, kind: str, message: str, headers: dict[str, str] | None = None, **more: Any
+    ) -> JSONResponse:
+        errors_total.labels(_path(request), kind).inc()
+        return JSONResponse(
+            {"error": {"type": kind, "message": scrub(message)}, **more}, status_code=status, headers=headers
+        )
 
     @app.exception_handler(_AuthError)
     async def _auth(request: Request, exc: _AuthError) -> JSONResponse:
@@ -235,30 +368,32 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        return _error(
-            request,
-            400,
-            "BadRequest",
-            f"{where or 'body'}: {first.get('msg', 'invalid request')}; "
-            "expected JSON {title, body, k, exclude_id?, index?, templates?}",
-        )
+        items = _validation_items(exc.errors())
+        first = items[0] if items else {}
+        if first.get("type") == "json_invalid":
+            message = f"the body is not valid JSON (error at character {first['loc'][-1]}); send a JSON object"
+        else:
+            where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+            message = f"{where or 'body'}: {first.get('msg', 'invalid request')}; see /docs for the request schema"
+        return _error(request, 422, "ValidationError", message, detail=items)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(request, exc.status_code, "HTTPError", str(exc.detail))
+        if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8): bad input like any other, 422
+            message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
+            detail = [{"loc": ["body"], "msg": message, "type": "body_unreadable"}]
+            return _error(request, 422, "ValidationError", message, detail=detail)
+        return _error(request, exc.status_code, "HTTPError", str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(SemdupError)
     async def _semdup(request: Request, exc: SemdupError) -> JSONResponse:
         status = error_status(exc)
         if status == 500:
             logger.error("rerank failed: %s", exc)
+        if status == 422:
+            detail = [{"loc": ["body"], "msg": scrub(str(exc)), "type": "value_error"}]
+            return _error(request, 422, type(exc).__name__, str(exc), detail=detail)
         return _error(request, status, type(exc).__name__, str(exc))
-
-    @app.exception_handler(ValueError)
-    async def _value(request: Request, exc: ValueError) -> JSONResponse:
-        return _error(request, 400, "BadRequest", str(exc))
 
     @app.exception_handler(Exception)
     async def _any(request: Request, exc: Exception) -> JSONResponse:
@@ -270,7 +405,12 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         """The process is up (no OpenSearch call)."""
         return {"status": "ok", "model": reranker.version}
 
-    @app.get("/readyz", tags=["probes"])
+    @app.get(
+        "/readyz",
+        tags=["probes"],
+        response_model=ReadyResponse,
+        responses={503: {"model": ReadyResponse, "description": "Not ready; the reason says why."}},
+    )
     def readyz() -> JSONResponse:
         """Ready when OpenSearch answers and the index holds this bundle's version (or is unclaimed)."""
         checks: dict[str, Any] = {"bundle": reranker.version}
@@ -293,41 +433,55 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
                 )
         except Exception as exc:  # any failure means "not ready"; the reason goes back to the probe
             return JSONResponse(
-                {"ready": False, "checks": checks, "reason": f"{type(exc).__name__}: {exc}"[:500]}, status_code=503
+                {"ready": False, "checks": checks, "reason": scrub(f"{type(exc).__name__}: {exc}")[:500]},
+                status_code=503,
             )
         return JSONResponse({"ready": True, "checks": checks})
 
-    @app.get("/metrics", tags=["probes"])
+    @app.get(
+        "/metrics",
+        tags=["probes"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus"}},
+    )
     def metrics() -> PlainTextResponse:
         """Prometheus metrics of this process (request count, latency histogram, errors)."""
         return PlainTextResponse(generate_latest(registry).decode("utf-8"), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/rerank", response_model=RerankResponse, dependencies=[Depends(require_key)], tags=["rerank"])
-    def rerank(req: RerankRequest) -> dict[str, Any]:
+    rerank_request = request_model(settings)
+
+    def rerank(req: Any, allowed: tuple[str, ...] = Depends(access)) -> dict[str, Any]:
         """Top-k duplicate candidates for a post: fused score, components, probability, decision."""
         from semdup.core.posts import Post
 
-        if req.k > settings.max_k:
-            raise ValueError(f"k = {req.k} is over this server's max_k = {settings.max_k}; ask for fewer candidates")
-        if len(req.title) + len(req.body) > settings.max_text_chars:
-            raise PostError(
-                f"title + body hold {len(req.title) + len(req.body)} characters, over the limit of "
-                f"{settings.max_text_chars}; send the first part of the post"
-            )
+        name = req.index or settings.default_index(allowed)
+        if name not in allowed:  # exact names only: no pattern, alias or other index is ever sent to OpenSearch
+            raise IndexError_(_NOT_SERVED.format(name=name[:MAX_INDEX_CHARS]))
         rr = reranker
         if req.templates:
-            from dataclasses import replace
-
-            new = replace(rr.settings, templates=tuple(req.templates))  # validates the names (ConfigError → 400)
-            rr = rr.with_settings(templates=new.templates)
+            rr = rr.with_settings(templates=tuple(dict.fromkeys(req.templates)))
         post = Post(id=req.exclude_id or "_query", title=req.title, body=req.body)
-        cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=req.index)
+        try:
+            cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=name)
+        except IndexError_ as exc:
+            if isinstance(exc, ModelMismatch):
+                raise
+            logger.warning("served index %s cannot be searched: %s", name, exc)
+            raise IndexError_(_NOT_SERVED.format(name=name)) from exc
         return {
             "model": rr.version,
-            "index": req.index or settings.index,
+            "index": name,
             "threshold": rr.threshold,
             "candidates": [c.to_json() for c in cands],
         }
+
+    rerank.__annotations__["req"] = rerank_request  # a class built here: not a name FastAPI could look up
+    app.post(
+        "/v1/rerank",
+        response_model=RerankResponse,
+        tags=["rerank"],
+        responses=_responses(401, 404, 409, 413, 422, 500, 503, 504),
+    )(rerank)
 
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # outermost: before any parsing
     return app

@@ -4,18 +4,31 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
 (``$SEMDUP_CONFIG``, YAML or TOML, the :mod:`semdup.core.settings` pattern), then the defaults below::
 
     SEMDUP_BUNDLE               the model bundle (directory or .tar.gz)            required
-    SEMDUP_INDEX                the index to search                                 required
+    SEMDUP_INDEX                the index a request without "index" searches        required
+    SEMDUP_INDICES              comma-separated indices/aliases requests may name   SEMDUP_INDEX only
     SEMDUP_TEMPLATES            comma-separated lexical models (bm25,lmj,dfr,ib)    bm25
     SEMDUP_TEMPLATE_VARIANT     text (title + body) or title                        text
     SEMDUP_SPARSE / SEMDUP_KNN  add learned-sparse / k-NN candidates                false
     SEMDUP_K_CANDIDATES         candidates per retrieval path                       100
-    SEMDUP_API_KEY              the key clients send in X-API-Key                   required unless auth off
+    SEMDUP_API_KEY              one key clients send in X-API-Key (every index)     required unless auth off
+    SEMDUP_API_KEYS             keys limited to some indices (format below)         none
     SEMDUP_AUTH                 "off" turns access control off (explicitly)         on
     SEMDUP_MAX_BODY_BYTES       request bodies above this get 413                   1 MiB
-    SEMDUP_MAX_TEXT_CHARS       title + body above this get 400                     100000
+    SEMDUP_MAX_TEXT_CHARS       title or body above this gets 422                   100000
+    SEMDUP_MAX_K                most candidates a request may ask for               100
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
-    SEMDUP_THREADS              worker threads for blocking OpenSearch calls        8
+    SEMDUP_THREADS              request threads per worker process                  16
+    SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
+    SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
+
+Access (:class:`ApiKey`): a request names an ``index`` only from the allow-list ``SEMDUP_INDICES`` (plus
+``SEMDUP_INDEX``), compared as exact strings, so patterns (``*``, ``_all``, ``a,b``), other indices and aliases
+are never searched. ``SEMDUP_API_KEYS`` narrows it per key: comma-separated ``KEY:INDEX|INDEX`` entries, where
+``KEY`` alone or ``KEY:*`` may search every served index; each named index must be served. A key that may not
+search ``SEMDUP_INDEX`` searches its first index when a request names none::
+
+    SEMDUP_INDEX=travel SEMDUP_INDICES=travel,cooking SEMDUP_API_KEYS='k1:travel,k2:cooking,k3:*'
 
 OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`; the log format
 from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`).
@@ -23,19 +36,21 @@ from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from semdup.core.errors import ConfigError
+from semdup.core.index_names import check_index_name
 from semdup.core.settings import OpenSearchSettings, load_config_file, parse_bool
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
 
-__all__ = ["RerankerSettings", "ServiceSettings"]
+__all__ = ["RerankerSettings", "ServiceSettings", "ApiKey", "parse_api_keys", "usable_cpus", "default_workers"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,31 +94,134 @@ class RerankerSettings:
 
 
 @dataclass(frozen=True)
+class ApiKey:
+    """One client key and the indices it may search (every served index when ``indices`` is empty).
+
+    The key never appears in a repr, a log line or an error message.
+    """
+
+    key: str = field(repr=False)
+    indices: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"ApiKey(key='***', indices={self.indices!r})"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity mask, bounded by a cgroup v2 CPU quota (a container's limit)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text(encoding="utf-8").split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
+def default_workers() -> int:
+    """uvicorn worker processes when none are asked for: one per usable CPU (the per-request Python work holds
+    the GIL, so processes, not threads, use more cores), at most :data:`MAX_DEFAULT_WORKERS`."""
+    return min(usable_cpus(), MAX_DEFAULT_WORKERS)
+
+
+MAX_DEFAULT_WORKERS = 16
+
+
+def parse_api_keys(text: str, source: str = "SEMDUP_API_KEYS") -> tuple[ApiKey, ...]:
+    """``KEY:INDEX|INDEX,KEY2:*,KEY3`` -> keys with their indices (``*`` or none: every served index).
+
+    Raises:
+        ConfigError: an empty key, a key with white space, an empty index list. Messages name the entry by its
+            position, never the key.
+    """
+    out = []
+    for pos, entry in enumerate((e.strip() for e in text.split(",")), 1):
+        if not entry:
+            continue
+        key, sep, names = entry.partition(":")
+        if not key or any(c.isspace() for c in key):
+            raise ConfigError(f"entry {pos} of {source} has an empty key or white space in it; write KEY:INDEX|INDEX")
+        indices = tuple(n.strip() for n in names.split("|") if n.strip()) if sep else ()
+        if sep and not indices:
+            raise ConfigError(f"entry {pos} of {source} lists no index after ':'; write KEY:INDEX|INDEX or KEY:*")
+        out.append(ApiKey(key, () if indices == ("*",) else indices))
+    return tuple(out)
+
+
+def _api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
+    """``api_keys`` from the environment's string or a config file's mapping ``{key: [indices] | "*"}``."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return parse_api_keys(value, source)
+    if isinstance(value, Mapping):
+        keys = []
+        for key, names in value.items():
+            names = [names] if isinstance(names, str) else list(names or [])
+            keys.append(ApiKey(str(key), () if names in ([], ["*"]) else tuple(str(n) for n in names)))
+        return tuple(keys)
+    if isinstance(value, (list, tuple)) and all(isinstance(k, ApiKey) for k in value):
+        return tuple(value)
+    raise ConfigError(f"api_keys in {source} must be 'KEY:INDEX|INDEX,...' or a mapping key -> indices")
+
+
+@dataclass(frozen=True)
 class ServiceSettings:
-    """Everything ``create_app`` needs; build it with :meth:`from_env` at the edge, then pass it down."""
+    """Everything ``create_app`` needs; build it with :meth:`from_env` at the edge, then pass it down.
+
+    ``indices`` are the served indices (``index`` first; it is added when missing); ``api_key`` may search all of
+    them, each of ``api_keys`` those it lists.
+    """
 
     bundle: str
     index: str
     opensearch: OpenSearchSettings
     reranker: RerankerSettings = RerankerSettings()
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     auth: bool = True
     max_body_bytes: int = 1 << 20
     max_text_chars: int = 100_000
     max_k: int = 100
-    threads: int = 8
+    threads: int = 16
     calibration: str | None = None
+    indices: tuple[str, ...] = ()
+    api_keys: tuple[ApiKey, ...] = ()
+    onnx_threads: int = 1
 
     def __post_init__(self) -> None:
-        if self.auth and not self.api_key:
+        check_index_name(self.index, "SEMDUP_INDEX")
+        served = tuple(dict.fromkeys((self.index, *self.indices)))
+        for name in served:
+            check_index_name(name, "SEMDUP_INDICES entry")
+        object.__setattr__(self, "indices", served)
+        for pos, entry in enumerate(self.api_keys, 1):
+            unknown = [n for n in entry.indices if n not in served]
+            if unknown:
+                raise ConfigError(
+                    f"API key {pos} of SEMDUP_API_KEYS names {unknown}, which this service does not serve; "
+                    f"add them to SEMDUP_INDICES (now {', '.join(served)})"
+                )
+        if self.auth and not self.api_key and not self.api_keys:
             raise ConfigError(
                 "the reranking service refuses to start without an API key: set SEMDUP_API_KEY (clients send it "
-                "in the X-API-Key header), or set SEMDUP_AUTH=off explicitly to serve without access control"
+                "in the X-API-Key header) or SEMDUP_API_KEYS, or set SEMDUP_AUTH=off explicitly to serve without "
+                "access control"
             )
-        if self.max_body_bytes < 1024 or self.max_text_chars < 1 or self.max_k < 1 or self.threads < 1:
+        if (
+            self.max_body_bytes < 1024
+            or self.max_text_chars < 1
+            or self.max_k < 1
+            or self.threads < 1
+            or self.onnx_threads < 0
+        ):
             raise ConfigError(
-                f"max_body_bytes >= 1024, max_text_chars >= 1, max_k >= 1 and threads >= 1 are needed; got "
-                f"{self.max_body_bytes}, {self.max_text_chars}, {self.max_k}, {self.threads}"
+                f"max_body_bytes >= 1024, max_text_chars >= 1, max_k >= 1, threads >= 1 and onnx_threads >= 0 are "
+                f"needed; got {self.max_body_bytes}, {self.max_text_chars}, {self.max_k}, {self.threads}, "
+                f"{self.onnx_threads}"
             )
 
     def __repr__(self) -> str:
@@ -113,6 +231,23 @@ class ServiceSettings:
         return "ServiceSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     __str__ = __repr__
+
+    def key_indices(self, given: str | None) -> tuple[str, ...] | None:
+        """The indices the holder of ``given`` may search, None for a missing or wrong key (every served index
+        when auth is off). Every configured key is compared, in constant time, whichever matches."""
+        if not self.auth:
+            return self.indices
+        found: tuple[str, ...] | None = None
+        raw = (given or "").encode("utf-8")
+        candidates = ([ApiKey(self.api_key)] if self.api_key else []) + list(self.api_keys)
+        for entry in candidates:
+            if hmac.compare_digest(raw, entry.key.encode("utf-8")) and given and found is None:
+                found = entry.indices or self.indices
+        return found
+
+    def default_index(self, allowed: tuple[str, ...]) -> str:
+        """The index a request that names none searches: ``index`` when allowed, else the key's first one."""
+        return self.index if self.index in allowed else allowed[0]
 
     @classmethod
     def from_env(
@@ -137,17 +272,21 @@ class ServiceSettings:
         env_names = {
             "bundle": "SEMDUP_BUNDLE",
             "index": "SEMDUP_INDEX",
+            "indices": "SEMDUP_INDICES",
             "templates": "SEMDUP_TEMPLATES",
             "variant": "SEMDUP_TEMPLATE_VARIANT",
             "sparse": "SEMDUP_SPARSE",
             "knn": "SEMDUP_KNN",
             "k_candidates": "SEMDUP_K_CANDIDATES",
             "api_key": "SEMDUP_API_KEY",
+            "api_keys": "SEMDUP_API_KEYS",
             "auth": "SEMDUP_AUTH",
             "max_body_bytes": "SEMDUP_MAX_BODY_BYTES",
             "max_text_chars": "SEMDUP_MAX_TEXT_CHARS",
+            "max_k": "SEMDUP_MAX_K",
             "search_timeout": "SEMDUP_SEARCH_TIMEOUT",
             "threads": "SEMDUP_THREADS",
+            "onnx_threads": "SEMDUP_ONNX_THREADS",
             "calibration": "SEMDUP_CALIBRATION",
             "field_cache": "SEMDUP_FIELD_CACHE",
         }
@@ -196,8 +335,19 @@ class ServiceSettings:
                 max_body_bytes=int(values.get("max_body_bytes", 1 << 20)),
                 max_text_chars=int(values.get("max_text_chars", 100_000)),
                 max_k=int(values.get("max_k", 100)),
-                threads=int(values.get("threads", 8)),
+                threads=int(values.get("threads", 16)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,
+                indices=_names(values.get("indices")),
+                api_keys=_api_keys_of(values.get("api_keys"), source),
+                onnx_threads=int(values.get("onnx_threads", 1)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"a reranker setting is not a number where one is needed ({source}): {exc}") from exc
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """Index names from a comma-separated string or a list."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(n).strip() for n in items if str(n).strip())

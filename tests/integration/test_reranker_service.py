@@ -97,14 +97,19 @@ def test_service_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_ur
 @pytest.mark.parametrize(
     ("payload", "status", "kind"),
     [
-        ({"title": "", "body": ""}, 400, "PostError"),
-        ({"title": "\x00\x01\x02\x03\x04\x05\x06\x07" * 8, "body": ""}, 400, "PostError"),
-        ({"title": "word " * 5000, "body": ""}, 400, "PostError"),  # 25,000 chars > max_text_chars
+        ({"title": "", "body": ""}, 422, "ValidationError"),
+        ({}, 422, "ValidationError"),
+        ({"title": "\x00\x01\x02\x03\x04\x05\x06\x07" * 8, "body": ""}, 422, "ValidationError"),
+        ({"title": "<p> </p>", "body": "&nbsp;"}, 422, "PostError"),  # markup only: no schema can say it
+        ({"title": "word " * 5000, "body": ""}, 422, "ValidationError"),  # 25,000 chars > max_text_chars
         ({"title": "x" * 70_000}, 413, "BodyTooLarge"),
-        ({"title": "ok", "k": 0}, 400, "BadRequest"),
-        ({"title": "ok", "k": 5000}, 400, "BadRequest"),
-        ({"title": 42}, 400, "BadRequest"),
-        ({"title": "ok", "templates": ["nope"]}, 400, "ConfigError"),
+        ({"title": "ok", "k": 0}, 422, "ValidationError"),
+        ({"title": "ok", "k": 5000}, 422, "ValidationError"),
+        ({"title": "ok", "k": "5"}, 422, "ValidationError"),
+        ({"title": 42}, 422, "ValidationError"),
+        ({"title": "ok", "titel": "typo"}, 422, "ValidationError"),
+        ({"title": "ok", "templates": ["nope"]}, 422, "ValidationError"),
+        ({"title": "ok", "templates": ["bm25"] * 600}, 422, "ValidationError"),  # was a 504 "within None s"
         ({"title": "ok", "index": "semdup-no-such-index"}, 404, "IndexError_"),
     ],
 )
@@ -118,24 +123,60 @@ def test_bad_calls_get_json_errors_and_the_service_stays_up(
     r = app_client.post("/v1/rerank", json=payload, headers=HEADERS)
     assert r.status_code == status, r.text
     assert r.json()["error"]["type"] == kind and r.json()["error"]["message"]
+    if status == 422:  # FastAPI's shape too, as the schema documents
+        assert r.json()["detail"] and {"loc", "msg", "type"} <= set(r.json()["detail"][0])
     assert app_client.get("/healthz").status_code == 200
     good_call(app_client, real_posts[5])
 
 
-def test_malformed_and_non_utf8_bodies_get_400(app_client: TestClient, real_posts: list[Post]) -> None:
-    for raw in (b'{"title": "unterminated', b'{"title": "\xff\xfe caf\xe9"}', b"\x00\x01binary"):
+def test_malformed_and_non_utf8_bodies_get_422(app_client: TestClient, real_posts: list[Post]) -> None:
+    for raw in (b'{"title": "unterminated', b'{"title": "\xff\xfe caf\xe9"}', b"\x00\x01binary", b"[1, 2]"):
         r = app_client.post("/v1/rerank", content=raw, headers={**HEADERS, "content-type": "application/json"})
-        assert r.status_code == 400 and "error" in r.json()
+        assert r.status_code == 422 and r.json()["error"]["type"] == "ValidationError", (raw, r.text)
     good_call(app_client, real_posts[6])
 
 
+def test_chunked_bodies_over_the_limit_get_413_like_plain_ones(app_client: TestClient, real_posts: list[Post]) -> None:
+    def chunks(n: int) -> Iterator[bytes]:  # no Content-Length: sent with Transfer-Encoding: chunked
+        yield b'{"title": "'
+        for _ in range(n):
+            yield b"word " * 200
+        yield b'"}'
+
+    r = app_client.post("/v1/rerank", content=chunks(100), headers={**HEADERS, "content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "BodyTooLarge", r.text
+    small = app_client.post("/v1/rerank", content=chunks(2), headers={**HEADERS, "content-type": "application/json"})
+    assert small.status_code == 200, small.text
+    good_call(app_client, real_posts[8])
+
+
+def test_openapi_declares_the_key_the_bounds_and_every_answer(app_client: TestClient) -> None:
+    schema = app_client.get("/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["APIKeyHeader"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-API-Key",
+        "description": schema["components"]["securitySchemes"]["APIKeyHeader"]["description"],
+    }
+    op = schema["paths"]["/v1/rerank"]["post"]
+    assert op["security"] == [{"APIKeyHeader": []}]
+    assert set(op["responses"]) == {"200", "401", "404", "409", "413", "422", "500", "503", "504"}
+    body = schema["components"]["schemas"][op["requestBody"]["content"]["application/json"]["schema"]["$ref"][21:]]
+    assert body["properties"]["k"]["maximum"] == 100 and body["properties"]["title"]["maxLength"] == 20_000
+    assert body["additionalProperties"] is False
+    assert "text/plain" in schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    r = app_client.request("TRACE", "/healthz")
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
+
+
 def test_index_of_another_model_gets_409(
-    app_client: TestClient, opensearch_client: Any, unique_index: str, served: tuple[Bundle, str]
+    opensearch_client: Any, unique_index: str, served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str
 ) -> None:
-    bundle, _ = served
+    bundle, index = served
     create_index(opensearch_client, unique_index, dimension=bundle.dimension)
     opensearch_client.indices.put_mapping(index=unique_index, body={"_meta": {MODEL_META_KEY: "cnn-222222222222"}})
-    r = app_client.post("/v1/rerank", json={"title": "mount a usb drive", "index": unique_index}, headers=HEADERS)
+    app = TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url, indices=[index, unique_index])))
+    r = app.post("/v1/rerank", json={"title": "mount a usb drive", "index": unique_index}, headers=HEADERS)
     assert r.status_code == 409 and "cnn-222222222222" in r.json()["error"]["message"]
 
 
@@ -268,7 +309,7 @@ def test_real_uvicorn_service_equals_the_offline_reranker(
             assert [c["id"] for c in got] == [c.id for c in offline]
             assert max(abs(a["score"] - b.score) for a, b in zip(got, offline, strict=True)) <= 1e-9
         bad = httpx.post(f"{base}/v1/rerank", headers=HEADERS, json={"title": ""}, timeout=30)
-        assert bad.status_code == 400
+        assert bad.status_code == 422
         assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
     finally:
         proc.terminate()

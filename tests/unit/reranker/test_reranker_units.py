@@ -160,7 +160,7 @@ def test_settings_validate_names_and_refuse_missing_key(tmp_path: Path) -> None:
 
 
 def test_error_statuses() -> None:
-    assert error_status(PostError("x")) == 400
+    assert error_status(PostError("x")) == 422
     assert error_status(ModelMismatch("x")) == 409
     assert error_status(IndexError_("x")) == 404
     assert error_status(SearchTimeout("x")) == 504
