@@ -93,7 +93,9 @@ def cli(verbose: int, log_format: str | None) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     from semdup.core.logs import configure_logging
 
-    configure_logging(level, log_format)  # text, or one JSON object per line (--log-format / SEMDUP_LOG_FORMAT)
+    # text, or one JSON object per line (--log-format / SEMDUP_LOG_FORMAT); a worker's task lines formatted alike
+    worker = click.get_current_context().invoked_subcommand == "worker"
+    configure_logging(level, log_format, celery=True if worker else None)
     if verbose == 0:
         # The client logs every failed attempt with a traceback; semdup reports the failure itself, in one line.
         for noisy in ("opensearch", "urllib3", "celery.utils.functional"):

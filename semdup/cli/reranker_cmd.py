@@ -102,9 +102,9 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
 @click.option(
     "--workers",
     type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
-    help="uvicorn worker processes (one onnxruntime session each).",
+    default=None,
+    help="uvicorn worker processes, one onnxruntime session each (or $SEMDUP_WORKERS; default: one per usable "
+    "CPU, at most 16).",
 )
 @click.option("--templates", help=_TEMPLATES_HELP + " (or $SEMDUP_TEMPLATES; default bm25)")
 @click.option("--sparse/--no-sparse", default=None, help="Learned-sparse candidates (or $SEMDUP_SPARSE).")
@@ -127,8 +127,10 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs).
 
     Clients send the key of $SEMDUP_API_KEY in the X-API-Key header; without a key the service refuses to
-    start unless SEMDUP_AUTH=off is set explicitly. With `semdup --log-format json` (or SEMDUP_LOG_FORMAT=json)
-    every line on stderr, uvicorn's and tracebacks included, is one JSON object, secrets scrubbed.
+    start unless SEMDUP_AUTH=off is set explicitly. A request searches $SEMDUP_INDEX, or names one of
+    $SEMDUP_INDICES; $SEMDUP_API_KEYS ('key1:index-a|index-b,key2:*') limits keys to some of them. With
+    `semdup --log-format json` (or SEMDUP_LOG_FORMAT=json) every line on stderr, uvicorn's and tracebacks
+    included, is one JSON object, secrets scrubbed.
 
     \b
     Example:
@@ -138,11 +140,17 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     """
     import uvicorn
 
+    from semdup.core.errors import ConfigError
     from semdup.core.logs import LOG_FORMAT_ENV
     from semdup.reranker.service import configure_service_logging
-    from semdup.reranker.settings import ServiceSettings
+    from semdup.reranker.settings import ServiceSettings, default_workers
 
     log_format = configure_service_logging("json" if log_json else None)
+    if workers is None:
+        raw = os.environ.get("SEMDUP_WORKERS", "").strip()
+        if raw and not (raw.isdigit() and 1 <= int(raw) <= 64):
+            raise ConfigError(f"SEMDUP_WORKERS must be a whole number from 1 to 64, got {raw!r}")
+        workers = int(raw) if raw else default_workers()
     overrides = {"bundle": bundle, "index": index, "templates": templates, "sparse": sparse, "knn": knn}
     if url:
         os.environ["SEMDUP_OPENSEARCH_URL"] = url

@@ -14,9 +14,10 @@ own are routed through it: uvicorn's (``uvicorn``, ``uvicorn.error``, ``uvicorn.
 ``exception`` field of a record, and an uncaught exception is logged as one record instead of printed.
 
 Library code never configures logging (STYLE rule 7); it only logs ids, counts and durations. As a second
-line of defence the JSON formatter scrubs what a log collector must not keep: credentials inside URLs
-(``redis://:secret@host``), ``password=...``/``api_key: ...``/``Authorization: Bearer ...`` pairs, and the
-extra fields that may carry post text (``body``, ``title``, Celery's task ``args``/``kwargs``). Messages are
+line of defence both formatters scrub what must not be kept (:func:`scrub`): credentials inside URLs
+(``redis://:secret@host``), ``password=...``/``api_key: ...``/``Authorization: Bearer ...`` pairs; the JSON one
+also drops the extra fields that may carry post text (``body``, ``title``, Celery's task ``args``/``kwargs``).
+``scrub`` is also what the CLI's ``Error:`` lines and the service's error answers go through. Messages are
 cut at :data:`MAX_MESSAGE_CHARS` so a stray post body cannot flood the collector; tracebacks at
 :data:`MAX_TRACEBACK_CHARS`, in the middle, so the line naming the error stays.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "log_format_from_env",
     "active_format",
     "JsonFormatter",
+    "ScrubbingFormatter",
     "scrub",
     "LOG_FORMAT_ENV",
     "LOG_FORMATS",
@@ -140,6 +142,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+class ScrubbingFormatter(logging.Formatter):
+    """Text log lines (message and traceback) passed through :func:`scrub`; ``inner`` formats them first
+    (default: ``logging.Formatter(fmt)``), so another library's formatter can be wrapped."""
+
+    def __init__(self, fmt: str | None = TEXT_FORMAT, inner: logging.Formatter | None = None) -> None:
+        super().__init__(fmt)
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(self.inner.format(record) if self.inner is not None else super().format(record))
+
+
 class _CeleryTaskJsonFormatter(JsonFormatter):
     """JSON for Celery's task logger, with the running task's id and name (what Celery's TaskFormatter adds)."""
 
@@ -153,10 +167,16 @@ class _CeleryTaskJsonFormatter(JsonFormatter):
         return super().format(record)
 
 
-def _celery_task_logs_as_json(logger: logging.Logger | None = None, **_: Any) -> None:
-    """Celery gives its task logger its own text handler (not propagating to root): make that one JSON too."""
+def _celery_task_logs_as_ours(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Celery gives its task logger its own text handler (not propagating to root): make that one JSON in JSON
+    mode, and scrubbed in text mode."""
+    json_mode = active_format() == "json"
     for handler in getattr(logger, "handlers", []):
-        handler.setFormatter(_CeleryTaskJsonFormatter())
+        current = handler.formatter
+        if json_mode:
+            handler.setFormatter(_CeleryTaskJsonFormatter())
+        elif not isinstance(current, ScrubbingFormatter):
+            handler.setFormatter(ScrubbingFormatter(inner=current or logging.Formatter(TEXT_FORMAT)))
 
 
 def _hook_celery_task_logger() -> None:
@@ -164,7 +184,7 @@ def _hook_celery_task_logger() -> None:
         from celery import signals
     except ImportError:  # no Celery, no task logger to fix
         return
-    signals.after_setup_task_logger.connect(_celery_task_logs_as_json, weak=False)
+    signals.after_setup_task_logger.connect(_celery_task_logs_as_ours, weak=False)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -257,11 +277,15 @@ def configure_logging(
     *,
     env: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
+    celery: bool | None = None,
 ) -> str:
     """Give the root logger one stderr handler in ``fmt`` (default ``$SEMDUP_LOG_FORMAT``, else text).
 
     Only the process edge calls this. Calling it again replaces the handler it installed before. uvicorn's
     loggers are routed through that handler too (their levels are left as they are).
+
+    ``celery``: also format Celery's task logger (JSON, or scrubbed text) once a worker sets it up; default: in
+    JSON mode, or where Celery is imported already (importing it only to look costs ~0.2 s per command).
 
     Returns:
         The format used, ``"text"`` or ``"json"``.
@@ -276,7 +300,7 @@ def configure_logging(
     for old in [h for h in root.handlers if getattr(h, "_semdup_handler", False)]:
         root.removeHandler(old)
     handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
-    handler.setFormatter(JsonFormatter() if chosen == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if chosen == "json" else ScrubbingFormatter())
     handler._semdup_handler = True  # type: ignore[attr-defined]
     handler._semdup_format = chosen  # type: ignore[attr-defined]
     root.addHandler(handler)
@@ -284,7 +308,7 @@ def configure_logging(
     _route_server_loggers()
     logging.captureWarnings(chosen == "json")  # warnings.warn text would break the one-object-per-line stream
     _hook_uncaught(chosen == "json")
-    if chosen == "json":
+    if celery or (celery is None and (chosen == "json" or "celery" in sys.modules)):
         _hook_celery_task_logger()
     if (os.environ if env is None else env).get(_RETIRED_ENV):
         logger.warning("%s is no longer read; set %s=json for JSON log lines", _RETIRED_ENV, LOG_FORMAT_ENV)
