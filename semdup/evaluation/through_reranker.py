@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError
 from semdup.core.metrics import best_threshold, pair_accuracy, precision_recall_f1_accuracy
 from semdup.core.posts import Post
+from semdup.core.scoring import check_fusion
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.lexical_index import create_index, delete_index
 from semdup.indexer.semantic import ensure_index_model, index_batch
@@ -39,6 +40,10 @@ from semdup.search_templates import register_templates
 
 __all__ = [
     "CANDIDATE_SETS",
+    "DENSE_ALONE",
+    "rank_queries",
+    "semeval_rerank_runs",
+    "pair_accuracy_runs",
     "semantic_index",
     "semeval_predictions",
     "stackexchange_ranking",
@@ -55,11 +60,16 @@ logger = logging.getLogger(__name__)
 # name -> RerankerSettings changes; "sparse" needs a bag-of-words bundle, "knn" a dense one
 CANDIDATE_SETS: dict[str, dict[str, Any]] = {
     "bm25": {"templates": ("bm25",)},
+    "bm25+knn": {"templates": ("bm25",), "knn": True},
     "bm25+lmj+dfr+ib": {"templates": ("bm25", "lmj", "dfr", "ib")},
     "+sparse": {"templates": ("bm25", "lmj", "dfr", "ib"), "sparse": True},
     "+knn": {"templates": ("bm25", "lmj", "dfr", "ib"), "knn": True},
     "+sparse+knn": {"templates": ("bm25", "lmj", "dfr", "ib"), "sparse": True, "knn": True},
 }
+
+
+# the peer (OpenSearch neural search's ranking): cosine of the stored dense vectors alone
+DENSE_ALONE = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
 
 
 def _index_name(stem: str) -> str:
@@ -110,8 +120,101 @@ def semantic_index(
             delete_index(client, name)
 
 
-def _reranker(bundle: Bundle, client: Any, index: str, **settings: Any) -> Reranker:
-    return Reranker(bundle, client, index, RerankerSettings(**settings))
+def _reranker(bundle: Bundle, client: Any, index: str, fusion: Mapping[str, float] | None = None,
+              **settings: Any) -> Reranker:
+    """A reranker over ``index``; ``fusion`` replaces the bundle's weights (e.g. :data:`DENSE_ALONE`, the peer)."""
+    rr = Reranker(bundle, client, index, RerankerSettings(**settings))
+    if fusion is not None:
+        rr.fusion = check_fusion(fusion)
+    return rr
+
+
+def rank_queries(
+    client: Any,
+    bundle: Bundle,
+    index: str,
+    queries: Sequence[Any],
+    fusions: Mapping[str, Mapping[str, float] | None],
+    top: int,
+    *,
+    progress: bool = True,
+    **settings: Any,
+) -> dict[str, dict[str, list[tuple[str, float]]]]:
+    """Per fusion name: ``query id -> [(post id, score)]`` (top ``top``) from the reranker over an indexed corpus.
+
+    ``fusions`` maps a name to weights (None: the bundle's own); every variant reads the same stored fields.
+    """
+    out = {}
+    for name, fusion in fusions.items():
+        rr = _reranker(bundle, client, index, fusion, k_candidates=top, **settings)
+        out[name] = {q.post.id: [(c.id, c.score) for c in rr.rank(q.post, k=top, exclude_id=q.post.id)]
+                     for q in progress_bar.progress(queries, desc=f"reranking ({name})", enabled=progress)}
+    return out
+
+
+def semeval_rerank_runs(
+    client: Any,
+    sem: Any,
+    bundle_path: str | Path,
+    fusions: Mapping[str, Mapping[str, float] | None],
+    *,
+    progress: bool = True,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per fusion name: ``orgq -> relq -> score``, each question's 10 candidates ranked by the reranker (one index)."""
+    bundle = Bundle.load(bundle_path)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    with semantic_index(client, bundle, sem.related_posts(), sem.name, progress=progress) as index:
+        for name, fusion in fusions.items():
+            rr = _reranker(bundle, client, index, fusion, k_candidates=10)
+            preds = out.setdefault(name, {})
+            for q in progress_bar.progress(sem.questions, desc=f"reranking {sem.name} ({name})", enabled=progress):
+                ids = [r.post.id for r in q.related]
+                preds[q.post.id] = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
+    return out
+
+
+def _pair_scores(rr: Reranker, pairs: Sequence[Any], desc: str, progress: bool, lexical: bool = False) -> np.ndarray:
+    """Each pair's candidate ranked alone: the fused score, or with ``lexical`` the primary template's raw score."""
+    out = []
+    for p in progress_bar.progress(pairs, desc=desc, enabled=progress):
+        c = rr.rank(p.query, k=1, restrict_ids=[p.candidate.id])[0]
+        out.append(c.components["lexical"] if lexical else c.score)
+    return np.asarray(out, dtype=np.float64)
+
+
+def pair_accuracy_runs(
+    client: Any,
+    bundle_path: str | Path,
+    train: Sequence[Any],
+    test: Sequence[Any],
+    fusions: Mapping[str, Mapping[str, float] | None],
+    *,
+    lexical_models: Sequence[str] = (),
+    progress: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Per fusion name (then per lexical model): pair accuracy on train at the threshold chosen there, and on test.
+
+    Each pair's candidate is ranked alone (``restrict_ids``), as :func:`askubuntu_decisions` does, all in one
+    index. A lexical model's score is its stored template's raw score of the candidate (the reranker asks the
+    template for it when α ≠ 0; lexnorm of a single candidate is 0, so only the raw score ranks).
+    """
+    bundle = Bundle.load(bundle_path)
+    seen: dict[str, Post] = {}
+    for p in [*train, *test]:
+        seen.setdefault(p.candidate.id, p.candidate)
+    runs: list[tuple[str, Reranker, bool]] = []
+    out = {}
+    with semantic_index(client, bundle, list(seen.values()), "pairs", progress=progress) as index:
+        runs = [(name, _reranker(bundle, client, index, fusion, k_candidates=1), False)
+                for name, fusion in fusions.items()]
+        runs += [(m, _reranker(bundle, client, index, {"alpha": 1.0}, templates=(m,), k_candidates=1), True)
+                 for m in lexical_models]
+        for name, rr, lexical in runs:
+            tr, te = (_pair_scores(rr, pairs, f"pairs ({name})", progress, lexical) for pairs in (train, test))
+            threshold, train_acc = best_threshold(tr, [p.duplicate for p in train])
+            out[name] = {"train": train_acc, "test": pair_accuracy(te, [p.duplicate for p in test], threshold),
+                         "threshold": float(threshold)}
+    return out
 
 
 def semeval_predictions(
