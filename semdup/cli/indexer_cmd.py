@@ -134,6 +134,43 @@ def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool)
         )
 
 
+def _finish(client: Any, done: Any, *, timeout: float, follow: str, again: str) -> None:
+    """Print a job's result; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
+    from semdup.indexer.celery_app import visibility_timeout_from_env
+    from semdup.indexer.jobs import queued_posts
+
+    job = done.job
+    gone = f", {done.skipped} gone before the backfill reached them" if done.skipped else ""
+    click.echo(
+        f"{done.written} posts written to {job.index} with model {job.model_version}, {done.parked} parked{gone}"
+    )
+    if done.parked:
+        _show_parked(client, job.index)
+    if not done.finished:
+        queued = queued_posts(job)
+        if queued is None:
+            where = "the broker cannot tell how many of them are still queued"
+        else:
+            lost = max(0, done.pending - queued)
+            where = f"{done.pending - lost} still queued on the broker, {lost} neither queued nor done"
+        advice = (
+            "Queued posts are written as soon as a worker takes them: keep a worker running (`semdup worker`); a "
+            f"batch whose worker was killed is handed out again after the visibility timeout "
+            f"({visibility_timeout_from_env()} s), and one retried while OpenSearch is unreachable is parked after "
+            f"the retry budget. Follow the job with `{follow} --job {job.id}`"
+        )
+        if queued is None or queued < done.pending:
+            advice += f"; posts that are not queued were lost on the way: {again} (writes are idempotent)"
+        raise click.ClickException(
+            f"{done.pending} of {job.total} posts not done after {timeout:.0f} s ({where}). {advice}"
+        )
+    if done.parked:
+        raise click.ClickException(
+            f"{done.parked} posts parked (above); fix what parked them, then "
+            f"`semdup index-posts --index {job.index} --replay-parked`"
+        )
+
+
 @click.command("index-posts")
 @click.option(
     "--input",
@@ -148,6 +185,7 @@ def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool)
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait at most.")
 @click.option("--replay-parked", is_flag=True, help="Re-enqueue the index's parked posts instead of reading --input.")
 @click.option("--list-parked", is_flag=True, help="Only list the index's parked posts.")
+@click.option("--job", "job_id", help="Follow a job enqueued earlier (the id printed when it was enqueued).")
 @_candidate_field_options
 def index_posts(
     input_path: Path | None,
@@ -158,6 +196,7 @@ def index_posts(
     timeout: float,
     replay_parked: bool,
     list_parked: bool,
+    job_id: str | None,
     sparse: bool,
     knn: bool,
 ) -> None:
@@ -165,6 +204,8 @@ def index_posts(
 
     A missing index is created with semdup's schema: the lexical fields and the packed vector and term weights
     the reranker's fusion reads; --sparse / --knn add the search structures of its hybrid candidate paths.
+    Counts are those of the job's own tasks. Exits 1 when any post is parked or not done in --timeout (the
+    message says how many are still queued, and what to do).
 
     \b
     Example:
@@ -172,6 +213,7 @@ def index_posts(
       semdup index-posts --input posts.jsonl --index travel --bundle b.tar.gz --sparse --knn
       semdup index-posts --index travel --list-parked
       semdup index-posts --index travel --replay-parked --bundle b.tar.gz
+      semdup index-posts --index travel --job 3f9c0e1d2b4a5968   # follow a job that timed out
     """
     if list_parked:
         client = _client()
@@ -180,16 +222,29 @@ def index_posts(
         click.echo(f"{count_parked(client, index)} parked posts in {index}")
         _show_parked(client, index, limit=10_000)
         return
-    if not replay_parked and input_path is None:
-        raise click.UsageError("give --input FILE (or --replay-parked / --list-parked)")
     from semdup.indexer import jobs
 
+    follow = f"semdup index-posts --index {index}"
+    if job_id:
+        from semdup.indexer.outcomes import read_job
+
+        client = _client()
+        _broker()
+        job = read_job(client, job_id)
+        if job.index != index:
+            raise click.UsageError(f"job {job_id} indexes {job.index!r}, not {index!r}")
+        done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
+        _finish(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
+        return
+    if not replay_parked and input_path is None:
+        raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     _broker()
     if replay_parked:
-        ids = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
-        click.echo(f"replayed {len(ids)} parked posts of {index}")
+        job = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
+        click.echo(f"job {job.id}: replayed {job.total} parked posts of {index}")
+        again = "run the replay again"
     else:
         from semdup.data.posts_input import read_posts
 
@@ -197,14 +252,13 @@ def index_posts(
         if not posts:
             raise DataError(f"{input_path} holds no posts")
         _ensure_index(client, index, b, sparse, knn)
-        ids = jobs.enqueue_posts(index, posts, b.version, batch_size=batch_size)
-    if not wait or not ids:
-        click.echo(f"enqueued {len(ids)} posts for {index} (model {b.version})")
+        job = jobs.enqueue_posts(client, index, posts, b.version, batch_size=batch_size)
+        click.echo(f"job {job.id}: enqueued {job.total} posts for {index} (model {b.version})")
+        again = "run the same command again"
+    if not wait or not job.total:
         return
-    done = jobs.wait_for(client, index, ids, b.version, timeout=timeout, label=f"indexing {index}")
-    click.echo(f"{done.written} posts written to {index} with model {b.version}, {done.parked} parked")
-    if done.parked:
-        _show_parked(client, index)
+    done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
+    _finish(client, done, timeout=timeout, follow=follow, again=again)
 
 
 @click.command("backfill")
@@ -216,6 +270,8 @@ def index_posts(
 def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeout: float) -> None:
     """Enqueue posts whose semdup.model is missing or not the bundle's; resumable (re-run to finish).
 
+    Exits 1 when any post is parked or not done in --timeout.
+
     \b
     Example:
       semdup backfill --index questions --bundle bundles/bow-cnn.tar.gz
@@ -225,16 +281,20 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     _broker()
-    ids = enqueue_backfill(client, index, b.version, batch_size=batch_size)
-    if not wait or not ids:
-        click.echo(f"enqueued {len(ids)} posts of {index} for backfill (model {b.version})")
+    job = enqueue_backfill(client, index, b.version, batch_size=batch_size)
+    click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {b.version})")
+    if not wait or not job.total:
         return
     from semdup.indexer.jobs import wait_for
 
-    done = wait_for(client, index, ids, b.version, timeout=timeout, label=f"backfill {index}")
-    click.echo(f"{done.written} posts of {index} now hold model {b.version}, {done.parked} parked")
-    if done.parked:
-        _show_parked(client, index)
+    done = wait_for(client, job, timeout=timeout, label=f"backfill {index}")
+    _finish(
+        client,
+        done,
+        timeout=timeout,
+        follow=f"semdup index-posts --index {index}",
+        again="run `semdup backfill` again (it enqueues what is still missing)",
+    )
 
 
 @click.command("enable")
@@ -276,7 +336,10 @@ def enable(
         from semdup.indexer.backfill import enqueue_backfill
 
         _broker()
-        ids = enqueue_backfill(client, index, b.version)
-        click.echo(f"enqueued {len(ids)} posts for backfill; follow with `semdup backfill --index {index}`")
+        job = enqueue_backfill(client, index, b.version)
+        click.echo(
+            f"job {job.id}: enqueued {job.total} posts for backfill; follow it with "
+            f"`semdup index-posts --index {index} --job {job.id}`"
+        )
     else:
         click.echo(f"next: semdup backfill --index {index} --bundle {_bundle_path(bundle)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from opensearchpy import OpenSearch
@@ -22,6 +23,7 @@ from semdup.core.errors import IndexError_, OpenSearchUnavailable
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.mapping import index_model
 from semdup.indexer.bulk import chunked
+from semdup.indexer.outcomes import Job, new_job, record_job
 
 __all__ = ["pending_query", "count_pending", "iter_pending_ids", "enqueue_backfill", "check_backfill_target"]
 
@@ -90,17 +92,22 @@ def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1
 
 def enqueue_backfill(
     client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True
-) -> list[str]:
-    """Enqueue ``backfill_batch`` tasks for every pending post; returns the ids enqueued."""
+) -> Job:
+    """Enqueue ``backfill_batch`` tasks for every pending post as one job (:mod:`semdup.indexer.outcomes`);
+    its total is the number of posts enqueued (0: nothing was left to fill)."""
     from semdup.indexer.tasks import backfill_batch
 
     check_backfill_target(client, index, version)
     total = count_pending(client, index, version)
-    enqueued: list[str] = []
+    job = new_job(index, version, total=total)
+    record_job(client, job)  # the listed count first, so the job can be followed while it is being enqueued
+    enqueued = 0
     with progress_bar(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:
         for ids in chunked(iter_pending_ids(client, index, version), batch_size):
-            backfill_batch.apply_async(args=[index, ids, version])
-            enqueued.extend(ids)
+            backfill_batch.apply_async(args=[index, ids, version], kwargs={"job": job.id})
+            enqueued += len(ids)
             bar.update(len(ids))
-    logger.info("enqueued %d posts of %s for backfill with model %s", len(enqueued), index, version)
-    return enqueued
+    job = replace(job, total=enqueued)
+    record_job(client, job)
+    logger.info("job %s: enqueued %d posts of %s for backfill with model %s", job.id, enqueued, index, version)
+    return job

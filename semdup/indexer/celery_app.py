@@ -6,18 +6,23 @@ semdup.indexer.celery_app worker``) reads ``SEMDUP_BROKER_URL`` (via ``BrokerSet
 the app object is lazy, and each worker process loads its bundle once, after fork, in
 ``worker_process_init`` (an onnxruntime session must not cross a fork).
 
-Delivery guarantees, and why they are safe here:
+Delivery guarantees, and why they are safe here (the three states a post ends in: written, parked, or still
+queued on the broker; README.md in this folder):
 
-* ``task_acks_late`` + ``task_reject_on_worker_lost``: a worker killed mid-batch (SIGKILL, OOM) gets its
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a worker process killed mid-batch (SIGKILL, OOM) gets its
   message redelivered instead of losing the batch. This would be dangerous for a task with side effects
   that add up, but every indexer write is idempotent: documents use ``_id = post id`` and their content
   is a pure function of (post, bundle version), so running a batch twice writes the same documents.
   A batch that kills its worker every time cannot loop for ever on Redis either: its payload is small
   (64 posts) and text is cut to a bounded length by the text pipeline before encoding.
 * Redis ``visibility_timeout``: a message not acknowledged within it (its worker died with the whole
-  process group) is handed to another worker. It must exceed the longest batch plus the longest retry
-  countdown (``retry_backoff_max`` = 600 s), so the default is 3600 s; tests lower it with
-  ``SEMDUP_VISIBILITY_TIMEOUT``. RabbitMQ ignores it (it redelivers on a closed channel).
+  process group) is handed to another worker; so a whole-worker SIGKILL delays its batches by up to this
+  long. It must exceed what a message can spend unacknowledged in a live worker: the task's run time (bounded
+  by :data:`TASK_SOFT_TIME_LIMIT`, 120 s) plus the longest retry countdown it holds before running
+  (:class:`~semdup.indexer.retry.RetryPolicy` caps it at a fifth of the visibility timeout, 60 s at most),
+  else a held message is handed out twice. Hence :data:`DEFAULT_VISIBILITY_TIMEOUT` = 300 s (120 + 75 with
+  room to spare), not an hour; tests lower it with ``SEMDUP_VISIBILITY_TIMEOUT``. RabbitMQ ignores it (it
+  redelivers on a closed channel).
 * JSON only (``accept_content=["json"]``): a broker message can never run code (pickle could).
 """
 
@@ -33,6 +38,7 @@ from celery import Celery
 from celery.signals import worker_process_init
 
 from semdup.core.errors import ConfigError
+from semdup.indexer.retry import RetryPolicy
 
 __all__ = [
     "app",
@@ -44,12 +50,14 @@ __all__ = [
     "runtime",
     "QUEUE",
     "DEFAULT_VISIBILITY_TIMEOUT",
+    "TASK_SOFT_TIME_LIMIT",
 ]
 
 logger = logging.getLogger(__name__)
 
 QUEUE = "semdup.indexer"
-DEFAULT_VISIBILITY_TIMEOUT = 3600
+DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; see the module doc for why it must exceed a task plus a retry wait
+TASK_SOFT_TIME_LIMIT = 120  # seconds a batch may run; past it the task is retried (a hung request, not a bad post)
 _BROKER_SOCKET_TIMEOUT = 30.0
 _BROKER_CONNECT_TIMEOUT = 10.0
 
@@ -117,7 +125,7 @@ def visibility_timeout_from_env() -> int:
     try:
         return int(raw)
     except ValueError as exc:
-        raise ConfigError(f"SEMDUP_VISIBILITY_TIMEOUT must be whole seconds, found {raw!r}; e.g. 3600") from exc
+        raise ConfigError(f"SEMDUP_VISIBILITY_TIMEOUT must be whole seconds, found {raw!r}; e.g. 300") from exc
 
 
 @dataclass(frozen=True)
@@ -139,10 +147,11 @@ class WorkerSettings:
 
 @dataclass
 class WorkerRuntime:
-    """The per-process bundle (one onnxruntime session) and OpenSearch client."""
+    """The per-process bundle (one onnxruntime session), OpenSearch client and retry policy."""
 
     bundle: Any
     client: Any
+    retry: RetryPolicy
 
 
 _runtime: WorkerRuntime | None = None
@@ -165,7 +174,7 @@ def _load_runtime() -> WorkerRuntime:
         getattr(bundle, "dimension", "?"),
         settings.bundle_path,
     )
-    return WorkerRuntime(bundle=bundle, client=client)
+    return WorkerRuntime(bundle=bundle, client=client, retry=RetryPolicy.from_env(visibility_timeout_from_env()))
 
 
 def runtime() -> WorkerRuntime:

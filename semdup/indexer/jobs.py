@@ -4,15 +4,22 @@ The library API under ``semdup index-posts`` and ``semdup backfill``; the CLI on
 
     connect_broker(BrokerSettings.from_env().url)            # once, at the edge
     ensure_index(client, "travel", dimension=bundle.dimension)
-    ids = enqueue_posts("travel", read_posts("posts.jsonl"), bundle.version)
-    done = wait_for(client, "travel", ids, bundle.version, timeout=3600)
-    print(f"{done.written} written, {done.parked} parked")
-    ids = replay_parked(client, "travel", bundle.version)     # after fixing what parked them
+    job = enqueue_posts(client, "travel", read_posts("posts.jsonl"), bundle.version)
+    done = wait_for(client, job, timeout=3600)
+    print(f"{done.written} written, {done.parked} parked, {done.pending} not done")
+    if not done.finished:
+        queued_posts(job)                                     # how many of them are still on the broker
+    job = replay_parked(client, "travel", bundle.version)     # after fixing what parked them
 
-:func:`wait_for` is a fold over :func:`poll`, which yields a :class:`JobProgress` per look at the index (as
-opensearch-py's ``bulk`` over ``streaming_bulk``). Tasks are sent through the task objects of
-:mod:`semdup.indexer.tasks`; a parked record names its task, and a record whose task is not one of those is
-left parked, with a warning.
+A job counts what its own tasks did: each task records its outcome as its last step
+(:mod:`semdup.indexer.outcomes`), and :func:`poll` sums them. So old copies already in the index, another job's
+writes, or posts parked after a quick count never pass for this job's work, and a post is *pending* until its
+task has finished: still queued (on the broker, :func:`queued_posts`) or, if not even there, lost.
+:func:`wait_for` is a fold over :func:`poll` (as opensearch-py's ``bulk`` over ``streaming_bulk``) and returns
+the last progress when the time is up (``finished`` False), so the caller can say what is left and why.
+
+Tasks are sent through the task objects of :mod:`semdup.indexer.tasks`; a parked record names its task, and a
+record whose task is not one of those is left parked, with a warning.
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ from typing import Any
 
 from celery import Celery, Task
 from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
 
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
@@ -35,11 +41,13 @@ from semdup.index_format.mapping import candidate_fields
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import tasks
 from semdup.indexer.bulk import chunked
-from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT, configure_app
+from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT, app, configure_app
 from semdup.indexer.lexical_index import create_index
-from semdup.indexer.parking import ParkedPost, count_parked, forget_parked, iter_parked
+from semdup.indexer.outcomes import Job, job_counts, new_job, record_job
+from semdup.indexer.parking import ParkedPost, forget_parked, iter_parked
 
 __all__ = [
+    "Job",
     "JobProgress",
     "IndexState",
     "TaskCall",
@@ -50,27 +58,39 @@ __all__ = [
     "replay_parked",
     "poll",
     "wait_for",
+    "queued_posts",
 ]
 
 logger = logging.getLogger(__name__)
 
-_COUNT_CHUNK = 10_000  # ids per count query (OpenSearch's default index.max_terms_count is 65,536)
 _TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
 class JobProgress:
-    """How far an index job is: of ``total`` posts, ``written`` hold the model's fields, ``parked`` are parked."""
+    """How far a job is, by its finished tasks: of ``job.total`` posts, ``written``, ``parked``, and ``skipped``
+    (a backfill's posts deleted before it reached them); the rest are ``pending``."""
 
-    index: str
-    model_version: str
-    total: int
+    job: Job
     written: int = 0
     parked: int = 0
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.job.total
+
+    @property
+    def done(self) -> int:
+        return self.written + self.parked + self.skipped
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.total - self.done)
 
     @property
     def finished(self) -> bool:
-        return self.written + self.parked >= self.total
+        return self.done >= self.total
 
 
 @dataclass(frozen=True)
@@ -83,13 +103,14 @@ class IndexState:
 
 @dataclass(frozen=True)
 class TaskCall:
-    """One task message: the task object and its JSON-native arguments."""
+    """One task message: the task object, its JSON-native arguments and the job it belongs to."""
 
     task: Task
     args: list[Any]
+    job: str | None = None
 
     def send(self) -> None:
-        self.task.apply_async(args=self.args)
+        self.task.apply_async(args=self.args, kwargs={"job": self.job} if self.job else {})
 
 
 def connect_broker(url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> Celery:
@@ -135,6 +156,7 @@ def ensure_index(
 
 
 def _send_all(calls: list[TaskCall], label: str, progress: bool) -> None:
+    """Send every call (``TaskCall.send``; Celery retries a publish while the broker reconnects)."""
     with progress_bar(total=sum(len(c.args[1]) for c in calls), desc=label, unit="post", enabled=progress) as bar:
         for call in calls:
             call.send()
@@ -142,14 +164,25 @@ def _send_all(calls: list[TaskCall], label: str, progress: bool) -> None:
 
 
 def enqueue_posts(
-    index: str, posts: Sequence[Post], model_version: str, *, batch_size: int = 64, progress: bool = True
-) -> list[str]:
-    """Send ``posts`` as ``index_posts`` tasks of ``batch_size`` posts; returns their ids, each once, to wait for."""
-    payload = [p.to_json() for p in posts]
-    calls = [TaskCall(tasks.index_posts, [index, b, model_version]) for b in chunked(payload, batch_size)]
+    client: OpenSearch,
+    index: str,
+    posts: Sequence[Post],
+    model_version: str,
+    *,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> Job:
+    """Record a job and send ``posts`` as its ``index_posts`` tasks of ``batch_size`` posts.
+
+    A post id given twice is sent once, with its last content (the one that would have been written last).
+    """
+    payload = [p.to_json() for p in {p.id: p for p in posts}.values()]
+    job = new_job(index, model_version, total=len(payload))
+    record_job(client, job)
+    calls = [TaskCall(tasks.index_posts, [index, b, model_version], job.id) for b in chunked(payload, batch_size)]
     _send_all(calls, "enqueue", progress)
-    logger.info("enqueued %d posts for %s with model %s", len(payload), index, model_version)
-    return list(dict.fromkeys(p.id for p in posts))
+    logger.info("job %s: enqueued %d posts for %s with model %s", job.id, len(payload), index, model_version)
+    return job
 
 
 def _short_name(task: Task) -> str:
@@ -163,7 +196,7 @@ def _replayable() -> dict[str, Task]:
 
 
 def replay_batches(
-    records: Sequence[ParkedPost], index: str, model_version: str, batch_size: int = 64
+    records: Sequence[ParkedPost], index: str, model_version: str, batch_size: int = 64, job: str | None = None
 ) -> tuple[list[TaskCall], list[ParkedPost]]:
     """The task messages that replay parked ``records``, and the records they cover (unknown tasks left out).
 
@@ -192,90 +225,70 @@ def replay_batches(
         else:
             items = [r.post_id for r in recs]
         extra = [] if task is tasks.delete_posts else [model_version]
-        calls += [TaskCall(task, [index, batch, *extra]) for batch in chunked(items, batch_size)]
+        calls += [TaskCall(task, [index, batch, *extra], job) for batch in chunked(items, batch_size)]
         covered += recs
     return calls, covered
 
 
 def replay_parked(
     client: OpenSearch, index: str, model_version: str, *, batch_size: int = 64, progress: bool = True
-) -> list[str]:
-    """Enqueue the parked posts of ``index`` again and forget their records; returns the ids to wait for
-    (replayed deletes have nothing to wait for). A post that fails again is parked again, with the new error."""
-    calls, covered = replay_batches(list(iter_parked(client, index)), index, model_version, batch_size)
+) -> Job:
+    """Enqueue the parked posts of ``index`` again as a job and forget their records. A post that fails again is
+    parked again, with the new error."""
+    job = new_job(index, model_version)
+    calls, covered = replay_batches(list(iter_parked(client, index)), index, model_version, batch_size, job.id)
+    job = Job(job.id, index, model_version, total=sum(len(c.args[1]) for c in calls))
+    record_job(client, job)
     _send_all(calls, "replay", progress)
     forget_parked(client, covered)
-    logger.info("replayed %d parked posts of %s", len(covered), index)
-    return [r.post_id for r in covered if r.task != _short_name(tasks.delete_posts)]
+    logger.info("job %s: replayed %d parked posts of %s", job.id, len(covered), index)
+    return job
 
 
-def _count_written(client: OpenSearch, index: str, ids: Sequence[str], version: str) -> int | None:
-    """How many of ``ids`` hold ``version``'s fields; None while the cluster does not answer."""
-    done = 0
-    try:
-        for i in range(0, len(ids), _COUNT_CHUNK):
-            chunk = list(ids[i : i + _COUNT_CHUNK])
-            query = {"bool": {"filter": [{"ids": {"values": chunk}}, {"term": {"semdup.model": version}}]}}
-            done += int(client.count(index=index, body={"query": query}, request_timeout=_TIMEOUT)["count"])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout):
-        return None  # the cluster is down for now: keep waiting, the workers retry
-    return done
-
-
-def poll(
-    client: OpenSearch, index: str, ids: Sequence[str], model_version: str, *, timeout: float, interval: float = 1.0
-) -> Iterator[JobProgress]:
-    """A :class:`JobProgress` after each look at the index, every ``interval`` seconds, until every id holds
-    ``model_version`` or is parked (the last one yielded is finished).
-
-    Raises:
-        OpenSearchUnavailable: ``timeout`` seconds passed first (the queued tasks are kept).
-    """
+def poll(client: OpenSearch, job: Job, *, timeout: float, interval: float = 1.0) -> Iterator[JobProgress]:
+    """A :class:`JobProgress` after each look at the job's outcomes, every ``interval`` seconds, until the job is
+    finished or ``timeout`` seconds have passed (then the last one yielded is not finished; its tasks are kept)."""
     deadline = time.monotonic() + timeout
-    last = JobProgress(index, model_version, len(ids))
+    last = JobProgress(job)
     while True:
         try:
-            client.indices.refresh(index=index, request_timeout=_TIMEOUT)
-        except Exception:  # noqa: BLE001 - a refresh is only a hint; counting decides
-            pass
-        written = _count_written(client, index, ids, model_version)
-        if written is not None:
-            try:
-                parked = count_parked(client, index, list(ids))
-            except OpenSearchUnavailable:
-                parked = last.parked
-            last = JobProgress(index, model_version, len(ids), written, parked)
+            counts = job_counts(client, job.id)
+            last = JobProgress(job, counts.written, counts.parked, counts.skipped)
             yield last
-            if last.finished:
-                return
-        if time.monotonic() > deadline:
-            raise OpenSearchUnavailable(
-                f"gave up waiting after {timeout:.0f} s: {last.written} of {len(ids)} posts written, {last.parked} "
-                "parked. Are workers running (`semdup worker --bundle ...`)? The queued tasks are kept; run the "
-                "same command again later or `semdup backfill` to finish"
-            )
+        except OpenSearchUnavailable:
+            pass  # the cluster is down for now: keep waiting, the workers retry
+        if last.finished or time.monotonic() > deadline:
+            return
         time.sleep(interval)
 
 
 def wait_for(
     client: OpenSearch,
-    index: str,
-    ids: Sequence[str],
-    model_version: str,
+    job: Job,
     *,
     timeout: float = 3600.0,
     interval: float = 1.0,
     label: str | None = None,
     progress: bool = True,
 ) -> JobProgress:
-    """Wait until every id holds ``model_version`` or is parked; returns the final :class:`JobProgress`.
-
-    Raises:
-        OpenSearchUnavailable: ``timeout`` seconds passed first.
-    """
-    last = JobProgress(index, model_version, len(ids))
-    with progress_bar(total=len(ids), desc=label or f"indexing {index}", unit="post", enabled=progress) as bar:
-        for last in poll(client, index, ids, model_version, timeout=timeout, interval=interval):
-            bar.n = min(len(ids), last.written + last.parked)
+    """Wait until every post of ``job`` is written, parked or skipped, or ``timeout`` seconds have passed;
+    returns the last :class:`JobProgress` (check ``finished``)."""
+    last = JobProgress(job)
+    with progress_bar(total=job.total, desc=label or f"indexing {job.index}", unit="post", enabled=progress) as bar:
+        for last in poll(client, job, timeout=timeout, interval=interval):
+            bar.n = min(job.total, last.done)
             bar.refresh()
     return last
+
+
+def queued_posts(job: Job) -> int | None:
+    """How many of ``job``'s posts are held by task messages on the broker (queued, or held unacknowledged by a
+    worker); None when the broker cannot tell (RabbitMQ) or does not answer."""
+    from semdup.indexer.backlog import queued_post_ids
+
+    try:
+        ids = queued_post_ids(app, job=job.id)
+    except BrokerUnavailable as exc:
+        logger.warning("could not count the queued posts of job %s: %s", job.id, exc)
+        return None
+    return None if ids is None else len(ids)

@@ -2,8 +2,9 @@
 
 The store is an OpenSearch index, ``semdup-parked`` (one per cluster), rather than a Redis list: it lives
 beside the data it is about, survives broker restarts and broker swaps (RabbitMQ works the same), and
-operators can search it with the tools they already use. A parked record's ``_id`` is
-``<index>/<post id>``, so parking the same post twice keeps one record (the latest error).
+operators can search it with the tools they already use. A parked record's ``_id`` is a hash of (index, post
+id) (:func:`parked_id`), so parking the same post twice keeps one record (the latest error), and a post whose id
+OpenSearch refuses as a document ``_id`` (over 512 bytes) can still be parked; the raw id is kept in ``post_id``.
 
 A record holds ``index``, ``post_id``, ``task`` (``index_posts`` or ``backfill_batch``), ``error``,
 ``model_version``, ``payload`` (the post as JSON for ``index_posts``; ``None`` for backfill, whose text is
@@ -11,11 +12,13 @@ in the index) and ``parked_at``. Replay re-enqueues each record and deletes it o
 meanwhile (``if_seq_no``), so a post that fails again is parked again, never lost.
 
 Parking happens only when OpenSearch answers (a per-document failure, or a bad post); a cluster that is
-down is a transient error, and the task is retried instead.
+down is a transient error, and the task is retried instead. A post written later forgets its parked record
+(:func:`unpark`), so a post is in one state only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Iterator
@@ -28,7 +31,16 @@ from opensearchpy import exceptions as os_exc
 from semdup.core.errors import OpenSearchUnavailable
 from semdup.indexer.bulk import bulk_write
 
-__all__ = ["PARKED_INDEX", "ParkedPost", "park", "iter_parked", "count_parked", "forget_parked", "parked_id"]
+__all__ = [
+    "PARKED_INDEX",
+    "ParkedPost",
+    "park",
+    "unpark",
+    "iter_parked",
+    "count_parked",
+    "forget_parked",
+    "parked_id",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +53,7 @@ _MAPPING: dict[str, Any] = {
         "dynamic": "strict",
         "properties": {
             "index": {"type": "keyword"},
-            "post_id": {"type": "keyword"},
+            "post_id": {"type": "keyword", "ignore_above": 4096},  # kept whole in _source; searchable if shorter
             "task": {"type": "keyword"},
             "error": {"type": "text"},
             "model_version": {"type": "keyword"},
@@ -54,7 +66,7 @@ _MAPPING: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ParkedPost:
-    """One parked post; ``seq_no``/``primary_term`` identify the version read, for a safe delete."""
+    """One parked post; ``record_id``/``seq_no``/``primary_term`` identify the version read, for a safe delete."""
 
     index: str
     post_id: str
@@ -65,10 +77,12 @@ class ParkedPost:
     parked_at: int
     seq_no: int = -1
     primary_term: int = -1
+    record_id: str = ""
 
 
 def parked_id(index: str, post_id: str) -> str:
-    return f"{index}/{post_id}"
+    """The record's ``_id``: a hash, because ``<index>/<post id>`` can exceed OpenSearch's 512-byte ``_id``."""
+    return "p-" + hashlib.sha256(f"{index}\x00{post_id}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def _ensure_index(client: OpenSearch) -> None:
@@ -132,6 +146,34 @@ def park(
     return report.written
 
 
+def unpark(client: OpenSearch, index: str, post_ids: list[str]) -> int:
+    """Forget the parked records of posts that were just written; returns how many there were.
+
+    One search when the store exists (none usually match), a delete only for those that do.
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer (the caller's task is retried; the writes are idempotent).
+    """
+    if not post_ids:
+        return 0
+    query = {"bool": {"filter": [_query(index), {"terms": {"post_id": post_ids}}]}}
+    try:
+        hits = client.search(
+            index=PARKED_INDEX,
+            body={"query": query, "_source": False, "size": len(post_ids)},
+            ignore_unavailable=True,
+            request_timeout=_TIMEOUT,
+        )["hits"]["hits"]
+        if not hits:
+            return 0
+        bulk_write(client, [{"_op_type": "delete", "_index": PARKED_INDEX, "_id": h["_id"]} for h in hits])
+        client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while clearing parked posts: {exc}") from exc
+    logger.info("forgot %d parked records of %s: the posts are written now", len(hits), index)
+    return len(hits)
+
+
 def _query(index: str | None) -> dict[str, Any]:
     return {"term": {"index": index}} if index else {"match_all": {}}
 
@@ -180,6 +222,7 @@ def iter_parked(client: OpenSearch, index: str | None = None, page: int = 500) -
                     parked_at=int(s["parked_at"]),
                     seq_no=hit.get("_seq_no", -1),
                     primary_term=hit.get("_primary_term", -1),
+                    record_id=hit["_id"],
                 )
             after = hits[-1]["sort"]
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
@@ -193,7 +236,7 @@ def forget_parked(client: OpenSearch, records: list[ParkedPost]) -> int:
         try:
             client.delete(
                 index=PARKED_INDEX,
-                id=parked_id(r.index, r.post_id),
+                id=r.record_id or parked_id(r.index, r.post_id),  # records of older semdups have other ids
                 if_seq_no=r.seq_no,
                 if_primary_term=r.primary_term,
                 request_timeout=_TIMEOUT,

@@ -20,9 +20,12 @@ because it is one cheap read, is set before the first document lands (no race wi
 holds for indices semdup did not create (``semdup enable`` sets it there too). Rolling out a new model
 means a new index behind an alias, as DESIGN.md says.
 
-Bad posts (no text, binary, malformed JSON) and documents OpenSearch refuses for good are returned as
-failures for the caller to park; 429 rejections left after the bulk retries and connection errors raise
-``OpenSearchUnavailable`` so the task is retried.
+Bad posts (no text, binary, malformed JSON, an id OpenSearch refuses as ``_id``: empty or over 512 bytes
+of UTF-8) and documents OpenSearch refuses for good are returned as failures for the caller to park, and the
+batch's other posts are written: ids are checked before the bulk request (one bad ``_id`` makes OpenSearch refuse
+the whole request), and a request refused whole all the same (400, 413) is split until the refused documents
+stand alone. 429 rejections left after the bulk retries and connection errors raise ``OpenSearchUnavailable``
+so the task is retried.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ __all__ = [
     "index_batch",
     "write_overlapped",
     "INDEX_CHUNK",
+    "MAX_ID_BYTES",
+    "check_doc_id",
     "backfill_batch",
     "delete_batch",
     "ensure_index_model",
@@ -66,6 +71,8 @@ _TIMEOUT = 30.0
 # alternated): 881 and 885 posts/s with 32, 807 and 790 with one 64-post request, 815 with 16, at the same client
 # and server CPU seconds. (Earlier, with the machine busy, 32 had saved no wall time: overlap needs a free core.)
 INDEX_CHUNK = 32
+MAX_ID_BYTES = 512  # OpenSearch refuses a longer _id, and with it the whole bulk request
+_REFUSED_WHOLE = (400, 413)  # statuses of a bulk request refused as a whole (validation, too large)
 _REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "circuit_breaking_exception")
 
 
@@ -87,6 +94,22 @@ class BatchResult:
     missing: list[str] = field(default_factory=list)
 
 
+def check_doc_id(post_id: str) -> None:
+    """Refuse an id OpenSearch would refuse as a document ``_id`` (it would fail the whole bulk request).
+
+    Raises:
+        PostError: the id is empty or longer than :data:`MAX_ID_BYTES` bytes of UTF-8.
+    """
+    if not post_id:
+        raise PostError("post id is empty; OpenSearch refuses an empty _id: give every post a non-empty id")
+    size = len(post_id.encode("utf-8", "surrogatepass"))
+    if size > MAX_ID_BYTES:
+        raise PostError(
+            f"post id {post_id[:40]!r}... is {size} bytes of UTF-8; OpenSearch refuses an _id over {MAX_ID_BYTES} "
+            "bytes: shorten it (e.g. a hash of it) and send the post again"
+        )
+
+
 def _payload_id(obj: Any) -> str:
     raw = json.dumps(obj, sort_keys=True, default=str).encode("utf-8", "replace")
     return "malformed-" + hashlib.sha1(raw).hexdigest()[:16]
@@ -99,6 +122,7 @@ def _parse_posts(batch: Sequence[Any], result: BatchResult) -> list[Post]:
             if not isinstance(obj, dict) or "id" not in obj:
                 raise PostError("expected a JSON object with 'id', 'title' and 'body'")
             post = Post.from_json(obj)
+            check_doc_id(post.id)
             check_post(post)
         except PostError as exc:
             pid = str(obj["id"]) if isinstance(obj, dict) and "id" in obj else _payload_id(obj)
@@ -231,10 +255,26 @@ def write_overlapped(client: OpenSearch, action_chunks: Iterable[list[dict[str, 
                 report = report.merge(pending.result())
                 pending = None
             if actions:
-                pending = pool.submit(bulk_write, client, actions, total=len(actions), chunk_size=len(actions))
+                pending = pool.submit(_bulk_or_split, client, actions)
         if pending is not None:
             report = report.merge(pending.result())
     return report
+
+
+def _bulk_or_split(client: OpenSearch, actions: list[dict[str, Any]]) -> BulkReport:
+    """One bulk request; if OpenSearch refuses it whole (400, 413), halves until each refused document stands
+    alone and fails by itself, so the rest of the batch is written."""
+    try:
+        return bulk_write(client, actions, total=len(actions), chunk_size=len(actions))
+    except os_exc.TransportError as exc:
+        if exc.status_code not in _REFUSED_WHOLE:
+            raise
+        if len(actions) == 1:
+            error = f"{type(exc).__name__}({exc.status_code}): {exc.error}: {str(exc.info)[:300]}"
+            logger.warning("bulk request of %s refused: %s", actions[0]["_id"], error[:200])
+            return BulkReport(failed=[(str(actions[0]["_id"]), error)])
+        half = len(actions) // 2
+        return _bulk_or_split(client, actions[:half]).merge(_bulk_or_split(client, actions[half:]))
 
 
 def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
@@ -299,16 +339,26 @@ def backfill_batch(
         }
         for post, fields in encoded
     ]
-    report = bulk_write(client, actions, total=len(actions))
+    report = _bulk_or_split(client, actions) if actions else BulkReport()
     _split_failures(report, result, "backfill")
     return result
+
+
+def _valid_id(post_id: str) -> bool:
+    try:
+        check_doc_id(post_id)
+    except PostError:
+        return False
+    return True
 
 
 def delete_batch(client: OpenSearch, index: str, ids: Sequence[str]) -> BatchResult:
     """Delete posts by id; an id that is already gone counts as deleted (deleting twice is harmless)."""
     result = BatchResult()
-    actions = [{"_op_type": "delete", "_index": index, "_id": str(i)} for i in ids]
-    report = bulk_write(client, actions, total=len(actions))
+    valid = [str(i) for i in ids if _valid_id(str(i))]
+    result.written += len(ids) - len(valid)  # an id OpenSearch refuses as _id names no document: nothing to delete
+    actions = [{"_op_type": "delete", "_index": index, "_id": i} for i in valid]
+    report = _bulk_or_split(client, actions) if actions else BulkReport()
     gone = [(i, e) for i, e in report.failed if "not_found" in e or "'result': 'not_found'" in e]
     report.failed = [f for f in report.failed if f not in gone]
     report.written += len(gone)

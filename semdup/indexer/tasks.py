@@ -1,148 +1,300 @@
 """Celery tasks of the indexer: thin wrappers over ``semdup.indexer.semantic`` with the retry and parking rules.
 
-Arguments are JSON-native (index name, small batches of posts or ids, the bundle version id). Every write
-has a deterministic ``_id`` and content, so a task delivered twice writes the same thing (``acks_late`` is
-safe, see ``celery_app``). Only transient errors are retried (cluster down or overloaded, connection
-errors), with exponential backoff, jitter and ``max_retries``; posts that cannot be written for good
-(no text, binary, refused by the mapping, wrong model) are parked in ``semdup-parked``. A batch whose
-retries run out is parked whole when the cluster answers again; if it still does not, the failure is
-logged with every post id (the worker log keeps the task arguments) — never dropped silently.
+Every post a task carries ends in exactly one of three states: **written**, **parked** (in ``semdup-parked``,
+with the reason), or **still queued** (its message still on the broker). Never acknowledged and dropped:
 
-Example (the CLI does this for you)::
+* Posts that cannot be written for good (no text, binary, an id OpenSearch refuses, refused by the mapping or
+  a write block, wrong model) are parked; the batch's other posts are written.
+* Transient errors (cluster unreachable, 429 / 502 / 503 / 504, a task past its soft time limit) are retried
+  with the backoff of :class:`~semdup.indexer.retry.RetryPolicy`: for at least its budget
+  (``SEMDUP_RETRY_BUDGET``, 30 minutes by default), then the batch is parked whole. Any other error parks it
+  whole at once, with the error.
+* If parking fails too (the store is on the same unreachable cluster), the task is sent again with the longest
+  wait, as often as it takes: each later attempt tries to write the batch first, then to park it. A retry that
+  cannot be sent hands the message back to the broker instead (``Reject(requeue=True)``).
+
+Arguments are JSON-native (index name, small batches of posts or ids, the bundle version id, the job id). Every
+write has a deterministic ``_id`` and content, so a task delivered twice writes the same thing (``acks_late`` is
+safe, see ``celery_app``). A task of a job records its outcome (:mod:`semdup.indexer.outcomes`) as its last step.
+
+Example (the CLI does this for you, :mod:`semdup.indexer.jobs`)::
 
     from semdup.indexer.tasks import index_posts
-    index_posts.delay("travel", [{"id": "1", "title": "Visa?", "body": "..."}], bundle.version)
+    index_posts.delay("travel", [{"id": "1", "title": "Visa?", "body": "..."}], bundle.version, job="9f2c...")
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.log import get_task_logger
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
-from semdup.indexer import parking, semantic, worker_metrics
-from semdup.indexer.celery_app import app, runtime
+from semdup.indexer import outcomes, parking, semantic, worker_metrics
+from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
+from semdup.indexer.retry import MAX_RETRY_WAIT
 
-__all__ = ["index_posts", "backfill_batch", "delete_posts", "TRANSIENT_ERRORS", "MAX_RETRIES"]
+__all__ = ["index_posts", "backfill_batch", "delete_posts", "TRANSIENT_ERRORS", "is_transient", "Batch", "Outcome"]
 
 logger = get_task_logger(__name__)
 worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless SEMDUP_METRICS_PORT is set
 
-TRANSIENT_ERRORS = (OpenSearchUnavailable, os_exc.ConnectionError, os_exc.ConnectionTimeout)
-MAX_RETRIES = 8  # with backoff doubling to 600 s: about 25 minutes of retrying before a batch is parked
+TRANSIENT_ERRORS = (OpenSearchUnavailable, os_exc.ConnectionError, os_exc.ConnectionTimeout, SoftTimeLimitExceeded)
+_TRANSIENT_STATUS = (429, 502, 503, 504)
 
-_RETRY_OPTIONS: dict[str, Any] = {
-    "autoretry_for": TRANSIENT_ERRORS,
-    "retry_backoff": 2,
-    "retry_backoff_max": 600,
-    "retry_jitter": True,
-    "max_retries": MAX_RETRIES,
+_TASK_OPTIONS: dict[str, Any] = {
+    "bind": True,
+    "max_retries": None,  # the retry budget is counted by RetryPolicy, and a batch that cannot park never runs out
     "ignore_result": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
+    "soft_time_limit": TASK_SOFT_TIME_LIMIT,
 }
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying: the cluster did not answer, was overloaded or unavailable, or the task ran too long."""
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    return isinstance(exc, os_exc.TransportError) and exc.status_code in _TRANSIENT_STATUS
+
+
 class IndexerTask(Task):
-    """Parks a batch whose retries ran out, so its posts stay visible and replayable."""
+    """Logs what reaches Celery as a failure: a lost worker process (its message is requeued) or a bug in the
+    guard itself; every error of the work is handled in :func:`_deliver`."""
 
     def on_failure(self, exc: BaseException, task_id: str, args: tuple, kwargs: dict, einfo: Any) -> None:
-        index, items, version = _task_args(self.name, args, kwargs)
-        ids = [str(i["id"]) if isinstance(i, dict) and "id" in i else str(i) for i in items]
-        payloads = {str(i["id"]): i for i in items if isinstance(i, dict) and "id" in i}
-        try:
-            parking.park(
-                runtime().client,
-                index,
-                [(i, f"{type(exc).__name__}: {exc}") for i in ids],
-                task=self.name.rsplit(".", 1)[-1],
-                model_version=version,
-                payloads=payloads,
-            )
-        except Exception as park_exc:  # noqa: BLE001 - last resort: log every id so nothing vanishes unseen
-            logger.error(
-                "task %s failed (%s) and its %d posts could not be parked (%s); replay these ids of index %s: %s",
-                task_id,
-                exc,
-                len(ids),
-                park_exc,
-                index,
-                ",".join(ids),
-            )
+        batch = Batch.of(self.name, args, kwargs)
+        logger.error(
+            "task %s of index %s failed (%s: %s); with acks_late its message is handed back when the worker was "
+            "lost, else look for these ids in the index and the parked store: %s",
+            task_id,
+            batch.index,
+            type(exc).__name__,
+            exc,
+            ",".join(batch.ids)[:5000],
+        )
 
 
-def _task_args(name: str, args: tuple, kwargs: dict) -> tuple[str, list[Any], str]:
-    keys = ("index", "posts" if name.endswith("index_posts") else "ids", "model_version")
-    values = dict(zip(keys, args, strict=False)) | kwargs
-    return str(values.get("index", "")), list(values.get(keys[1]) or []), str(values.get("model_version", ""))
+_ARG_NAMES = {
+    "index_posts": ("index", "posts", "model_version", "job"),
+    "backfill_batch": ("index", "ids", "model_version", "job"),
+    "delete_posts": ("index", "ids", "job"),
+}
 
 
-def _check_version(model_version: str) -> None:
-    loaded = runtime().bundle.version
-    if model_version != loaded:
+@dataclass(frozen=True)
+class Batch:
+    """A task's arguments: index, posts (as JSON) or ids, model version, job."""
+
+    task: str
+    index: str
+    items: list[Any]
+    model_version: str = ""
+    job: str | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(i["id"]) if isinstance(i, dict) and "id" in i else str(i) for i in self.items]
+
+    @property
+    def payloads(self) -> dict[str, dict[str, Any]]:
+        return {str(i["id"]): i for i in self.items if isinstance(i, dict) and "id" in i}
+
+    @classmethod
+    def of(cls, name: str, args: tuple | list, kwargs: dict) -> Batch:
+        short = name.rsplit(".", 1)[-1]
+        keys = _ARG_NAMES.get(short, _ARG_NAMES["backfill_batch"])
+        values = dict(zip(keys, args, strict=False)) | kwargs
+        return cls(
+            task=short,
+            index=str(values.get("index", "")),
+            items=list(values.get(keys[1]) or []),
+            model_version=str(values.get("model_version") or ""),
+            job=values.get("job"),
+        )
+
+
+@dataclass
+class Outcome:
+    """What a task did with its posts: written (with their ids, to forget stale parked records), parked, skipped."""
+
+    written: int = 0
+    parked: int = 0
+    skipped: int = 0
+    written_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"written": self.written, "parked": self.parked, "skipped": self.skipped}
+
+
+def _check_version(rt: WorkerRuntime, model_version: str) -> None:
+    if model_version != rt.bundle.version:
         raise IndexError_(
-            f"this batch was enqueued for model {model_version} but the worker runs bundle {loaded}; "
+            f"this batch was enqueued for model {model_version} but the worker runs bundle {rt.bundle.version}; "
             "start workers with the same bundle as `semdup index-posts --bundle`, then replay the parked posts"
         )
 
 
-def _refuse(index: str, items: list[Any], version: str, task: str, exc: IndexError_) -> dict[str, int]:
-    """A batch refused before any write (wrong model): park it whole, with the reason."""
-    ids = [str(i["id"]) if isinstance(i, dict) and "id" in i else str(i) for i in items]
-    payloads = {str(i["id"]): i for i in items if isinstance(i, dict) and "id" in i}
-    logger.error("refused %d posts of %s: %s", len(ids), index, exc)
+def _park_whole(rt: WorkerRuntime, batch: Batch, reason: str) -> Outcome:
+    """Park every post of the batch with ``reason`` (raises OpenSearchUnavailable when the store does not answer)."""
+    ids = batch.ids
     parking.park(
-        runtime().client,
-        index,
-        [(i, f"IndexError_: {exc}") for i in ids],
-        task=task,
-        model_version=version,
-        payloads=payloads,
+        rt.client,
+        batch.index,
+        [(i, reason) for i in ids],
+        task=batch.task,
+        model_version=batch.model_version,
+        payloads=batch.payloads,
     )
-    return {"written": 0, "parked": len(ids)}
+    logger.error("parked all %d posts of a %s batch of %s: %s", len(ids), batch.task, batch.index, reason[:300])
+    return Outcome(parked=len(ids))
 
 
-@app.task(name="semdup.indexer.index_posts", base=IndexerTask, **_RETRY_OPTIONS)
-def index_posts(index: str, posts: list[dict[str, Any]], model_version: str) -> dict[str, int]:
+def _retry(task: Task, exc: BaseException, countdown: float) -> BaseException:
+    """The exception that retries ``task`` in ``countdown`` s; if the retry message cannot be sent (Celery would
+    then reject the message for good), one that hands the message back to the broker instead."""
+    try:
+        return task.retry(exc=exc, countdown=countdown, throw=False)
+    except Reject as rejected:
+        logger.error("could not send the retry of task %s (%s); its message is requeued", task.request.id, rejected)
+        return Reject(rejected.reason, requeue=True)
+
+
+def _finish(rt: WorkerRuntime, task: Task, batch: Batch, outcome: Outcome) -> dict[str, int]:
+    if outcome.written_ids:
+        parking.unpark(rt.client, batch.index, outcome.written_ids)
+    if batch.job:
+        outcomes.record_outcome(
+            rt.client,
+            batch.job,
+            str(task.request.id),
+            batch.index,
+            batch.task,
+            written=outcome.written,
+            parked=outcome.parked,
+            skipped=outcome.skipped,
+        )
+    return outcome.as_dict()
+
+
+def _deliver(task: Task, batch: Batch, work: Callable[[WorkerRuntime], Outcome]) -> dict[str, int]:
+    """Run ``work`` so that every post of the batch ends written, parked or still queued (the module doc)."""
+    try:
+        rt = runtime()
+    except Exception as exc:  # no bundle or client in this process: nothing can be written or parked here
+        logger.error("this worker cannot load its bundle or client (%s); the batch stays on the broker", exc)
+        raise _retry(task, exc, MAX_RETRY_WAIT) from exc
+    retries = int(task.request.retries or 0)
+    try:
+        try:
+            outcome = work(rt)
+        except (Retry, Reject):
+            raise
+        except IndexError_ as exc:  # refused before any write (wrong model): park it whole, with the reason
+            outcome = _park_whole(rt, batch, f"IndexError_: {exc}")
+        except Exception as exc:
+            if not is_transient(exc):
+                logger.exception("a %s batch of %s failed for good", batch.task, batch.index)
+                outcome = _park_whole(rt, batch, f"{type(exc).__name__}: {exc}")
+            elif retries < rt.retry.max_retries:
+                wait = rt.retry.countdown(retries)
+                logger.warning(
+                    "%s batch of %s (%d posts): %s; retry %d of %d in %.0f s",
+                    batch.task,
+                    batch.index,
+                    len(batch.items),
+                    exc,
+                    retries + 1,
+                    rt.retry.max_retries,
+                    wait,
+                )
+                raise _retry(task, exc, wait) from exc
+            else:
+                outcome = _park_whole(
+                    rt,
+                    batch,
+                    f"{type(exc).__name__} after {retries} retries over at least {rt.retry.budget_s:.0f} s (the "
+                    f"retry budget, SEMDUP_RETRY_BUDGET): {exc}",
+                )
+        return _finish(rt, task, batch, outcome)
+    except (Retry, Reject):
+        raise
+    except Exception as exc:  # parking or recording failed too: keep the batch on the broker, never drop it
+        wait = rt.retry.countdown(10**6)
+        logger.error(
+            "%s batch of %s (%d posts) could neither be written nor parked (%s: %s); it stays on the broker and "
+            "is tried again in %.0f s",
+            batch.task,
+            batch.index,
+            len(batch.items),
+            type(exc).__name__,
+            exc,
+            wait,
+        )
+        raise _retry(task, exc, wait) from exc
+
+
+@app.task(name="semdup.indexer.index_posts", base=IndexerTask, **_TASK_OPTIONS)
+def index_posts(
+    self: Task, index: str, posts: list[dict[str, Any]], model_version: str, job: str | None = None
+) -> dict[str, int]:
     """Encode and write a batch of posts (``{"id", "title", "body"}``) with lexical and semdup fields."""
-    rt = runtime()
-    try:
-        _check_version(model_version)
+    batch = Batch("index_posts", index, posts, model_version, job)
+
+    def work(rt: WorkerRuntime) -> Outcome:
+        _check_version(rt, model_version)
         search = semantic.ensure_index_model(rt.client, index, model_version)
-    except IndexError_ as exc:
-        return _refuse(index, posts, model_version, "index_posts", exc)
-    result = semantic.index_batch(rt.client, index, posts, rt.bundle, search=search)
-    parking.park(
-        rt.client, index, result.failed, task="index_posts", model_version=model_version, payloads=result.payloads
-    )
-    logger.info("index_posts %s: %d written, %d parked", index, result.written, len(result.failed))
-    return {"written": result.written, "parked": len(result.failed)}
+        result = semantic.index_batch(rt.client, index, posts, rt.bundle, search=search)
+        parking.park(
+            rt.client, index, result.failed, task="index_posts", model_version=model_version, payloads=result.payloads
+        )
+        failed = {i for i, _ in result.failed}
+        logger.info("index_posts %s: %d written, %d parked", index, result.written, len(result.failed))
+        written_ids = [i for i in dict.fromkeys(batch.ids) if i not in failed]
+        return Outcome(written=result.written, parked=len(result.failed), written_ids=written_ids)
+
+    return _deliver(self, batch, work)
 
 
-@app.task(name="semdup.indexer.backfill_batch", base=IndexerTask, **_RETRY_OPTIONS)
-def backfill_batch(index: str, ids: list[str], model_version: str) -> dict[str, int]:
+@app.task(name="semdup.indexer.backfill_batch", base=IndexerTask, **_TASK_OPTIONS)
+def backfill_batch(
+    self: Task, index: str, ids: list[str], model_version: str, job: str | None = None
+) -> dict[str, int]:
     """Fill only the semdup fields of posts already in ``index``, reading their text from it."""
-    rt = runtime()
-    try:
-        _check_version(model_version)
+    batch = Batch("backfill_batch", index, ids, model_version, job)
+
+    def work(rt: WorkerRuntime) -> Outcome:
+        _check_version(rt, model_version)
         search = semantic.ensure_index_model(rt.client, index, model_version)
-    except IndexError_ as exc:
-        return _refuse(index, ids, model_version, "backfill_batch", exc)
-    result = semantic.backfill_batch(rt.client, index, ids, rt.bundle, search)
-    parking.park(rt.client, index, result.failed, task="backfill_batch", model_version=model_version)
-    logger.info(
-        "backfill %s: %d written, %d parked, %d gone", index, result.written, len(result.failed), len(result.missing)
-    )
-    return {"written": result.written, "parked": len(result.failed), "missing": len(result.missing)}
+        result = semantic.backfill_batch(rt.client, index, ids, rt.bundle, search)
+        parking.park(rt.client, index, result.failed, task="backfill_batch", model_version=model_version)
+        gone = len(result.missing)
+        logger.info("backfill %s: %d written, %d parked, %d gone", index, result.written, len(result.failed), gone)
+        done = {i for i, _ in result.failed} | set(result.missing)
+        return Outcome(
+            written=result.written,
+            parked=len(result.failed),
+            skipped=len(result.missing),
+            written_ids=[i for i in dict.fromkeys(batch.ids) if i not in done],
+        )
+
+    return _deliver(self, batch, work)
 
 
-@app.task(name="semdup.indexer.delete_posts", base=IndexerTask, **_RETRY_OPTIONS)
-def delete_posts(index: str, ids: list[str]) -> dict[str, int]:
+@app.task(name="semdup.indexer.delete_posts", base=IndexerTask, **_TASK_OPTIONS)
+def delete_posts(self: Task, index: str, ids: list[str], job: str | None = None) -> dict[str, int]:
     """Delete posts by id (deleting an id twice is harmless)."""
-    rt = runtime()
-    result = semantic.delete_batch(rt.client, index, ids)
-    parking.park(rt.client, index, result.failed, task="delete_posts", model_version="")
-    return {"deleted": result.written, "parked": len(result.failed)}
+    batch = Batch("delete_posts", index, ids, "", job)
+
+    def work(rt: WorkerRuntime) -> Outcome:
+        result = semantic.delete_batch(rt.client, index, ids)
+        parking.park(rt.client, index, result.failed, task="delete_posts", model_version="")
+        return Outcome(written=result.written, parked=len(result.failed))
+
+    return _deliver(self, batch, work)

@@ -46,15 +46,21 @@ def test_amqp_urls_are_accepted_unchanged() -> None:
     assert celery_config("amqp://guest@rabbit:5672//")["broker_url"] == "amqp://guest@rabbit:5672//"
 
 
-def test_tasks_are_namespaced_and_retry_only_transient_errors() -> None:
+def test_tasks_are_namespaced_and_keep_their_message_until_written_or_parked() -> None:
     from semdup.indexer import tasks
 
     for task in (tasks.index_posts, tasks.backfill_batch, tasks.delete_posts):
         assert task.name.startswith("semdup.indexer.")
-        assert task.ignore_result is True and task.acks_late is True
-        assert set(task.autoretry_for) == set(tasks.TRANSIENT_ERRORS)
-        assert task.max_retries == tasks.MAX_RETRIES and task.retry_backoff and task.retry_jitter
+        assert task.ignore_result is True and task.acks_late is True and task.reject_on_worker_lost is True
+        assert task.max_retries is None  # the retry budget is RetryPolicy's; a batch that cannot park never runs out
+        assert not getattr(task, "autoretry_for", ())  # retries go through tasks._deliver, which parks or keeps
     assert PostError not in tasks.TRANSIENT_ERRORS
+    from opensearchpy import exceptions as os_exc
+
+    assert tasks.is_transient(os_exc.TransportError(503, "unavailable", {}))
+    assert tasks.is_transient(os_exc.ConnectionTimeout("TIMEOUT", "read timed out", None))
+    assert not tasks.is_transient(os_exc.RequestError(400, "mapper_parsing_exception", {}))
+    assert not tasks.is_transient(PostError("no text"))
 
 
 def test_bad_posts_are_returned_for_parking_with_their_payload() -> None:
@@ -134,11 +140,13 @@ def test_candidate_fields_of_a_mapping_and_the_mapping_of_candidate_fields() -> 
 
 
 def test_task_args_are_read_from_positional_and_keyword_forms() -> None:
-    from semdup.indexer.tasks import _task_args
+    from semdup.indexer.tasks import Batch
 
-    assert _task_args("semdup.indexer.index_posts", ("i", [{"id": "1"}], "v"), {}) == ("i", [{"id": "1"}], "v")
-    assert _task_args("semdup.indexer.backfill_batch", (), {"index": "i", "ids": ["1"], "model_version": "v"}) == (
-        "i",
-        ["1"],
-        "v",
+    got = Batch.of("semdup.indexer.index_posts", ("i", [{"id": "1"}], "v"), {"job": "j"})
+    assert got == Batch("index_posts", "i", [{"id": "1"}], "v", "j") and got.ids == ["1"]
+    assert got.payloads == {"1": {"id": "1"}}
+    got = Batch.of("semdup.indexer.backfill_batch", (), {"index": "i", "ids": ["1"], "model_version": "v"})
+    assert got == Batch("backfill_batch", "i", ["1"], "v", None)
+    assert Batch.of("semdup.indexer.delete_posts", ("i", ["1", "2"], "j"), {}) == Batch(
+        "delete_posts", "i", ["1", "2"], "", "j"
     )

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import ConfigError, OpenSearchUnavailable
+from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import jobs, tasks
-from semdup.indexer.parking import PARKED_INDEX, ParkedPost
+from semdup.indexer.outcomes import JOBS_INDEX, Job
+from semdup.indexer.parking import ParkedPost
 
 V = "bow-cnn-0123456789ab"
 
@@ -46,21 +47,6 @@ def test_replay_sends_each_record_to_its_task_and_leaves_unknown_tasks_parked(ca
     assert [len(c.args[1]) for c in calls] == [2, 2, 1]
 
 
-def test_enqueue_posts_sends_batches_and_returns_each_id_once(monkeypatch) -> None:
-    sent: list[jobs.TaskCall] = []
-    monkeypatch.setattr(jobs.TaskCall, "send", lambda self: sent.append(self))
-    posts = [Post(str(i % 5), f"title {i}", "") for i in range(7)]  # ids 0..4, then 0 and 1 again
-    ids = jobs.enqueue_posts("travel", posts, V, batch_size=3, progress=False)
-    assert ids == ["0", "1", "2", "3", "4"]
-    assert [c.task for c in sent] == [tasks.index_posts] * 3
-    assert [[p["title"] for p in c.args[1]] for c in sent] == [
-        ["title 0", "title 1", "title 2"],
-        ["title 3", "title 4", "title 5"],
-        ["title 6"],
-    ]
-    assert all(c.args[0] == "travel" and c.args[2] == V for c in sent)
-
-
 class FakeIndices:
     def __init__(self, exists: bool = True) -> None:
         self.present = exists
@@ -71,38 +57,68 @@ class FakeIndices:
     def exists(self, index: str, **_: Any) -> bool:
         return self.present
 
+    def create(self, **_: Any) -> None:
+        self.present = True
+
 
 class FakeCluster:
-    """Answers the job's count queries: the written counts in turn (an exception is raised), parked fixed."""
+    """Records job records; answers the job's outcome sums in turn (an exception in the list is raised)."""
 
-    def __init__(self, written: list[Any], parked: int = 0) -> None:
-        self.written, self.parked = list(written), parked
+    def __init__(self, sums: list[Any] | None = None) -> None:
+        self.sums = list(sums or [(0, 0)])
         self.indices = FakeIndices()
+        self.records: dict[str, dict[str, Any]] = {}
 
-    def count(self, index: str, body: dict[str, Any], **_: Any) -> dict[str, int]:
-        if index == PARKED_INDEX:
-            return {"count": self.parked}
-        answer = self.written.pop(0) if len(self.written) > 1 else self.written[0]
+    def index(self, index: str, id: str, body: dict[str, Any], **_: Any) -> None:
+        assert index == JOBS_INDEX
+        self.records[id] = body
+
+    def search(self, index: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        assert index == JOBS_INDEX and body["size"] == 0
+        answer = self.sums.pop(0) if len(self.sums) > 1 else self.sums[0]
         if isinstance(answer, Exception):
             raise answer
-        return {"count": answer}
+        written, parked = answer
+        return {"aggregations": {"written": {"value": written}, "parked": {"value": parked}, "skipped": {"value": 0}}}
+
+
+def test_enqueue_posts_records_the_job_and_sends_each_post_once_with_its_last_content(monkeypatch) -> None:
+    sent: list[jobs.TaskCall] = []
+    monkeypatch.setattr(jobs.TaskCall, "send", lambda self: sent.append(self))
+    posts = [Post(str(i % 5), f"title {i}", "") for i in range(7)]  # ids 0..4, then 0 and 1 again
+    cluster = FakeCluster()
+    job = jobs.enqueue_posts(cluster, "travel", posts, V, batch_size=3, progress=False)
+    assert (job.index, job.model_version, job.total) == ("travel", V, 5)
+    assert cluster.records[f"job/{job.id}"]["total"] == 5
+    assert [c.task for c in sent] == [tasks.index_posts] * 2
+    titles = [[p["title"] for p in c.args[1]] for c in sent]
+    assert titles == [["title 5", "title 6", "title 2"], ["title 3", "title 4"]]
+    assert all(c.args[0] == "travel" and c.args[2] == V and c.job == job.id for c in sent)
+
+
+def test_a_task_call_sends_its_job_with_the_message(monkeypatch) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(tasks.index_posts, "apply_async", lambda **kw: seen.append(kw))
+    jobs.TaskCall(tasks.index_posts, ["travel", [{"id": "1"}], V], "j1").send()
+    assert seen == [{"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}}]
+
+
+JOB = Job("j1", "travel", V, total=5)
 
 
 def test_wait_for_folds_the_polls_into_the_final_progress() -> None:
     down = os_exc.ConnectionError("N/A", "connection refused", None)
-    cluster = FakeCluster([0, down, 2, 3], parked=2)
-    seen = list(jobs.poll(cluster, "travel", ["a", "b", "c", "d", "e"], V, timeout=60, interval=0))
+    cluster = FakeCluster([(0, 2), down, (2, 2), (3, 2)])
+    seen = list(jobs.poll(cluster, JOB, timeout=60, interval=0))
     assert [(p.written, p.parked) for p in seen] == [(0, 2), (2, 2), (3, 2)]  # none while the cluster was down
-    assert seen[-1].finished and not seen[0].finished
-    cluster = FakeCluster([1, 3], parked=2)
-    done = jobs.wait_for(cluster, "travel", ["a", "b", "c", "d", "e"], V, timeout=60, interval=0, progress=False)
-    assert done == jobs.JobProgress("travel", V, total=5, written=3, parked=2)
+    assert seen[-1].finished and not seen[0].finished and seen[0].pending == 3
+    done = jobs.wait_for(FakeCluster([(1, 2), (3, 2)]), JOB, timeout=60, interval=0, progress=False)
+    assert done == jobs.JobProgress(JOB, written=3, parked=2) and done.pending == 0
 
 
-def test_wait_for_gives_up_after_the_timeout_saying_what_is_left() -> None:
-    cluster = FakeCluster([1], parked=1)
-    with pytest.raises(OpenSearchUnavailable, match=r"gave up waiting after 0 s: 1 of 4 posts written, 1 parked"):
-        jobs.wait_for(cluster, "travel", ["a", "b", "c", "d"], V, timeout=0, interval=0, progress=False)
+def test_wait_for_returns_what_is_done_when_the_time_is_up() -> None:
+    done = jobs.wait_for(FakeCluster([(1, 1)]), JOB, timeout=0, interval=0, progress=False)
+    assert not done.finished and (done.written, done.parked, done.pending) == (1, 1, 3)
 
 
 class FakeMappingClient:

@@ -1,0 +1,179 @@
+"""Index jobs and their tasks' outcomes, kept in the ``semdup-jobs`` index: how a job counts what it did.
+
+A job (one ``semdup index-posts``, backfill or replay) has a record ``job/<id>`` with its index, model version
+and the number of posts it sent. Each task of the job writes, as its last step, an outcome record ``<task id>``:
+how many of its posts it wrote, parked, or skipped (deleted before a backfill reached them). A job's progress is
+the sum of its outcomes, so it counts what its own tasks did: never documents that happen to exist (old copies,
+another job's writes), and nothing for a task that has not finished (no worker running, a batch still retried).
+A task run twice (retried, redelivered after a crash) rewrites the same record, so nothing is counted twice.
+
+Kept in OpenSearch, beside the parked posts, rather than in a Celery result backend: it works the same with
+Redis and RabbitMQ, and the tasks already write there.
+
+Example::
+
+    job = new_job("travel", bundle.version, total=len(posts))
+    record_job(client, job)
+    ... tasks call record_outcome(client, job.id, task_id, "travel", written=62, parked=2)
+    job_counts(client, job.id)        # JobCounts(written=62, parked=2, skipped=0)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+
+from semdup.core.errors import IndexError_, OpenSearchUnavailable
+
+__all__ = ["JOBS_INDEX", "Job", "JobCounts", "new_job", "record_job", "read_job", "record_outcome", "job_counts"]
+
+logger = logging.getLogger(__name__)
+
+JOBS_INDEX = "semdup-jobs"
+_TIMEOUT = 30.0
+_TRANSIENT = (os_exc.ConnectionError, os_exc.ConnectionTimeout)
+
+_MAPPING: dict[str, Any] = {
+    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
+    "mappings": {
+        "dynamic": "strict",
+        "properties": {
+            "kind": {"type": "keyword"},  # "job" or "outcome"
+            "job": {"type": "keyword"},
+            "index": {"type": "keyword"},
+            "model_version": {"type": "keyword"},
+            "task": {"type": "keyword"},
+            "total": {"type": "integer"},
+            "written": {"type": "integer"},
+            "parked": {"type": "integer"},
+            "skipped": {"type": "integer"},
+            "at": {"type": "date", "format": "epoch_second"},
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One index job: its id (sent with every task), target index, model version and posts sent."""
+
+    id: str
+    index: str
+    model_version: str
+    total: int
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """The sum of a job's finished tasks."""
+
+    written: int = 0
+    parked: int = 0
+    skipped: int = 0
+
+
+def new_job(index: str, model_version: str, total: int = 0) -> Job:
+    return Job(id=uuid.uuid4().hex[:16], index=index, model_version=model_version, total=total)
+
+
+def _ensure_index(client: OpenSearch) -> None:
+    try:
+        if not client.indices.exists(index=JOBS_INDEX, request_timeout=_TIMEOUT):
+            client.indices.create(index=JOBS_INDEX, body=_MAPPING, request_timeout=_TIMEOUT)
+    except os_exc.RequestError as exc:
+        if exc.error != "resource_already_exists_exception":  # another process created it first
+            raise
+
+
+def record_job(client: OpenSearch, job: Job) -> None:
+    """Write (or update: a backfill knows its total only once it has listed every post) the job's record."""
+    body = {"kind": "job", "job": job.id, "index": job.index, "model_version": job.model_version}
+    try:
+        _ensure_index(client)
+        client.index(
+            index=JOBS_INDEX,
+            id=f"job/{job.id}",
+            body={**body, "total": job.total, "at": int(time.time())},
+            request_timeout=_TIMEOUT,
+        )
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while recording job {job.id}: {exc}") from exc
+
+
+def read_job(client: OpenSearch, job_id: str) -> Job:
+    """The job ``job_id`` as recorded when it was enqueued.
+
+    Raises:
+        IndexError_: no such job (the message says where job ids come from).
+    """
+    try:
+        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}", request_timeout=_TIMEOUT)["_source"]
+    except os_exc.NotFoundError as exc:
+        raise IndexError_(
+            f"no index job {job_id!r} in {JOBS_INDEX!r}; use the job id `semdup index-posts` printed when it "
+            "enqueued the posts"
+        ) from exc
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}: {exc}") from exc
+    return Job(id=job_id, index=doc["index"], model_version=doc["model_version"], total=int(doc["total"]))
+
+
+def record_outcome(
+    client: OpenSearch,
+    job_id: str,
+    task_id: str,
+    index: str,
+    task: str,
+    *,
+    written: int,
+    parked: int,
+    skipped: int = 0,
+) -> None:
+    """A task's outcome, under its task id (a task run twice rewrites the same record).
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer (the task is retried; its writes are idempotent).
+    """
+    body = {
+        "kind": "outcome",
+        "job": job_id,
+        "index": index,
+        "task": task,
+        "written": written,
+        "parked": parked,
+        "skipped": skipped,
+        "at": int(time.time()),
+    }
+    try:
+        _ensure_index(client)
+        client.index(index=JOBS_INDEX, id=task_id, body=body, request_timeout=_TIMEOUT)
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while recording task {task_id}: {exc}") from exc
+
+
+def job_counts(client: OpenSearch, job_id: str) -> JobCounts:
+    """The sum of the outcomes recorded so far for ``job_id`` (zeros before the first one).
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "outcome"}}]}}
+    aggs = {k: {"sum": {"field": k}} for k in ("written", "parked", "skipped")}
+    try:
+        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True, request_timeout=_TIMEOUT)
+        out = client.search(
+            index=JOBS_INDEX,
+            body={"query": query, "size": 0, "aggs": aggs},
+            ignore_unavailable=True,
+            request_timeout=_TIMEOUT,
+        )
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while counting job {job_id}: {exc}") from exc
+    sums = out.get("aggregations") or {}
+    return JobCounts(**{k: int((sums.get(k) or {}).get("value") or 0) for k in ("written", "parked", "skipped")})
