@@ -338,7 +338,7 @@ class ServiceSettings:
                 threads=int(values.get("threads", 16)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,
                 indices=_names(values.get("indices")),
-                api_keys=_api_keys_of(values.get("api_keys"), source),
+                api_keys=_api_keys_of(values.get("api_keys"), "SEMDUP_API_KEYS" if source == "env" else source),
                 onnx_threads=int(values.get("onnx_threads", 1)),
             )
         except (TypeError, ValueError) as exc:

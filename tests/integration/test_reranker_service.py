@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from stub_servers import garbage_cluster
 
 from semdup.bundle.bundle import Bundle
 from semdup.core.clients import connect
@@ -383,38 +384,6 @@ def test_cli_serve_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_
     assert out.returncode == 1 and "SEMDUP_API_KEY" in out.stderr
 
 
-@contextlib.contextmanager
-def _garbage_cluster(body: str) -> Iterator[str]:
-    """A loopback HTTP server that answers every call with 200 and a body that is not JSON: the client's
-    SerializationError carries the body into the service's error log, tracebacks included."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Answer(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length") or 0))
-            data = body.encode("utf-8")
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_HEAD = _answer
-
-        def log_message(self, *args: Any) -> None:  # quiet
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 @pytest.mark.slow
 def test_json_mode_service_logs_are_json_lines_without_secrets(tiny_bundle: Path, tmp_path: Path) -> None:
     """`semdup serve` with SEMDUP_LOG_FORMAT=json and two uvicorn workers: every line it writes (its own records,
@@ -423,7 +392,7 @@ def test_json_mode_service_logs_are_json_lines_without_secrets(tiny_bundle: Path
     import json
 
     password, api_key = "Pl4ntedPassw0rd", "pl4nted-key-5150"
-    with _garbage_cluster(f"upstream login failed for http://admin:{password}@db:9200 with api_key={api_key}") as at:
+    with garbage_cluster(f"upstream login failed for http://admin:{password}@db:9200 with api_key={api_key}") as at:
         port = any_free_port()
         env = {
             **os.environ,
