@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from opensearchpy import OpenSearch
 
 from semdup.core.metrics import semeval_scores
+from semdup.core.progress import progress as progress_bar
 from semdup.data import SemEvalSet
 from semdup.evaluation.methods import Method, load_scorer
 from semdup.indexer.lexical_index import create_index, delete_index, load_posts
@@ -88,7 +89,7 @@ def _scorer_predictions(
         for q in sem.questions:
             lexical_rows.append(bm25[q.post.id])
     preds = {}
-    for i, q in enumerate(progress(sem.questions, desc=f"scoring {method.name}", enabled=progress)):
+    for i, q in enumerate(progress_bar(sem.questions, desc=f"scoring {method.name}", enabled=progress)):
         related = list(q.related)
         if mode == "retrieve" and lexical_rows is not None:
             # rescore only what BM25 retrieved among the gold candidates; the rest stay below

@@ -89,3 +89,11 @@ def test_non_utf8_xml_is_refused_with_its_byte_offset(tmp_path):
 def test_opensearch_down_says_how_to_start_it():
     res = _semdup("eval", "semeval", "--set", "dev", "--method", "bm25", "--opensearch", "http://127.0.0.1:9")
     assert res.returncode == 1 and "semdup opensearch start" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_bundle_method_scores_every_pair_offline_with_the_progress_bar_on(tiny_bundle):
+    # The scorer path (bundle:/checkpoint: methods) with progress=True, as `semdup eval semeval` runs it.
+    sem = load_semeval_xml(*semeval_files("dev"), name="dev")
+    (run,) = run_semeval(sem, [parse_method(f"bundle:{tiny_bundle}")], client=None, mode="rerank", progress=True)
+    assert all(len(run.predictions[q.post.id]) == len(q.related) for q in sem.questions)
+    assert 0.0 <= run.metrics["MAP"] <= 100.0
