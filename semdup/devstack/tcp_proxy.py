@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from urllib.parse import urlsplit
 
 __all__ = ["TcpProxy"]
 
@@ -27,17 +28,19 @@ _CONNECT_TIMEOUT = 10.0
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:``port`` to ``upstream`` (``http://host:port`` or ``host:port``) while it is up."""
+    """Forwards 127.0.0.1:``port`` to ``upstream`` (``http(s)://host[:port]`` or ``host:port``) while it is up."""
 
     def __init__(self, upstream: str, port: int | None = None) -> None:
-        host, _, upstream_port = upstream.split("://", 1)[-1].rstrip("/").rpartition(":")
-        self.upstream = (host, int(upstream_port))
+        parts = urlsplit(upstream if "://" in upstream else f"http://{upstream}")
+        if not parts.hostname:
+            raise ValueError(f"upstream must look like http(s)://host:port or host:port, got {upstream!r}")
+        self.upstream = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         if port is None:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = int(s.getsockname()[1])
         self.port = port
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{parts.scheme}://127.0.0.1:{self.port}"  # same scheme: TLS passes through untouched
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()

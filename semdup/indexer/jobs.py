@@ -186,7 +186,7 @@ def enqueue_posts(
 
 
 def _short_name(task: Task) -> str:
-    """The name a parked record gives its task (``IndexerTask.on_failure``, ``parking.park``). Read on call:
+    """The name a parked record gives its task (``tasks.Batch.task``, ``parking.park``). Read on call:
     a task's name evaluates Celery's lazy task proxy, which importing this module must not do."""
     return task.name.rsplit(".", 1)[-1]
 

@@ -16,7 +16,8 @@ Metrics (label ``task`` is the short task name, ``index_posts``, ``backfill_batc
 
     semdup_worker_posts_indexed_total{task}      posts written (or deleted) by finished batches
     semdup_worker_posts_parked_total{task}       posts parked in semdup-parked instead of written
-    semdup_worker_task_failures_total{task,error}  batches that raised for good (retries used up, or not transient)
+    semdup_worker_task_failures_total{task,error}  batches Celery saw fail (a lost worker process; the work's errors
+                                                   are retried or parked, see tasks.py)
     semdup_worker_task_retries_total{task}       retries scheduled on transient errors (cluster down, timeouts)
     semdup_worker_batch_seconds{task}            histogram of one batch's run time, successful or not
 
