@@ -35,8 +35,10 @@ from opensearchpy import OpenSearch
 
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.logs import scrub
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
+from semdup.core.settings import redact_url
 from semdup.index_format.mapping import candidate_fields
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import tasks
@@ -125,8 +127,8 @@ def connect_broker(url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIM
             conn.ensure_connection(max_retries=2, interval_start=0.5, interval_step=0.5, timeout=10)
     except Exception as exc:  # kombu raises transport-specific errors
         raise BrokerUnavailable(
-            f"the Celery broker at {url} did not answer ({exc}); start the local one with `semdup broker start` "
-            "or set SEMDUP_BROKER_URL"
+            f"the Celery broker at {redact_url(url)} did not answer ({scrub(str(exc))}); start the local one with "
+            "`semdup broker start` or set SEMDUP_BROKER_URL"
         ) from exc
     return app
 

@@ -29,6 +29,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import OpenSearchUnavailable
+from semdup.core.logs import scrub
 from semdup.indexer.bulk import bulk_write
 
 __all__ = [
@@ -121,7 +122,7 @@ def park(
                 "index": index,
                 "post_id": post_id,
                 "task": task,
-                "error": error[:2000],
+                "error": scrub(error)[:2000],  # shown by --list-parked and kept: never a credential
                 "model_version": model_version,
                 "payload": payloads.get(post_id),
                 "parked_at": now,

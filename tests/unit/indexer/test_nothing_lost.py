@@ -228,3 +228,22 @@ def test_queued_messages_are_read_with_their_posts_and_job() -> None:
     assert held is not None and held.unacked and held.post_ids() == ["1", "2"]
     other = _kombu_message("celery.backend_cleanup", [], {})
     assert decode_message(json.dumps(other)) is None
+
+
+def test_a_parked_error_keeps_no_credential(monkeypatch) -> None:
+    from semdup.indexer import parking
+
+    written: list[dict[str, Any]] = []
+    monkeypatch.setattr(parking, "_ensure_index", lambda client: None)
+    monkeypatch.setattr(parking, "bulk_write", lambda client, actions: written.extend(actions) or _ok(len(actions)))
+    client = type("C", (), {"indices": type("I", (), {"refresh": staticmethod(lambda **_: None)})()})()
+    error = "ConnectionError: http://admin:s3cret@db:9200/_bulk refused (api_key=abc123)"
+    parking.park(client, "travel", [("1", error)], task="index_posts", model_version="v")
+    stored = written[0]["_source"]["error"]
+    assert "s3cret" not in stored and "abc123" not in stored and "db:9200" in stored
+
+
+def _ok(n: int) -> Any:
+    from semdup.indexer.bulk import BulkReport
+
+    return BulkReport(written=n)
