@@ -178,9 +178,12 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         logger.info(line)
     else:
         click.echo(line, err=True)
+    from semdup.reranker.http_protocol import PROTOCOL_PATH
+
     uvicorn.run(
         "semdup.reranker.service:app_from_env",
         factory=True,
+        http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
         host=host,
         port=port,
         workers=workers,

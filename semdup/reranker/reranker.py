@@ -294,7 +294,6 @@ class Reranker:
         if not cands.ids:
             return []
         s = self.settings
-        primary_text = query_text(post.title, post.body if s.variant == "text" else "")
         if self.fusion.get("alpha", 0.0) != 0.0:
             unscored = [i for i in cands.ids if i not in cands.lexical]
             if unscored:  # found by sparse / k-NN / restrict only: ask the primary template for their score
@@ -302,7 +301,7 @@ class Reranker:
                     lexical_scores_for(
                         self.client,
                         name,
-                        primary_text,
+                        query_text(post.title, post.body if s.variant == "text" else ""),  # ~1 ms: only when needed
                         unscored,
                         model=s.templates[0],
                         variant=s.variant,

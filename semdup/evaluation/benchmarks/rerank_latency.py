@@ -16,16 +16,22 @@ written by ``index_batch``) and the same real query posts, interleaved query by 
 
 Reports p50 / p99 latency (ms) and sequential throughput (calls/s) of each, and the ratios rerank / bm25
 (target p99 ≤ 1.5 × bm25). With ``--threads N`` a second pass runs N concurrent callers for the throughput
-under load. Loopback only; every loop is bounded by ``--queries`` × ``--rounds``. No torch is imported.
+under load. With ``--http``, a load pass then runs ``--callers`` (default 1, 8 and 50) concurrent callers
+against the service and, at the same concurrency, against plain BM25: p50, p99 and throughput of each (the
+service started with ``--workers`` / ``--server-threads`` / ``--server-onnx-threads``, default: its own
+defaults). Loopback only, so the callers share the machine with the service and OpenSearch; every loop is
+bounded by ``--queries`` × ``--rounds`` (``--load-calls`` per concurrency). No torch is imported.
 
 Example::
 
     python -m semdup.evaluation.benchmarks.rerank_latency --bundle artifacts/bundles/bow-cnn-travel --rounds 3
+    python -m semdup.evaluation.benchmarks.rerank_latency --bundle B --http --callers 1,8,50 --rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -65,7 +71,21 @@ def _concurrent(calls: Sequence[Callable[[], Any]], threads: int) -> float:
     return len(calls) / (time.perf_counter() - t0)
 
 
-def _start_service(bundle: str, index: str, url: str) -> tuple[Any, Any]:
+def _under_load(calls: Sequence[Callable[[], Any]], callers: int) -> dict[str, float]:
+    """p50 / p99 latency (ms) of each call and throughput (calls/s) with ``callers`` concurrent callers."""
+    times: list[float] = []
+
+    def one(call: Callable[[], Any]) -> None:
+        times.append(_timed(call))  # list.append is atomic under the GIL
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=callers) as pool:
+        list(pool.map(one, calls))
+    wall = time.perf_counter() - t0
+    return {**_percentiles(times), "calls_s": len(calls) / wall}
+
+
+def _start_service(bundle: str, index: str, url: str, server_env: dict[str, str] | None = None) -> tuple[Any, Any]:
     """A real ``semdup serve`` on a free loopback port (field cache off), and an httpx client with its key."""
     import secrets
     import subprocess
@@ -81,6 +101,7 @@ def _start_service(bundle: str, index: str, url: str) -> tuple[Any, Any]:
         "SEMDUP_OPENSEARCH_URL": url,
         "SEMDUP_FIELD_CACHE": "0",
         "SEMDUP_SEARCH_TIMEOUT": "30",
+        **(server_env or {}),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "semdup", "serve", "--bundle", bundle, "--index", index, "--port", str(port)],
@@ -88,7 +109,8 @@ def _start_service(bundle: str, index: str, url: str) -> tuple[Any, Any]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key}, timeout=60)
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)  # one per concurrent caller
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key}, timeout=60, limits=limits)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -123,8 +145,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time POST /v1/rerank on a real `semdup serve` (1 worker, field cache off) on loopback",
     )
+    parser.add_argument(
+        "--callers",
+        default="1,8,50",
+        help="with --http: comma-separated concurrent callers of the load pass (service and BM25 alike)",
+    )
+    parser.add_argument("--load-calls", type=int, default=300, help="calls per concurrency level of the load pass")
+    parser.add_argument("--workers", type=int, default=None, help="the service's uvicorn workers (default: its own)")
+    parser.add_argument("--server-threads", type=int, default=None, help="the service's SEMDUP_THREADS")
+    parser.add_argument("--server-onnx-threads", type=int, default=None, help="the service's SEMDUP_ONNX_THREADS")
     parser.add_argument("--keep-index", action="store_true")
+    parser.add_argument(
+        "--index", default=None, help="an existing index of the Travel posts with this bundle's fields (--keep-index)"
+    )
     args = parser.parse_args(argv)
+    callers = [int(c) for c in args.callers.split(",") if c.strip()]
     logging.basicConfig(level=logging.WARNING)
 
     import dataclasses
@@ -144,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = OpenSearchSettings.from_env()
     if args.opensearch:
         settings = dataclasses.replace(settings, url=args.opensearch)
-    client = connect(settings)
+    client = connect(settings, pool_maxsize=max([args.threads, *callers, 1]))  # no caller waits for a connection
     bundle = Bundle.load(args.bundle, intra_op_threads=args.onnx_threads)
     dump = load_stackexchange_dump(travel_dir())
     queries = [q.post for split in ("test", "dev") for q in dump.queries(split)][: args.queries]
@@ -165,9 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # the default index (packed fields, no hybrid search structures): what the default BM25-candidate reranker reads
-    with semantic_index(
+    built = semantic_index(
         client, bundle, corpus, "latency", keep=args.keep_index, progress=True, search=CandidateFields()
-    ) as index:
+    )
+    with contextlib.nullcontext(args.index) if args.index else built as index:
+        print(f"index: {index}")
         rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=args.k_candidates, search_timeout=30))
         rr_cached = rr.with_settings(field_cache=args.field_cache) if args.field_cache else None
         tid = template_id("bm25", "text")
@@ -196,7 +233,16 @@ def main(argv: list[str] | None = None) -> int:
         methods = {"bm25": bm25, "rerank": rerank, "encode": encode}
         if rr_cached is not None:
             methods["cached"] = rerank_cached
-        service = _start_service(args.bundle, index, settings.url) if args.http else None
+        server_env = {
+            var: str(value)
+            for var, value in (
+                ("SEMDUP_WORKERS", args.workers),
+                ("SEMDUP_THREADS", args.server_threads),
+                ("SEMDUP_ONNX_THREADS", args.server_onnx_threads),
+            )
+            if value is not None
+        }
+        service = _start_service(args.bundle, index, settings.url, server_env) if args.http else None
         if service is not None:
             http, proc = service
 
@@ -227,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                 if name in methods:
                     throughput[name] = _concurrent([methods[name](p) for p in queries], args.threads)
         cache_stats = (rr_cached.field_cache.hits, rr_cached.field_cache.misses) if rr_cached is not None else None
+        load: dict[tuple[str, int], dict[str, float]] = {}
+        if service is not None:
+            picked = [queries[i % len(queries)] for i in range(args.load_calls)]
+            for n in callers:
+                for name in ("bm25", "http"):  # the same posts, one method after the other at each concurrency
+                    load[name, n] = _under_load([methods[name](p) for p in picked], n)
         if service is not None:
             http.close()
             proc.terminate()
@@ -256,6 +308,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{'met' if c99 <= 1.5 else 'NOT met'}); field cache hits {hits}, misses {misses} "
             f"(it serves only candidates without semdup.packed)"
         )
+    if load:
+        shown = {
+            name: "default" if value is None else value
+            for name, value in (
+                ("workers", args.workers),
+                ("threads", args.server_threads),
+                ("onnx threads", args.server_onnx_threads),
+            )
+        }
+        served = ", ".join(f"{k} {v}" for k, v in shown.items())
+        print(f"load pass: {args.load_calls} calls per concurrency; service {served}")
+        print(f"{'callers':>7} {'method':<6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>8} {'p99 / bm25':>10}")
+        for n in callers:
+            for name in ("bm25", "http"):
+                row = load[name, n]
+                ratio = row["p99"] / load["bm25", n]["p99"]
+                print(f"{n:>7} {name:<6} {row['p50']:8.2f} {row['p99']:8.2f} {row['calls_s']:8.1f} {ratio:10.2f}")
     if throughput:
         print(
             "throughput ratio vs bm25 with "
