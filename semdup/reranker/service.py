@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Request, Security
@@ -33,7 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from semdup.core.errors import ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
@@ -63,6 +64,14 @@ MAX_INDEX_CHARS = 255
 # U+FFFD (what undecodable bytes become). Stated in the schema, so a generated request never carries them.
 _TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]*$"
 _NOT_SERVED = "index {name!r} is not one this API key may search, or it does not exist; name one of your indices"
+# A visible character: not white space by either JSON Schema's (ECMA) or Python's rules, which differ on U+0085
+# and U+FEFF, so the schema and the service refuse the same posts.
+_VISIBLE = r"[^\s\x85\ufeff]"
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema counts ``87.0`` as an integer; strict pydantic does not. Strings and booleans stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def error_status(exc: BaseException) -> int:
@@ -93,8 +102,8 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
             strict=True,
             json_schema_extra={
                 "anyOf": [
-                    {"required": ["title"], "properties": {"title": {"pattern": r"\S"}}},
-                    {"required": ["body"], "properties": {"body": {"pattern": r"\S"}}},
+                    {"required": ["title"], "properties": {"title": {"pattern": _VISIBLE}}},
+                    {"required": ["body"], "properties": {"body": {"pattern": _VISIBLE}}},
                 ]
             },
         )
@@ -106,7 +115,9 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
             pattern=_TEXT_PATTERN,
             description="The new post's body (HTML allowed; cleaned like indexed posts).",
         )
-        k: int = Field(10, ge=1, le=settings.max_k, description="How many candidates to return.")
+        k: Annotated[int, BeforeValidator(_whole_number)] = Field(
+            10, ge=1, le=settings.max_k, description="How many candidates to return."
+        )
         exclude_id: str | None = Field(
             None, min_length=1, max_length=MAX_ID_CHARS, description="Leave this post out (the query itself)."
         )
@@ -125,7 +136,7 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         @model_validator(mode="after")
         def _has_text(self) -> RerankRequest:
-            if not self.title.strip() and not self.body.strip():
+            if not re.search(_VISIBLE, self.title) and not re.search(_VISIBLE, self.body):
                 raise ValueError("give a title or a body with visible text")
             return self
 
