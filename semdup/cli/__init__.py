@@ -144,8 +144,9 @@ def _untranslated(exc: BaseException) -> str | None:
     if isinstance(exc, os_exc.ConnectionError):
         return f"OpenSearch did not answer ({type(exc).__name__}); check SEMDUP_OPENSEARCH_URL and the cluster"
     if isinstance(exc, os_exc.TransportError):
+        said = ": ".join(str(x)[:300] for x in (exc.error, exc.info) if x not in (None, ""))
         return (
-            f"OpenSearch refused the request (HTTP {exc.status_code} {exc.error}: {exc.info!s:.300}); "
+            f"OpenSearch refused the request (HTTP {exc.status_code}{': ' + said if said else ''}); "
             "check the command's arguments (index names, ids), or run with -vv for the traceback"
         )
     return f"OpenSearch client error {type(exc).__name__}: {exc!s:.300}"
