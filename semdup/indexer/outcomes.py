@@ -175,5 +175,10 @@ def job_counts(client: OpenSearch, job_id: str) -> JobCounts:
         )
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while counting job {job_id}: {exc}") from exc
+    except os_exc.TransportError as exc:
+        if exc.status_code not in (429, 502, 503, 504):
+            raise
+        # a cluster recovering (shards not allocated yet) or overloaded: the wait goes on, as for one down
+        raise OpenSearchUnavailable(f"OpenSearch answered HTTP {exc.status_code} while counting job {job_id}") from exc
     sums = out.get("aggregations") or {}
     return JobCounts(**{k: int((sums.get(k) or {}).get("value") or 0) for k in ("written", "parked", "skipped")})
