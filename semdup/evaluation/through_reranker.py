@@ -34,9 +34,11 @@ from semdup.index_format.schema import CandidateFields
 from semdup.indexer.lexical_index import create_index, delete_index
 from semdup.indexer.semantic import ensure_index_model, index_batch
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, save_calibration
+from semdup.reranker.candidates import lexical_scores_for
+from semdup.reranker.fusion import compute_fused
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
-from semdup.search_templates import register_templates
+from semdup.search_templates import query_text, register_templates
 
 __all__ = [
     "CANDIDATE_SETS",
@@ -173,13 +175,26 @@ def semeval_rerank_runs(
     return out
 
 
-def _pair_scores(rr: Reranker, pairs: Sequence[Any], desc: str, progress: bool, lexical: bool = False) -> np.ndarray:
-    """Each pair's candidate ranked alone: the fused score, or with ``lexical`` the primary template's raw score."""
-    out = []
-    for p in progress_bar.progress(pairs, desc=desc, enabled=progress):
-        c = rr.rank(p.query, k=1, restrict_ids=[p.candidate.id])[0]
-        out.append(c.components["lexical"] if lexical else c.score)
-    return np.asarray(out, dtype=np.float64)
+def _pair_components(rr: Reranker, pairs: Sequence[Any], progress: bool) -> list[dict[str, float | None]]:
+    """Each pair's candidate ranked alone (``restrict_ids``): its components, to fuse under any weights."""
+    return [rr.rank(p.query, k=1, restrict_ids=[p.candidate.id])[0].components
+            for p in progress_bar.progress(pairs, desc="pairs", enabled=progress)]
+
+
+def _lexical_pair_scores(client: Any, index: str, pairs: Sequence[Any], model: str, timeout: float) -> np.ndarray:
+    """The stored template's raw score of each pair's candidate (0 = no match), the call the reranker makes."""
+    return np.asarray([
+        lexical_scores_for(client, index, query_text(p.query.title, p.query.body), [p.candidate.id], model=model,
+                           variant="text", timeout=timeout).get(p.candidate.id, 0.0)
+        for p in pairs
+    ])
+
+
+def _accuracies(train_scores: np.ndarray, test_scores: np.ndarray, train: Sequence[Any],
+                test: Sequence[Any]) -> dict[str, float]:
+    threshold, train_acc = best_threshold(train_scores, [p.duplicate for p in train])
+    return {"train": train_acc, "test": pair_accuracy(test_scores, [p.duplicate for p in test], threshold),
+            "threshold": float(threshold)}
 
 
 def pair_accuracy_runs(
@@ -194,27 +209,34 @@ def pair_accuracy_runs(
 ) -> dict[str, dict[str, float]]:
     """Per fusion name (then per lexical model): pair accuracy on train at the threshold chosen there, and on test.
 
-    Each pair's candidate is ranked alone (``restrict_ids``), as :func:`askubuntu_decisions` does, all in one
-    index. A lexical model's score is its stored template's raw score of the candidate (the reranker asks the
-    template for it when α ≠ 0; lexnorm of a single candidate is 0, so only the raw score ranks).
+    Each pair's candidate is ranked alone (``restrict_ids``), as :func:`askubuntu_decisions` does, once, in one
+    index; each variant fuses the candidate's components (:func:`semdup.reranker.fusion.compute_fused`, lexnorm of
+    one candidate is 0). A lexical model's score is its stored template's raw score of the candidate.
     """
     bundle = Bundle.load(bundle_path)
     seen: dict[str, Post] = {}
     for p in [*train, *test]:
         seen.setdefault(p.candidate.id, p.candidate)
-    runs: list[tuple[str, Reranker, bool]] = []
     out = {}
     with semantic_index(client, bundle, list(seen.values()), "pairs", progress=progress) as index:
-        runs = [(name, _reranker(bundle, client, index, fusion, k_candidates=1), False)
-                for name, fusion in fusions.items()]
-        runs += [(m, _reranker(bundle, client, index, {"alpha": 1.0}, templates=(m,), k_candidates=1), True)
-                 for m in lexical_models]
-        for name, rr, lexical in runs:
-            tr, te = (_pair_scores(rr, pairs, f"pairs ({name})", progress, lexical) for pairs in (train, test))
-            threshold, train_acc = best_threshold(tr, [p.duplicate for p in train])
-            out[name] = {"train": train_acc, "test": pair_accuracy(te, [p.duplicate for p in test], threshold),
-                         "threshold": float(threshold)}
+        rr = _reranker(bundle, client, index, k_candidates=1)
+        comps = {name: _pair_components(rr, pairs, progress) for name, pairs in (("train", train), ("test", test))}
+        for name, fusion in fusions.items():
+            weights = check_fusion(bundle.fusion if fusion is None else fusion)
+            tr, te = (np.asarray([compute_fused(_as_arrays(c), weights)[0][0] for c in comps[split]])
+                      for split in ("train", "test"))
+            out[name] = _accuracies(tr, te, train, test)
+        for model in lexical_models:
+            tr, te = (_lexical_pair_scores(client, index, pairs, model, rr.settings.search_timeout)
+                      for pairs in (train, test))
+            out[model] = _accuracies(tr, te, train, test)
     return out
+
+
+def _as_arrays(components: Mapping[str, float | None]) -> dict[str, np.ndarray]:
+    """One candidate's components as compute_fused's [1] arrays (None = missing = NaN; lexnorm of one is 0)."""
+    return {k: np.asarray([np.nan if components.get(k) is None else components[k]], dtype=np.float64)
+            for k in ("cos_bow", "cos_dense", "lexical", "lexnorm")}
 
 
 def semeval_predictions(
