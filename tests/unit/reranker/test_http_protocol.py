@@ -26,7 +26,8 @@ def test_connections_of_a_multi_worker_socket_get_tcp_nodelay() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_app, http=PROTOCOL_PATH, log_level="warning", lifespan="off"))
+    # no log_config / log_level: uvicorn would reconfigure this process's loggers for the tests that follow
+    server = uvicorn.Server(uvicorn.Config(_app, http=PROTOCOL_PATH, log_config=None, log_level=None, lifespan="off"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
     try:
