@@ -177,6 +177,8 @@ def test_service_logs_through_the_one_scrubbing_json_formatter(monkeypatch, caps
     root = logging.getLogger()
     level, hooks = root.level, (sys.excepthook, threading.excepthook)
     monkeypatch.setenv("SEMDUP_LOG_FORMAT", "json")
+    for h in [h for h in root.handlers if getattr(h, "_semdup_handler", False)]:
+        root.removeHandler(h)  # a CLI run in-process by an earlier test leaves its handler: start as a new process
     try:
         assert configure_service_logging() == "json"
         (handler,) = [h for h in root.handlers if getattr(h, "_semdup_handler", False)]
