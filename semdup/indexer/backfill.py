@@ -63,6 +63,7 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
 
 
 def count_pending(client: OpenSearch, index: str, version: str) -> int:
+    """Posts of ``index`` still missing ``version``'s fields, as of the index's last refresh (near real time)."""
     try:
         return int(
             client.count(index=index, body={"query": pending_query(version)}, request_timeout=_TIMEOUT)["count"]
