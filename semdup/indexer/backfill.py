@@ -20,6 +20,7 @@ from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import scan
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.index_names import check_index_name
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.mapping import index_model
 from semdup.indexer.bulk import chunked
@@ -98,6 +99,7 @@ def enqueue_backfill(
     its total is the number of posts enqueued (0: nothing was left to fill)."""
     from semdup.indexer.tasks import backfill_batch
 
+    check_index_name(index)
     check_backfill_target(client, index, version)
     total = count_pending(client, index, version)
     job = new_job(index, version, total=total)

@@ -35,6 +35,7 @@ from opensearchpy import OpenSearch
 
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.index_names import check_index_name
 from semdup.core.logs import scrub
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
@@ -142,8 +143,10 @@ def ensure_index(
     to an existing one): the returned state says which it holds.
 
     Raises:
-        ConfigError: ``fields.knn`` without a dense encoder (``dimension`` None) or without the k-NN plugin.
+        ConfigError: a name that is not one index (a pattern, list, endpoint or system name), or ``fields.knn``
+            without a dense encoder (``dimension`` None) or without the k-NN plugin.
     """
+    check_index_name(index)
     if client.indices.exists(index=index, request_timeout=_TIMEOUT):
         return IndexState(created=False, fields=candidate_fields(client, index))
     fields = fields or CandidateFields()
@@ -178,6 +181,7 @@ def enqueue_posts(
 
     A post id given twice is sent once, with its last content (the one that would have been written last).
     """
+    check_index_name(index)
     payload = [p.to_json() for p in {p.id: p for p in posts}.values()]
     job = new_job(index, model_version, total=len(payload))
     record_job(client, job)

@@ -136,3 +136,14 @@ def test_ensure_index_reports_an_existing_index_and_refuses_knn_it_cannot_serve(
     assert state == jobs.IndexState(created=False, fields=CandidateFields(sparse=True))
     with pytest.raises(ConfigError, match=r"--knn needs .* \(bundle dimension 16, plugin missing\)"):
         jobs.ensure_index(FakeMappingClient(False), "travel", dimension=16, fields=CandidateFields(knn=True))
+
+
+@pytest.mark.parametrize("name", ["a*", "_all", "a,b", ".kibana", "../x", "_search"])
+def test_a_job_is_never_sent_to_a_pattern_list_or_system_name(name: str) -> None:
+    from semdup.core.errors import ConfigError
+    from semdup.indexer.jobs import enqueue_posts, ensure_index
+
+    with pytest.raises(ConfigError):
+        ensure_index(None, name, dimension=None)  # type: ignore[arg-type]  # refused before any call
+    with pytest.raises(ConfigError):
+        enqueue_posts(None, name, [], "v")  # type: ignore[arg-type]
