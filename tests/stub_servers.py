@@ -1,10 +1,14 @@
-"""Loopback HTTP stand-ins for a broken cluster, shared by the service and secrets tests."""
+"""Loopback HTTP stand-ins for a broken cluster, and the wait for a real `semdup serve`, shared by the service and
+secrets tests."""
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -38,3 +42,21 @@ def garbage_cluster(body: str) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def wait_until_answering(proc: subprocess.Popen, base: str, log: Path, path: str = "/healthz") -> None:
+    """Return once ``base + path`` answers 200; fail the test with the log's tail if the server exits or takes
+    more than 120 s (waiting for start-up, not a timing assertion)."""
+    import httpx
+    import pytest
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{base}{path}", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"semdup serve did not answer {path} with 200: {log.read_text()[-2000:]}")
+        time.sleep(0.5)

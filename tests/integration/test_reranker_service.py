@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from stub_servers import garbage_cluster
+from stub_servers import garbage_cluster, wait_until_answering
 
 from semdup.bundle.bundle import Bundle
 from semdup.core.clients import connect
@@ -286,16 +285,7 @@ def test_real_uvicorn_service_equals_the_offline_reranker(
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"semdup serve did not become ready: {(tmp_path / 'serve.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+        wait_until_answering(proc, base, tmp_path / "serve.log", path="/readyz")
         rr = Reranker(bundle, opensearch_client, index)
         for post in real_posts[:5]:
             r = httpx.post(
@@ -409,16 +399,7 @@ def test_json_mode_service_logs_are_json_lines_without_secrets(tiny_bundle: Path
             )
             try:
                 base = f"http://127.0.0.1:{port}"
-                deadline = time.monotonic() + 120  # waiting for start-up, not a timing assertion
-                while True:
-                    try:
-                        if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"semdup serve did not start: {log_path.read_text()[-2000:]}")
-                    time.sleep(0.5)
+                wait_until_answering(proc, base, log_path)
                 for _ in range(4):  # each worker process answers some of them
                     r = httpx.post(f"{base}/v1/rerank", headers=HEADERS, json={"title": "visa for Qatar?"}, timeout=30)
                     assert r.status_code == 500 and r.json()["error"]["type"] == "InternalError"

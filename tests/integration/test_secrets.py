@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from stub_servers import garbage_cluster
+from stub_servers import garbage_cluster, wait_until_answering
 
 from semdup.core.posts import Post
 from semdup.devstack.local_process import any_free_port
@@ -255,16 +255,7 @@ def test_service_answers_and_logs_show_no_secret(
             )
             try:
                 base = f"http://127.0.0.1:{port}"
-                deadline = time.monotonic() + 120  # waiting for start-up, not a timing assertion
-                while True:
-                    try:
-                        if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"semdup serve did not start: {log.read_text()[-2000:]}")
-                    time.sleep(0.5)
+                wait_until_answering(proc, base, log)
                 good = {"X-API-Key": API_KEY}
                 calls = [
                     ("post", "/v1/rerank", {"title": "visa?"}, good, 500),
