@@ -6,8 +6,9 @@ boundaries (``indexer`` and ``reranker`` never import each other), so the names 
 
 from __future__ import annotations
 
-__all__ = ["INDEX_POSTS", "BACKFILL_BATCH", "SYNC_POSTS", "DELETE_POSTS", "FLAG_DUPLICATES"]
+__all__ = ["INDEXER_QUEUE", "INDEX_POSTS", "BACKFILL_BATCH", "SYNC_POSTS", "DELETE_POSTS", "FLAG_DUPLICATES"]
 
+INDEXER_QUEUE = "semdup.indexer"  # the indexing workers' queue: semdup.indexer.celery_app.QUEUE (a test checks)
 INDEX_POSTS = "semdup.indexer.index_posts"  # (index, posts as JSON, model_version, job=None)
 BACKFILL_BATCH = "semdup.indexer.backfill_batch"  # (index, ids, model_version, job=None)
 SYNC_POSTS = "semdup.indexer.sync_posts"  # (site index or alias, ids, model_version, job=None): re-read, encode, write

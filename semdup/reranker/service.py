@@ -1,4 +1,5 @@
-"""The query-time HTTP service (FastAPI): ``POST /v1/rerank``, ``/healthz``, ``/readyz``, ``/metrics``.
+"""The query-time HTTP service (FastAPI): ``POST /v1/rerank``, ``/healthz``, ``/readyz``, ``/metrics``, and the
+HTTP ingest endpoints ``POST /v1/posts``, ``/v1/posts/sync``, ``/v1/posts/delete`` (:mod:`.ingest_routes`).
 
     app = create_app(ServiceSettings.from_env())      # or: semdup serve --bundle B --index I
     uvicorn semdup.reranker.service:app_from_env --factory --workers 2
@@ -12,7 +13,8 @@ Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X
 ``APIKeyHeader`` scheme), 404 an index this key may not search or that does not exist (one answer for both, so it
 tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another model version,
 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
-beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down, 504
+beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down (or, for
+ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed), 504
 OpenSearch too slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
 (:func:`semdup.core.logs.scrub`). The request schema states every bound the service checks (lengths, ``k``, the
 template names, no unknown fields), so a schema-driven client or fuzzer reaches the search path.
@@ -37,10 +39,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from semdup.core.errors import ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
+from semdup.core.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    IndexError_,
+    OpenSearchUnavailable,
+    PostError,
+    SemdupError,
+)
 from semdup.core.logs import active_format, configure_logging, log_format_from_env, scrub
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.candidates import SearchTimeout
+from semdup.reranker.ingest import TaskSender
 from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.reranker.settings import ServiceSettings
 
@@ -59,6 +69,7 @@ API_KEY_HEADER = "X-API-Key"
 STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that cannot start: its supervisor stops, not restarts
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
 MAX_ID_CHARS = 512  # OpenSearch's limit on an _id (in bytes)
+_KEYED_PATHS = {"/v1/rerank", "/v1/posts", "/v1/posts/sync", "/v1/posts/delete"}  # metrics' path label
 MAX_INDEX_CHARS = 255
 # Text the service refuses whatever the rest holds: C0 control characters but tab / newline / return, DEL and
 # U+FFFD (what undecodable bytes become). Stated in the schema, so a generated request never carries them.
@@ -84,7 +95,7 @@ def error_status(exc: BaseException) -> int:
         return 404
     if isinstance(exc, SearchTimeout):
         return 504
-    if isinstance(exc, OpenSearchUnavailable):
+    if isinstance(exc, (OpenSearchUnavailable, BrokerUnavailable)):
         return 503
     return 500
 
@@ -280,8 +291,9 @@ def _validation_items(errors: Any) -> list[dict[str, Any]]:
     ]
 
 
-def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> Any:
-    """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``.
+def create_app(settings: ServiceSettings, reranker: Reranker | None = None, sender: TaskSender | None = None) -> Any:
+    """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``. ``sender``
+    takes the ingest endpoints' tasks (tests); else a Celery client on ``settings.broker`` when ingest is on.
 
     Raises:
         ConfigError: no API key while auth is on (raised by ``ServiceSettings``), a bad bundle or setting.
@@ -348,7 +360,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     app.state.settings = settings
 
     def _path(request: Request) -> str:
-        return request.url.path if request.url.path in _OPEN_PATHS | {"/v1/rerank"} else "other"
+        return request.url.path if request.url.path in _OPEN_PATHS | _KEYED_PATHS else "other"
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Any) -> Any:
@@ -400,11 +412,12 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
     async def _semdup(request: Request, exc: SemdupError) -> JSONResponse:
         status = error_status(exc)
         if status == 500:
-            logger.error("rerank failed: %s", exc)
+            logger.error("%s failed: %s", request.url.path, exc)
         if status == 422:
             detail = [{"loc": ["body"], "msg": scrub(str(exc)), "type": "value_error"}]
             return _error(request, 422, type(exc).__name__, str(exc), detail=detail)
-        return _error(request, status, type(exc).__name__, str(exc))
+        # e.g. an ingest request's broker failure: how many were enqueued before it
+        return _error(request, status, type(exc).__name__, str(exc), **getattr(exc, "details", {}))
 
     @app.exception_handler(Exception)
     async def _any(request: Request, exc: Exception) -> JSONResponse:
@@ -493,6 +506,14 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None) -> A
         tags=["rerank"],
         responses=_responses(401, 404, 409, 413, 422, 500, 503, 504),
     )(rerank)
+
+    from semdup.reranker.ingest_routes import add_ingest_routes  # it imports this module's schema pieces
+
+    if sender is None and settings.ingest and settings.broker is not None:
+        from semdup.reranker.ingest import CelerySender
+
+        sender = CelerySender(settings.broker.url)  # connects on the first request, not here
+    add_ingest_routes(app, settings, access, reranker.version, sender if settings.ingest else None)
 
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # outermost: before any parsing
     return app

@@ -21,6 +21,8 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
     SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
+    SEMDUP_INGEST               the /v1/posts endpoints (HTTP ingest) on or off      on if a broker is set
+    SEMDUP_MAX_INGEST_POSTS     most posts or ids one ingest request may carry       1000
 
 Access (:class:`ApiKey`): a request names an ``index`` only from the allow-list ``SEMDUP_INDICES`` (plus
 ``SEMDUP_INDEX``), compared as exact strings, so patterns (``*``, ``_all``, ``a,b``), other indices and aliases
@@ -30,8 +32,9 @@ search ``SEMDUP_INDEX`` searches its first index when a request names none::
 
     SEMDUP_INDEX=travel SEMDUP_INDICES=travel,cooking SEMDUP_API_KEYS='k1:travel,k2:cooking,k3:*'
 
-OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`; the log format
-from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`).
+OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`, the broker the
+ingest endpoints send tasks to from :class:`~semdup.core.settings.BrokerSettings` (``SEMDUP_BROKER_URL``), the
+log format from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`).
 """
 
 from __future__ import annotations
@@ -44,15 +47,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from semdup.core.errors import ConfigError
+from semdup.core.errors import BrokerUnavailable, ConfigError
 from semdup.core.index_names import check_index_name
-from semdup.core.settings import OpenSearchSettings, load_config_file, parse_bool
+from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_bool
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
 
 __all__ = ["RerankerSettings", "ServiceSettings", "ApiKey", "parse_api_keys", "usable_cpus", "default_workers"]
 
 logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class RerankerSettings:
@@ -191,9 +195,21 @@ class ServiceSettings:
     indices: tuple[str, ...] = ()
     api_keys: tuple[ApiKey, ...] = ()
     onnx_threads: int = 1
+    broker: BrokerSettings | None = None
+    ingest: bool | None = None  # None: on exactly when a broker is set
+    max_ingest_posts: int = 1000
 
     def __post_init__(self) -> None:
         check_index_name(self.index, "SEMDUP_INDEX")
+        if self.ingest is None:
+            object.__setattr__(self, "ingest", self.broker is not None)
+        elif self.ingest and self.broker is None:
+            raise ConfigError(
+                "SEMDUP_INGEST is on but no broker is set: set SEMDUP_BROKER_URL (the indexer's Celery broker) "
+                "or SEMDUP_INGEST=0"
+            )
+        if not 1 <= self.max_ingest_posts <= 100_000:
+            raise ConfigError(f"max_ingest_posts must be within 1..100000, got {self.max_ingest_posts}")
         served = tuple(dict.fromkeys((self.index, *self.indices)))
         for name in served:
             check_index_name(name, "SEMDUP_INDICES entry")
@@ -289,19 +305,32 @@ class ServiceSettings:
             "onnx_threads": "SEMDUP_ONNX_THREADS",
             "calibration": "SEMDUP_CALIBRATION",
             "field_cache": "SEMDUP_FIELD_CACHE",
+            "ingest": "SEMDUP_INGEST",
+            "max_ingest_posts": "SEMDUP_MAX_INGEST_POSTS",
         }
         for key, var in env_names.items():
             if env.get(var):
                 values[key] = env[var]
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.from_mapping(values, OpenSearchSettings.from_env(config_file, env), source=str(path or "env"))
+        try:
+            broker: BrokerSettings | None = BrokerSettings.from_env(config_file, env)
+        except BrokerUnavailable:  # no broker: the service runs, its ingest endpoints answer 503
+            broker = None
+        return cls.from_mapping(
+            values, OpenSearchSettings.from_env(config_file, env), source=str(path or "env"), broker=broker
+        )
 
     @classmethod
     def from_mapping(
-        cls, values: Mapping[str, Any], opensearch: OpenSearchSettings, source: str = ""
+        cls,
+        values: Mapping[str, Any],
+        opensearch: OpenSearchSettings,
+        source: str = "",
+        broker: BrokerSettings | None = None,
     ) -> ServiceSettings:
-        """Build from plain values (strings from the environment are parsed here)."""
-        known = {f.name for f in fields(RerankerSettings)} | {f.name for f in fields(cls)}
+        """Build from plain values (strings from the environment are parsed here); the broker, like OpenSearch,
+        comes from its own settings (``SEMDUP_BROKER_URL`` or the config file's ``broker:`` section)."""
+        known = {f.name for f in fields(RerankerSettings)} | ({f.name for f in fields(cls)} - {"broker"})
         unknown = sorted(set(values) - known)
         if unknown:
             moved = "; the log format is SEMDUP_LOG_FORMAT=json now" if "log_json" in unknown else ""
@@ -340,6 +369,9 @@ class ServiceSettings:
                 indices=_names(values.get("indices")),
                 api_keys=_api_keys_of(values.get("api_keys"), "SEMDUP_API_KEYS" if source == "env" else source),
                 onnx_threads=int(values.get("onnx_threads", 1)),
+                broker=broker,
+                ingest=None if values.get("ingest") in (None, "") else parse_bool("ingest", values["ingest"]),
+                max_ingest_posts=int(values.get("max_ingest_posts", 1000)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"a reranker setting is not a number where one is needed ({source}): {exc}") from exc

@@ -1,0 +1,210 @@
+"""HTTP ingest (``/v1/posts``, ``/sync``, ``/delete``) with a fake sender: batching, auth, index scoping, bounds,
+and a broker that is missing, off, down or fails part-way. The real broker and worker: tests/integration/
+test_reranker_ingest.py."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from semdup.core.errors import ConfigError
+from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
+from semdup.reranker.ingest import CelerySender
+from semdup.reranker.service import create_app
+from semdup.reranker.settings import ServiceSettings
+
+OS = OpenSearchSettings(url="http://127.0.0.1:9")
+BROKER = BrokerSettings(url="redis://127.0.0.1:9/0")
+KEY, COOK_KEY = "key-all-5b1e", "key-cook-90ad"
+VERSION = "bow-cnn-0123abcd"
+
+
+class FakeReranker:
+    version = VERSION
+
+
+class FakeSender:
+    """Records every task; raises from the ``fail_at``-th send on (1-based)."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.sent: list[tuple[str, list[Any]]] = []
+        self.fail_at = fail_at
+
+    def send(self, name: str, args: list[Any]) -> None:
+        if self.fail_at is not None and len(self.sent) + 1 >= self.fail_at:
+            raise ConnectionRefusedError("[Errno 111] Connection refused")
+        self.sent.append((name, args))
+
+
+def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSettings:
+    config = {
+        "bundle": "b",
+        "index": "travel",
+        "indices": "travel,cooking",
+        "api_key": KEY,
+        "api_keys": f"{COOK_KEY}:cooking",
+        **values,
+    }
+    return ServiceSettings.from_mapping(config, OS, broker=broker)
+
+
+def client(sender: Any = None, **kw: Any) -> TestClient:
+    return TestClient(create_app(settings(**kw), reranker=FakeReranker(), sender=sender))  # type: ignore[arg-type]
+
+
+def posts(n: int, start: int = 0) -> list[dict[str, str]]:
+    return [{"id": str(i), "title": f"Visa question {i}", "body": "<p>Do I need one?</p>"} for i in range(start, n)]
+
+
+def test_posts_go_out_in_batches_of_64_as_index_posts_with_the_bundle_version() -> None:
+    sender = FakeSender()
+    r = client(sender).post("/v1/posts", json={"posts": posts(130)}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202, r.text
+    assert r.json() == {"index": "travel", "task": "index_posts", "model": VERSION, "enqueued": 130, "tasks": 3}
+    assert [name for name, _ in sender.sent] == [INDEX_POSTS] * 3
+    assert [len(args[1]) for _, args in sender.sent] == [64, 64, 2]
+    index, batch, version = sender.sent[2][1]
+    assert (index, version) == ("travel", VERSION)
+    assert batch[-1] == {"id": "129", "title": "Visa question 129", "body": "<p>Do I need one?</p>"}
+
+
+def test_sync_and_delete_send_distinct_ids_in_order() -> None:
+    sender = FakeSender()
+    app = client(sender)
+    ids = ["7", "3", "7", "10"]
+    r = app.post("/v1/posts/sync", json={"index": "cooking", "ids": ids}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202 and r.json()["enqueued"] == 3 and r.json()["task"] == "sync_posts", r.text
+    r = app.post("/v1/posts/delete", json={"ids": ["7"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202 and r.json()["model"] is None, r.text
+    assert sender.sent == [(SYNC_POSTS, ["cooking", ["7", "3", "10"], VERSION]), (DELETE_POSTS, ["travel", ["7"]])]
+
+
+@pytest.mark.parametrize("path", ["/v1/posts", "/v1/posts/sync", "/v1/posts/delete"])
+def test_keys_and_indices_are_checked_like_rerank_and_nothing_is_sent(path: str) -> None:
+    sender = FakeSender()
+    app = client(sender)
+    body: dict[str, Any] = {"posts": posts(1)} if path == "/v1/posts" else {"ids": ["1"]}
+    for headers in ({}, {"X-API-Key": "wrong"}, {"X-API-Key": KEY + " "}):
+        r = app.post(path, json=body, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "Unauthorized", r.text
+    for key, index in ((COOK_KEY, "travel"), (KEY, "*"), (KEY, "_all"), (KEY, "travel,cooking"), (KEY, "other")):
+        r = app.post(path, json={**body, "index": index}, headers={"X-API-Key": key})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "IndexError_", (key, index, r.text)
+        assert "not one this API key may search" in r.json()["error"]["message"]
+    assert sender.sent == []
+    r = app.post(path, json=body, headers={"X-API-Key": COOK_KEY})  # no index named: the key's own
+    assert r.status_code == 202 and r.json()["index"] == "cooking", r.text
+    assert [args[0] for _, args in sender.sent] == ["cooking"]
+
+
+def test_bad_input_is_refused_whole_with_a_clear_message_and_nothing_is_sent() -> None:
+    sender = FakeSender()
+    app = client(sender, max_ingest_posts=100, max_text_chars=50)
+    post = {"id": "1", "title": "Visa?"}
+    refused = {
+        "/v1/posts": [
+            {"posts": []},
+            {"posts": posts(101)},
+            {"posts": [{"id": "", "title": "Visa?"}]},
+            {"posts": [{"id": "é" * 257, "title": "Visa?"}]},  # 257 characters, 514 bytes
+            {"posts": [{"id": "1", "title": " ", "body": "\n"}]},
+            {"posts": [{"id": "1", "title": "x" * 51}]},
+            {"posts": [post, {**post, "body": "again"}]},
+            {"posts": [{**post, "tags": ["visa"]}]},
+            {"posts": [{"id": 1, "title": "Visa?"}]},
+            {"posts": [{"id": "1\x00", "title": "Visa?"}]},
+            {"posts": [post], "index": ""},
+            {"post": [post]},
+        ],
+        "/v1/posts/sync": [{"ids": []}, {"ids": [str(i) for i in range(101)]}, {"ids": [""]}, {"ids": [7]}],
+        "/v1/posts/delete": [{"ids": ["x" * 513]}, {"ids": "1"}, {}],
+    }
+    for path, bodies in refused.items():
+        for body in bodies:
+            r = app.post(path, json=body, headers={"X-API-Key": KEY})
+            assert r.status_code == 422, (path, body, r.text)
+            assert r.json()["error"]["type"] == "ValidationError" and r.json()["detail"], r.text
+    r = app.post("/v1/posts", json={"posts": [post, {**post, "body": "again"}]}, headers={"X-API-Key": KEY})
+    assert "appears twice" in r.json()["error"]["message"]
+    r = app.post("/v1/posts", json={"posts": [{"id": "é" * 257, "title": "V"}]}, headers={"X-API-Key": KEY})
+    assert "512 bytes" in r.json()["error"]["message"]
+    assert sender.sent == []
+    r = app.post("/v1/posts", json={"posts": [{"id": "é" * 256, "body": "ok"}]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202, r.text  # exactly 512 bytes
+
+
+def test_a_broker_failing_part_way_is_a_503_that_says_how_many_went_out() -> None:
+    sender = FakeSender(fail_at=3)
+    r = client(sender).post("/v1/posts", json={"posts": posts(200)}, headers={"X-API-Key": KEY})
+    assert r.status_code == 503, r.text
+    body = r.json()
+    assert body["error"]["type"] == "EnqueueFailed"
+    assert (body["enqueued"], body["tasks"]) == (128, 2) and len(sender.sent) == 2
+    assert "128 of 200 were enqueued in 2 task(s)" in body["error"]["message"]
+    assert "ConnectionRefusedError" in body["error"]["message"]
+
+
+def test_without_a_broker_or_with_ingest_off_the_endpoints_answer_503_and_say_why() -> None:
+    r = client(broker=None).post("/v1/posts/sync", json={"ids": ["1"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 503 and r.json()["error"]["type"] == "BrokerUnavailable", r.text
+    assert "SEMDUP_BROKER_URL" in r.json()["error"]["message"]
+    sender = FakeSender()
+    r = client(sender, ingest="0").post("/v1/posts", json={"posts": posts(1)}, headers={"X-API-Key": KEY})
+    assert r.status_code == 503 and "SEMDUP_INGEST=0" in r.json()["error"]["message"], r.text
+    assert sender.sent == []
+    # auth and index checks come first: a wrong key learns nothing about the broker
+    assert client(broker=None).post("/v1/posts/sync", json={"ids": ["1"]}).status_code == 401
+
+
+def test_ingest_is_on_by_default_only_with_a_broker() -> None:
+    assert settings().ingest is True and settings(broker=None).ingest is False
+    assert settings(ingest="off").ingest is False and settings(max_ingest_posts="10").max_ingest_posts == 10
+    with pytest.raises(ConfigError, match="SEMDUP_BROKER_URL"):
+        settings(broker=None, ingest="1")
+    env = {"SEMDUP_BUNDLE": "b", "SEMDUP_INDEX": "travel", "SEMDUP_API_KEY": "k", "SEMDUP_OPENSEARCH_URL": OS.url}
+    assert ServiceSettings.from_env(env=env).broker is None
+    on = ServiceSettings.from_env(env={**env, "SEMDUP_BROKER_URL": "redis://:s3cr3t@h:6379/0"})
+    assert on.ingest is True and on.broker is not None and "s3cr3t" not in repr(on)
+    assert (
+        ServiceSettings.from_env(env={**env, "SEMDUP_BROKER_URL": "redis://h/0", "SEMDUP_INGEST": "0"}).ingest is False
+    )
+    with pytest.raises(ConfigError, match="unknown reranker setting"):
+        settings(broker_url="redis://h/0")  # the broker comes from SEMDUP_BROKER_URL / the broker: section
+
+
+def test_a_real_celery_client_on_a_closed_port_answers_503_quickly() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connection refused
+    sender = CelerySender(f"redis://127.0.0.1:{port}/0", timeout=2.0)
+    start = time.monotonic()
+    r = client(sender).post("/v1/posts", json={"posts": posts(3)}, headers={"X-API-Key": KEY})
+    took = time.monotonic() - start
+    assert r.status_code == 503 and (r.json()["enqueued"], r.json()["tasks"]) == (0, 0), r.text
+    assert "0 of 3 were enqueued" in r.json()["error"]["message"]
+    assert took < 15, took
+
+
+def test_tasks_go_to_the_queue_the_workers_consume() -> None:
+    from semdup.indexer.celery_app import QUEUE, celery_config
+
+    sender = CelerySender("redis://127.0.0.1:9/0")
+    assert sender.queue == QUEUE == celery_config("redis://h/0")["task_default_queue"]
+    assert sender.app.conf.task_serializer == "json" and "json" in celery_config("redis://h/0")["accept_content"]
+
+
+def test_the_openapi_document_states_202_503_and_the_bounds() -> None:
+    doc = client(FakeSender(), max_ingest_posts=100).get("/openapi.json").json()
+    for path in ("/v1/posts", "/v1/posts/sync", "/v1/posts/delete"):
+        op = doc["paths"][path]["post"]
+        assert {"202", "401", "404", "413", "422", "503"} <= set(op["responses"]), path
+        assert op["security"] == [{"APIKeyHeader": []}]
+    schemas = doc["components"]["schemas"]
+    assert schemas["IngestPosts"]["properties"]["posts"]["maxItems"] == 100
+    assert schemas["IngestIds"]["properties"]["ids"]["items"]["maxLength"] == 512
+    assert schemas["IngestPosts"]["additionalProperties"] is False
