@@ -35,6 +35,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "enable": ("indexer_cmd", "enable", "Add semdup to an existing index that semdup did not create."),
     "rerank": ("reranker_cmd", "rerank", "Rank duplicate candidates for one post from the command line."),
     "serve": ("reranker_cmd", "serve", "Run the query-time reranking HTTP service."),
+    "duplicates": ("duplicates_cmd", "duplicates", "List the likely duplicates flagged as posts were indexed."),
     "demo": ("demo_cmd", "demo", "Run the whole job on the embedded default and print the quality table."),
 }
 

@@ -94,7 +94,7 @@ def celery_config(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILI
     }
 
 
-app = Celery("semdup.indexer", include=["semdup.indexer.tasks"], set_as_current=False)
+app = Celery("semdup.indexer", include=["semdup.indexer.tasks", "semdup.alerts.tasks"], set_as_current=False)
 _configured = threading.Lock()
 _explicit = False
 

@@ -1,0 +1,141 @@
+"""The Celery task ``FLAG_DUPLICATES`` (index, ids, model_version): flag the likely duplicates of posts just written.
+
+Registered on the indexer's app (``semdup.indexer.celery_app`` lists this module in ``include``), so the same
+``semdup worker`` runs it with the bundle it already loaded; each worker process builds one
+:class:`~semdup.reranker.Reranker` on that bundle and client (its calibration read from ``SEMDUP_CALIBRATION`` or
+beside the bundle), the first time a flagging task arrives.
+
+Delivery: ``acks_late`` like the indexing tasks, and safe to run twice: the posts' text is read again from the index
+and every flag has a deterministic ``_id`` (:mod:`semdup.alerts.store`), so a redelivered task writes the same
+flags. Transient errors (cluster down, 429/502/503/504, past the soft time limit) are retried with the indexer's
+:class:`~semdup.indexer.retry.RetryPolicy`. Flags are derived data: the posts themselves are already written, so
+a batch that still fails after the retry budget, or cannot be flagged at all (no threshold, another model's
+index), is logged with its ids and acknowledged rather than parked.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Reject, Retry
+from celery.utils.log import get_task_logger
+
+from semdup.alerts.flag import flag_duplicates, read_posts
+from semdup.alerts.settings import AlertSettings
+from semdup.alerts.store import delete_flags
+from semdup.core.errors import SemdupError
+from semdup.core.task_names import FLAG_DUPLICATES
+from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
+from semdup.indexer.retry import MAX_RETRY_WAIT
+from semdup.indexer.tasks import is_transient
+from semdup.reranker.calibration import calibration_path, load_calibration
+from semdup.reranker.reranker import Reranker
+
+__all__ = ["flag_duplicates_task", "process_reranker"]
+
+logger = get_task_logger(__name__)
+
+_lock = threading.Lock()
+_cached: tuple[Any, Reranker, AlertSettings] | None = None  # (the bundle it was built on, reranker, settings)
+
+
+def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSettings]:
+    """This process's reranker over the runtime's bundle (rebuilt when the runtime loaded another bundle).
+
+    Raises:
+        ConfigError / BundleError: bad flagging settings or calibration file; ValueError: candidate paths the
+            bundle cannot serve (learned-sparse without term weights).
+    """
+    global _cached
+    with _lock:
+        if _cached is None or _cached[0] is not rt.bundle:
+            settings = AlertSettings.from_env()
+            bundle = rt.bundle
+            cal_file = settings.calibration or calibration_path(bundle.path)
+            calibration = load_calibration(cal_file, bundle.version)
+            rr = Reranker(bundle, rt.client, index, settings.reranker, calibration)
+            logger.info(
+                "flagging with bundle %s, threshold %s (%s), k %d",
+                bundle.version,
+                rr.threshold,
+                "calibration " + str(cal_file) if calibration is not None else "the bundle's",
+                settings.k,
+            )
+            _cached = (bundle, rr, settings)
+        return _cached[1], _cached[2]
+
+
+def _retry(task: Task, exc: BaseException, countdown: float) -> BaseException:
+    """The exception that retries ``task``; a retry that cannot be sent hands the message back to the broker
+    (the indexer's rule, :mod:`semdup.indexer.tasks`)."""
+    try:
+        return task.retry(exc=exc, countdown=countdown, throw=False)
+    except Reject as rejected:
+        logger.error("could not send the retry of task %s (%s); its message is requeued", task.request.id, rejected)
+        return Reject(rejected.reason, requeue=True)
+
+
+@app.task(
+    name=FLAG_DUPLICATES,
+    bind=True,
+    max_retries=None,  # counted by the RetryPolicy
+    ignore_result=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=TASK_SOFT_TIME_LIMIT,
+)
+def flag_duplicates_task(self: Task, index: str, ids: list[str], model_version: str) -> dict[str, int]:
+    """Flag the likely duplicates of posts ``ids`` of ``index`` (written by ``model_version``'s workers)."""
+    ids = [str(i) for i in dict.fromkeys(ids or [])]
+    try:
+        rt = runtime()
+    except Exception as exc:  # no bundle or client in this process: nothing can be flagged here
+        logger.error("this worker cannot load its bundle or client (%s); the flagging task stays on the broker", exc)
+        raise _retry(self, exc, MAX_RETRY_WAIT) from exc
+    if model_version != rt.bundle.version:
+        logger.error(
+            "flagging of %d posts of %s was sent for model %s but this worker runs bundle %s; not flagged: %s",
+            len(ids),
+            index,
+            model_version,
+            rt.bundle.version,
+            ",".join(ids)[:5000],
+        )
+        return {"posts": 0, "flagged": 0, "missing": 0, "failed": len(ids)}
+    retries = int(self.request.retries or 0)
+    try:
+        reranker, settings = process_reranker(rt, index)
+        posts, missing = read_posts(rt.client, index, ids)
+        if missing:  # deleted since they were written: no flags, and none kept from before
+            delete_flags(rt.client, index, missing)
+        flags = flag_duplicates(reranker, rt.client, index, posts, k=settings.k)
+        return {"posts": len(posts), "flagged": len(flags), "missing": len(missing), "failed": 0}
+    except (Retry, Reject):
+        raise
+    except Exception as exc:
+        if is_transient(exc) and retries < rt.retry.max_retries:
+            wait = rt.retry.countdown(retries)
+            logger.warning(
+                "flagging %d posts of %s: %s; retry %d of %d in %.0f s",
+                len(ids),
+                index,
+                exc,
+                retries + 1,
+                rt.retry.max_retries,
+                wait,
+            )
+            raise _retry(self, exc, wait) from exc
+        how = "after the retry budget" if is_transient(exc) else "for good"
+        log = logger.error if isinstance(exc, (SemdupError, ValueError)) else logger.exception
+        log(
+            "flagging %d posts of %s failed %s (%s: %s); ids: %s",
+            len(ids),
+            index,
+            how,
+            type(exc).__name__,
+            exc,
+            ",".join(ids)[:5000],
+        )
+        return {"posts": 0, "flagged": 0, "missing": 0, "failed": len(ids)}

@@ -1,0 +1,124 @@
+"""The FLAG_DUPLICATES task's decisions without a broker or a cluster: flag, retry, give up, refuse another model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery.exceptions import Reject, Retry
+
+from semdup.alerts import tasks
+from semdup.alerts.store import Flag
+from semdup.core.errors import ConfigError, OpenSearchUnavailable
+from semdup.core.posts import Post
+from semdup.core.task_names import FLAG_DUPLICATES
+from semdup.indexer.celery_app import WorkerRuntime, app
+from semdup.indexer.retry import RetryPolicy
+
+POLICY = RetryPolicy(budget_s=10, first_s=2, cap_s=4)
+RUN = type(tasks.flag_duplicates_task._get_current_object()).run  # the task body, to call with a fake `self`
+
+
+class FakeTask:
+    def __init__(self, retries: int = 0, publish_fails: bool = False) -> None:
+        self.request = SimpleNamespace(retries=retries, id="task-1", called_directly=False)
+        self.publish_fails, self.countdowns = publish_fails, []
+
+    def retry(self, exc: BaseException, countdown: float, throw: bool) -> Retry:
+        if self.publish_fails:
+            raise Reject(exc, requeue=False)
+        self.countdowns.append(countdown)
+        return Retry(exc=exc, when=countdown)
+
+
+@pytest.fixture
+def worker(monkeypatch) -> dict[str, Any]:
+    """A runtime on bundle ``m-1``; reading posts, flagging and deleting flags record their calls."""
+    seen: dict[str, Any] = {"flagged": [], "deleted": [], "error": None, "missing": []}
+    rt = WorkerRuntime(bundle=SimpleNamespace(version="m-1"), client=object(), retry=POLICY)
+    monkeypatch.setattr(tasks, "runtime", lambda: rt)
+    monkeypatch.setattr(tasks, "process_reranker", lambda rt, index: ("rr", SimpleNamespace(k=3)))
+
+    def read_posts(client, index, ids):
+        return [Post(i, "t") for i in ids if i not in seen["missing"]], [i for i in ids if i in seen["missing"]]
+
+    def flag(rr, client, index, posts, k):
+        if seen["error"] is not None:
+            raise seen["error"]
+        seen["flagged"].append(([p.id for p in posts], k))
+        return [Flag(index, p.id, "c", 0.9, 0.8, "m-1", "t") for p in posts]
+
+    monkeypatch.setattr(tasks, "read_posts", read_posts)
+    monkeypatch.setattr(tasks, "flag_duplicates", flag)
+    monkeypatch.setattr(tasks, "delete_flags", lambda client, index, ids: seen["deleted"].append(ids))
+    return seen
+
+
+def test_the_task_is_registered_on_the_indexer_app_under_the_shared_name() -> None:
+    assert FLAG_DUPLICATES in app.tasks
+    task = app.tasks[FLAG_DUPLICATES]
+    assert task.acks_late and task.reject_on_worker_lost
+
+
+def test_posts_are_read_again_and_flagged_and_deleted_ones_lose_their_flags(worker) -> None:
+    worker["missing"] = ["2"]
+    assert RUN(FakeTask(), "travel", ["1", "2", "1"], "m-1") == {"posts": 1, "flagged": 1, "missing": 1, "failed": 0}
+    assert worker["flagged"] == [(["1"], 3)] and worker["deleted"] == [["2"]]
+
+
+def test_a_transient_error_is_retried_within_the_budget(worker) -> None:
+    worker["error"] = OpenSearchUnavailable("connection refused")
+    task = FakeTask(retries=1)
+    with pytest.raises(Retry):
+        RUN(task, "travel", ["1"], "m-1")
+    assert 4 <= task.countdowns[0] <= 5
+    with pytest.raises(Reject) as caught:  # a retry that cannot be sent hands the message back
+        RUN(FakeTask(publish_fails=True), "travel", ["1"], "m-1")
+    assert caught.value.requeue is True
+
+
+def test_a_spent_budget_or_a_permanent_error_is_logged_and_acknowledged(worker, caplog) -> None:
+    worker["error"] = OpenSearchUnavailable("connection refused")
+    task = FakeTask(retries=POLICY.max_retries)
+    assert RUN(task, "travel", ["1", "2"], "m-1")["failed"] == 2 and task.countdowns == []
+    worker["error"] = ConfigError("bundle m-1 has no duplicate threshold")
+    task = FakeTask()
+    assert RUN(task, "travel", ["1"], "m-1")["failed"] == 1 and task.countdowns == []
+    assert "failed for good" in caplog.text and "ids: 1" in caplog.text
+
+
+def test_posts_written_by_another_model_are_not_flagged(worker, caplog) -> None:
+    assert RUN(FakeTask(), "travel", ["1"], "m-0")["failed"] == 1
+    assert worker["flagged"] == [] and "sent for model m-0 but this worker runs bundle m-1" in caplog.text
+
+
+def test_a_worker_without_its_runtime_keeps_the_task(monkeypatch) -> None:
+    def broken() -> WorkerRuntime:
+        raise ConfigError("no model bundle for the worker")
+
+    monkeypatch.setattr(tasks, "runtime", broken)
+    task = FakeTask()
+    with pytest.raises(Retry):
+        RUN(task, "travel", ["1"], "m-1")
+    assert task.countdowns == [60]
+
+
+def test_one_reranker_per_process_rebuilt_only_for_another_bundle(monkeypatch, tmp_path) -> None:
+    built: list[Any] = []
+
+    class FakeReranker:
+        def __init__(self, bundle, client, index, settings, calibration) -> None:
+            built.append((bundle.version, index, calibration))
+            self.threshold = 0.5
+
+    monkeypatch.setattr(tasks, "Reranker", FakeReranker)
+    monkeypatch.setattr(tasks, "_cached", None)
+    monkeypatch.setenv("SEMDUP_FLAG_K", "4")
+    b1 = SimpleNamespace(version="m-1", path=tmp_path / "b1")
+    rt = WorkerRuntime(bundle=b1, client=object(), retry=POLICY)
+    first, settings = tasks.process_reranker(rt, "travel")
+    assert tasks.process_reranker(rt, "other")[0] is first and settings.k == 4
+    rt2 = WorkerRuntime(bundle=SimpleNamespace(version="m-2", path=tmp_path / "b2"), client=object(), retry=POLICY)
+    assert tasks.process_reranker(rt2, "travel")[0] is not first
+    assert built == [("m-1", "travel", None), ("m-2", "travel", None)]  # no calibration file beside them
