@@ -1,0 +1,125 @@
+"""HTTP ingest end to end: posts sent to ``POST /v1/posts`` of the service go through the real Redis broker to a
+real ``semdup worker``, which writes them into the index; a wrong key (401) and a key of another index (404)
+enqueue nothing. The endpoints' validation and scoping in detail: tests/unit/reranker/test_ingest_endpoints.py."""
+
+# ruff: noqa: F811  (the module-scoped fixtures are imported from conftest)
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from indexer_stack import all_docs, configure_celery, count, create, wait_until, worker_env
+
+from semdup.bundle.bundle import Bundle
+from semdup.core.posts import Post
+from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.core.task_names import INDEXER_QUEUE
+from semdup.devstack.local_worker import LocalWorker
+from semdup.reranker import Reranker
+from semdup.reranker.service import create_app
+from semdup.reranker.settings import ServiceSettings
+
+pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
+
+KEY, OTHER_KEY = "ingest-key-41c7", "other-key-9e02"
+WAIT_S = 300.0
+
+
+@pytest.fixture
+def worker(tmp_path: Path, opensearch_url: str, redis_url: str, tiny_bundle: Path) -> Iterator[LocalWorker]:
+    configure_celery(redis_url)  # the queue emptied of what an interrupted run left
+    w = LocalWorker(worker_env(opensearch_url, redis_url, tiny_bundle), tmp_path / "worker.log")
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def fresh_index(opensearch_client: Any, served: tuple[Bundle, str]) -> Iterator[str]:
+    """An empty index semdup created (``semdup index-posts``'s mapping), for the posts sent over HTTP."""
+    bundle, _ = served
+    name = f"semdup-test-ingest-{uuid.uuid4().hex[:8]}"
+    create(opensearch_client, name, bundle)
+    yield name
+    opensearch_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+def test_posts_sent_over_http_are_written_by_a_real_worker(
+    served: tuple[Bundle, str],
+    fresh_index: str,
+    real_posts: list[Post],
+    opensearch_client: Any,
+    opensearch_url: str,
+    redis_url: str,
+    tiny_bundle: Path,
+    worker: LocalWorker,
+) -> None:
+    bundle, other = served
+    settings = ServiceSettings.from_mapping(
+        {
+            "bundle": str(tiny_bundle),
+            "index": fresh_index,
+            "indices": f"{fresh_index},{other}",
+            "api_keys": f"{KEY}:{fresh_index},{OTHER_KEY}:{other}",
+        },
+        OpenSearchSettings(url=opensearch_url),
+        broker=BrokerSettings(url=redis_url),
+    )
+    app = TestClient(create_app(settings, reranker=Reranker(bundle, opensearch_client, fresh_index)))
+    queue = redis.Redis.from_url(redis_url)
+    posts = [p for p in real_posts if re.search(r"\w", p.title + p.body)][:70]
+    body = {"posts": [p.to_json() for p in posts]}
+
+    assert app.post("/v1/posts", json=body, headers={"X-API-Key": "wrong"}).status_code == 401
+    refused = app.post("/v1/posts", json={**body, "index": fresh_index}, headers={"X-API-Key": OTHER_KEY})
+    assert refused.status_code == 404 and refused.json()["error"]["type"] == "IndexError_", refused.text
+    assert queue.llen(INDEXER_QUEUE) == 0  # neither reached the broker
+
+    r = app.post("/v1/posts", json=body, headers={"X-API-Key": KEY})
+    assert r.status_code == 202, r.text
+    assert r.json() == {
+        "index": fresh_index,
+        "task": "index_posts",
+        "model": bundle.version,
+        "enqueued": len(posts),
+        "tasks": 2,
+    }
+    assert queue.llen(INDEXER_QUEUE) == 2  # queued, not yet written: no worker runs
+    assert count(opensearch_client, fresh_index, bundle.version) == 0
+
+    worker.start()
+    wait_until(lambda: count(opensearch_client, fresh_index, bundle.version) == len(posts), "70 posts", WAIT_S)
+    docs = all_docs(opensearch_client, fresh_index)
+    assert set(docs) == {p.id for p in posts}
+    sample = posts[0]
+    assert docs[sample.id]["semdup"]["model"] == bundle.version and docs[sample.id]["post_id"] == sample.id
+
+    gone = [p.id for p in posts[:5]]
+    r = app.post("/v1/posts/delete", json={"ids": gone}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202 and r.json()["enqueued"] == 5, r.text
+    wait_until(lambda: count(opensearch_client, fresh_index, bundle.version) == len(posts) - 5, "5 deletes", WAIT_S)
+    assert not set(gone) & set(all_docs(opensearch_client, fresh_index))
+    # the service searches what the worker wrote: a post finds itself
+    query = {"title": posts[10].title, "body": posts[10].body, "k": 3}
+    found = app.post("/v1/rerank", json=query, headers={"X-API-Key": KEY})
+    assert found.status_code == 200 and posts[10].id in [c["id"] for c in found.json()["candidates"]], found.text
+
+
+def test_without_a_broker_ingest_answers_503_and_the_service_stays_ready(
+    served: tuple[Bundle, str], opensearch_client: Any, opensearch_url: str, tiny_bundle: Path
+) -> None:
+    bundle, index = served
+    settings = ServiceSettings.from_mapping(
+        {"bundle": str(tiny_bundle), "index": index, "api_key": KEY}, OpenSearchSettings(url=opensearch_url)
+    )
+    assert settings.ingest is False
+    app = TestClient(create_app(settings, reranker=Reranker(bundle, opensearch_client, index)))
+    r = app.post("/v1/posts/sync", json={"ids": ["1"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 503 and "SEMDUP_BROKER_URL" in r.json()["error"]["message"], r.text
+    ready = app.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True, ready.text
