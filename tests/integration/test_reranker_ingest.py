@@ -123,3 +123,62 @@ def test_without_a_broker_ingest_answers_503_and_the_service_stays_ready(
     assert r.status_code == 503 and "SEMDUP_BROKER_URL" in r.json()["error"]["message"], r.text
     ready = app.get("/readyz")
     assert ready.status_code == 200 and ready.json()["ready"] is True, ready.text
+
+
+def test_sync_over_http_makes_the_companion_follow_the_site_index(
+    served: tuple[Bundle, str],
+    real_posts: list[Post],
+    opensearch_client: Any,
+    opensearch_url: str,
+    redis_url: str,
+    tiny_bundle: Path,
+    worker: LocalWorker,
+) -> None:
+    """A site's own index (``semdup enable``): the site says which posts changed, the worker re-reads them."""
+    from opensearchpy.helpers import bulk
+
+    from semdup.index_format.companion import companion_alias, companion_index_name
+    from semdup.indexer.enable import enable_index
+
+    bundle, _ = served
+    site = f"semdup-test-site-{uuid.uuid4().hex[:8]}"
+    companion = companion_alias(site)
+    posts = [p for p in real_posts if re.search(r"\w", p.title + p.body)][:12]
+    mapping = {"properties": {"subject": {"type": "text"}, "content": {"type": "text"}}}
+    opensearch_client.indices.create(index=site, body={"mappings": mapping})
+    try:
+        docs = ({"_index": site, "_id": p.id, "_source": {"subject": p.title, "content": p.body}} for p in posts)
+        bulk(opensearch_client, docs, refresh=True)
+        enable_index(
+            opensearch_client,
+            site,
+            version=bundle.version,
+            dimension=bundle.dimension,
+            title_field="subject",
+            body_field="content",
+        )
+        settings = ServiceSettings.from_mapping(
+            {"bundle": str(tiny_bundle), "index": site, "api_key": KEY},
+            OpenSearchSettings(url=opensearch_url),
+            broker=BrokerSettings(url=redis_url),
+        )
+        app = TestClient(create_app(settings, reranker=Reranker(bundle, opensearch_client, site)))
+        worker.start()
+        r = app.post("/v1/posts/sync", json={"ids": [p.id for p in posts]}, headers={"X-API-Key": KEY})
+        assert r.status_code == 202 and r.json()["task"] == "sync_posts" and r.json()["enqueued"] == 12, r.text
+        wait_until(lambda: count(opensearch_client, companion, bundle.version) == 12, "12 synced posts", WAIT_S)
+
+        edited, deleted = posts[0], posts[1]
+        opensearch_client.index(index=site, id=edited.id, body={"subject": "Edited title", "content": "new body"})
+        opensearch_client.delete(index=site, id=deleted.id, refresh=True)
+        r = app.post("/v1/posts/sync", json={"ids": [edited.id, deleted.id]}, headers={"X-API-Key": KEY})
+        assert r.status_code == 202, r.text
+        wait_until(lambda: count(opensearch_client, companion, bundle.version) == 11, "the deletion", WAIT_S)
+        wait_until(
+            lambda: all_docs(opensearch_client, companion).get(edited.id, {}).get("title") == "Edited title",
+            "the edit",
+            WAIT_S,
+        )
+    finally:
+        opensearch_client.indices.delete(index=site, ignore_unavailable=True)
+        opensearch_client.indices.delete(index=companion_index_name(site, bundle.version), ignore_unavailable=True)
