@@ -21,7 +21,15 @@ _data_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="State folder (config, data, logs, pid). Default: $SEMDUP_CACHE/state/opensearch "
-    "(~/.cache/semdup/state/opensearch; /var/lib/semdup/state/opensearch for root).",
+    "(~/.cache/semdup/state/opensearch; /var/lib/semdup/state/opensearch for root); "
+    "state/opensearch-VERSION for a --version other than 2.19.1.",
+)
+_version_option = click.option(
+    "--version",
+    "version",
+    default=None,
+    help="OpenSearch version (2.x or 3.x on Maven Central, e.g. 3.6.0); each has its own state folder. "
+    "Default: $SEMDUP_OPENSEARCH_VERSION or 2.19.1.",
 )
 
 
@@ -41,19 +49,20 @@ def opensearch() -> None:
 @click.option("--port", type=int, default=None, help="HTTP port. Default: 9200 if free, else any free port.")
 @_data_option
 @click.option("--heap", default=None, help="JVM heap, e.g. 512m or 1g. Default: $SEMDUP_OPENSEARCH_HEAP or 1g.")
-@click.option(
-    "--version", "version", default=None, help="OpenSearch version. Default: $SEMDUP_OPENSEARCH_VERSION or 2.19.1."
-)
+@_version_option
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for health.")
 def start(port: int | None, state_dir: Path | None, heap: str | None, version: str | None, timeout: float) -> None:
     """Start the node detached (or find it running) and print its URL.
 
     The first start unpacks OpenSearch and installs the k-NN plugin (about a minute);
     later starts take about 25 s. The URL goes to stdout, everything else to stderr.
+    Java is chosen for the version: 11-23 for 2.x, 21 or newer for 3.x (OPENSEARCH_JAVA_HOME,
+    JAVA_HOME, java on PATH, then the JDKs under /usr/lib/jvm).
 
     \b
     Example:
       semdup opensearch start --port 9250 --heap 512m
+      semdup opensearch start --version 3.6.0 --port 9236
     """
     node = LocalOpenSearch(version=version, state_dir=state_dir, port=port, heap=heap)
     running = node.url
@@ -67,15 +76,17 @@ def start(port: int | None, state_dir: Path | None, heap: str | None, version: s
 
 @opensearch.command()
 @_data_option
+@_version_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait before SIGKILL.")
-def stop(state_dir: Path | None, timeout: float) -> None:
+def stop(state_dir: Path | None, version: str | None, timeout: float) -> None:
     """Stop the node (SIGTERM, then SIGKILL after --timeout).
 
     \b
     Example:
       semdup opensearch stop
+      semdup opensearch stop --version 3.6.0
     """
-    node = LocalOpenSearch(state_dir=state_dir)
+    node = LocalOpenSearch(version=version, state_dir=state_dir)
     if node.stop(timeout=timeout):
         click.echo("stopped")
     else:
@@ -84,15 +95,17 @@ def stop(state_dir: Path | None, timeout: float) -> None:
 
 @opensearch.command()
 @_data_option
+@_version_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full status as JSON.")
-def status(state_dir: Path | None, as_json: bool) -> None:
+def status(state_dir: Path | None, version: str | None, as_json: bool) -> None:
     """Print the node's URL and health, or "not running" (exit 1).
 
     \b
     Example:
       semdup opensearch status --json
+      semdup opensearch status --version 3.6.0
     """
-    info = LocalOpenSearch(state_dir=state_dir).status()
+    info = LocalOpenSearch(version=version, state_dir=state_dir).status()
     if info is None:
         click.echo(json.dumps(None) if as_json else "not running")
         sys.exit(1)  # click.exceptions.Exit would be swallowed by semdup.cli.main's non-standalone mode

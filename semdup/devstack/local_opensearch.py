@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
+from semdup.devstack.java_runtime import java_range
 from semdup.devstack.local_process import (
     RunAs,
     ServiceRecord,
@@ -48,7 +49,13 @@ from semdup.devstack.local_process import (
     terminate,
     write_record,
 )
-from semdup.devstack.opensearch_distribution import Installation, default_version, ensure_installed, java_home
+from semdup.devstack.opensearch_distribution import (
+    DEFAULT_VERSION,
+    Installation,
+    default_version,
+    ensure_installed,
+    java_home,
+)
 
 __all__ = ["LocalOpenSearch", "running_url", "default_state_dir", "cluster_health"]
 
@@ -61,8 +68,17 @@ _HEAP = re.compile(r"^[1-9][0-9]*[mMgG]$")
 _SINGLE_NODE_SETTINGS = {"cluster.default_number_of_replicas": 0}
 
 
-def default_state_dir() -> Path:
-    return semdup_home() / "state" / "opensearch"
+def default_state_dir(version: str | None = None) -> Path:
+    """``<home>/state/opensearch`` for the default version, ``<home>/state/opensearch-<version>`` for others.
+
+    One folder per version: a data folder written by 3.x cannot be opened by 2.x, and two versions run side by
+    side (the 3.x test tier beside the 2.19 node others use).
+    """
+    return semdup_home() / "state" / _state_name(version or default_version())
+
+
+def _state_name(version: str) -> str:
+    return "opensearch" if version == DEFAULT_VERSION else f"opensearch-{version}"
 
 
 def _live_record(state_dir: Path) -> ServiceRecord | None:
@@ -150,7 +166,8 @@ class LocalOpenSearch:
     Args:
         version: OpenSearch version on Maven Central (default ``$SEMDUP_OPENSEARCH_VERSION`` or 2.19.1).
         cache_dir: where distributions are unpacked (default ``$SEMDUP_CACHE`` or ``~/.cache/semdup``).
-        state_dir: config, data, logs and the state record of this node (default ``<cache>/state/opensearch``).
+        state_dir: config, data, logs and the state record of this node (default: :func:`default_state_dir`,
+            ``<cache>/state/opensearch`` for 2.19.1, ``<cache>/state/opensearch-<version>`` for others).
         port: HTTP port; None tries 9200, then any free port.
         heap: JVM heap, e.g. ``"1g"`` or ``"512m"`` (default ``$SEMDUP_OPENSEARCH_HEAP`` or 1g).
         run_as: account to run as when we are root (default: see module docstring).
@@ -168,10 +185,10 @@ class LocalOpenSearch:
         maven_repo: Path | str | None = None,
     ) -> None:
         self.version = version or default_version()
+        java_range(self.version)  # a malformed or unsupported version fails here (it also names the state folder)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else semdup_home()
-        self.state_dir = (
-            Path(state_dir).expanduser() if state_dir else self.cache_dir / "state" / "opensearch"
-        ).absolute()
+        default_state = self.cache_dir / "state" / _state_name(self.version)
+        self.state_dir = (Path(state_dir).expanduser() if state_dir else default_state).absolute()
         self.port = port
         self.heap = heap or os.environ.get("SEMDUP_OPENSEARCH_HEAP", "1g")
         if not _HEAP.match(self.heap):
@@ -211,6 +228,12 @@ class LocalOpenSearch:
         with file_lock(self.state_dir / ".lock"):
             record = _live_record(self.state_dir)
             if record is not None:
+                running = record.extra.get("version")
+                if running and running != self.version:
+                    raise ConfigError(
+                        f"OpenSearch {running} already runs from {self.state_dir} ({record.url}); stop it or give "
+                        f"OpenSearch {self.version} another state folder (--data)"
+                    )
                 if not record.extra.get("ready", True):  # whoever started it gave up waiting: wait here
                     self._wait_healthy(
                         lambda: None if pid_runs(record.pid, record.program) else -1, record.url, timeout
@@ -265,6 +288,7 @@ class LocalOpenSearch:
         # The stock options hold paths relative to the install folder; point them at our state folder.
         jvm = jvm.replace("=logs/", f"={logs}/")
         jvm = jvm.replace("HeapDumpPath=data", f"HeapDumpPath={data}")
+        jvm = jvm.replace("-javaagent:agent/", f"-javaagent:{inst.home}/agent/")  # 3.x: its security agent
         (conf / "jvm.options").write_text(jvm, encoding="utf-8")
         settings = {
             "cluster.name": _CLUSTER,
@@ -287,7 +311,7 @@ class LocalOpenSearch:
             _check_reachable(inst.home, run_as)
             for folder in (conf, data, logs, tmp):
                 _hand_over(folder, run_as)
-        java = str(java_home())
+        java = str(java_home(inst.version))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSEARCH_", "JAVA_TOOL_OPTIONS"))}
         env.update(
             OPENSEARCH_JAVA_HOME=java,
