@@ -7,12 +7,13 @@ so lexical candidates and neural scores see the same words. semdup's own fields 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post, clean_text
 
-__all__ = ["lexical_document", "index_action"]
+__all__ = ["lexical_document", "index_action", "content_hash"]
 
 
 def lexical_document(post: Post, settings: TextPipelineSettings | None = None) -> dict[str, Any]:
@@ -25,3 +26,11 @@ def lexical_document(post: Post, settings: TextPipelineSettings | None = None) -
 def index_action(index: str, post: Post, settings: TextPipelineSettings | None = None) -> dict[str, Any]:
     """A bulk ``index`` action with the post id as ``_id``: writing it twice writes the same document."""
     return {"_op_type": "index", "_index": index, "_id": post.id, "_source": lexical_document(post, settings)}
+
+
+def content_hash(title: str, body: str) -> str:
+    """A short hash of a post's raw text as its source stores it: stored as ``semdup.content_hash`` beside the
+    vectors, so a backfill or ``semdup watch`` finds posts edited since (whatever wrote the edit) by comparing it
+    with the hash of the source's current text, without encoding anything."""
+    raw = f"{title}\x00{body}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:32]

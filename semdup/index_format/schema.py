@@ -78,10 +78,18 @@ SIMILARITIES: dict[str, dict[str, Any]] = {
     "semdup_lmj": {"type": "LMJelinekMercer", "lambda": 0.7},
     "semdup_lmd": {"type": "LMDirichlet", "mu": 2000},
     "semdup_dfr": {
-        "type": "DFR", "basic_model": "g", "after_effect": "l", "normalization": "h2", "normalization.h2.c": 1.0
+        "type": "DFR",
+        "basic_model": "g",
+        "after_effect": "l",
+        "normalization": "h2",
+        "normalization.h2.c": 1.0,
     },
     "semdup_ib": {
-        "type": "IB", "distribution": "ll", "lambda": "df", "normalization": "h2", "normalization.h2.c": 1.0
+        "type": "IB",
+        "distribution": "ll",
+        "lambda": "df",
+        "normalization": "h2",
+        "normalization.h2.c": 1.0,
     },
     "semdup_tfidf": {
         "type": "scripted",
@@ -163,9 +171,12 @@ class CandidateFields:
             out = fields if out is None else out & fields
         return out or cls()
 
+    def names(self) -> list[str]:
+        """``["sparse", "knn"]``, the ones held (what a document's ``semdup.structures`` records)."""
+        return [n for n, on in (("sparse", self.sparse), ("knn", self.knn)) if on]
+
     def describe(self) -> str:
-        names = [n for n, on in (("sparse", self.sparse), ("knn", self.knn)) if on]
-        return "+".join(names) if names else "packed fields only"
+        return "+".join(self.names()) or "packed fields only"
 
 
 def semdup_fields_mapping(dimension: int | None = None, fields: CandidateFields | None = None) -> dict[str, Any]:
@@ -175,6 +186,10 @@ def semdup_fields_mapping(dimension: int | None = None, fields: CandidateFields 
         "model": {"type": "keyword"},
         "indexed_at": {"type": "date"},
         "packed": {"type": "binary", "doc_values": True},
+        # the hash of the source text that was encoded, and the search structures written: what a backfill or
+        # `semdup watch` compares to find posts edited since, or written before a structure was added
+        "content_hash": {"type": "keyword"},
+        "structures": {"type": "keyword"},
     }
     if f.sparse:
         props["terms"] = {"type": "rank_features"}

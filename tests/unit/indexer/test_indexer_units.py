@@ -124,11 +124,12 @@ def test_candidate_fields_of_a_mapping_and_the_mapping_of_candidate_fields() -> 
     assert props["terms"] == {"type": "rank_features"} and props["vector"]["type"] == "knn_vector"
     assert CandidateFields.of_mapping(props) == CandidateFields(sparse=True, knn=True)
     lean = semdup_fields_mapping(4)["properties"]
-    assert set(lean) == {"model", "indexed_at", "packed"} and CandidateFields.of_mapping(lean) == CandidateFields()
+    always = {"model", "indexed_at", "packed", "content_hash", "structures"}
+    assert set(lean) == always and CandidateFields.of_mapping(lean) == CandidateFields()
     older = {"terms": {"type": "rank_features"}, "vector": {"type": "float", "index": False}}  # no k-NN plugin
     assert CandidateFields.of_mapping(older) == CandidateFields(sparse=True, knn=False)
     # an older index gains only the always-there fields, never a search structure it did not have
-    assert set(missing_semdup_fields({"model": {"type": "keyword"}}, 4)) == {"indexed_at", "packed"}
+    assert set(missing_semdup_fields({"model": {"type": "keyword"}}, 4)) == always - {"model"}
     assert CandidateFields(True, False) & CandidateFields(True, True) == CandidateFields(True, False)
     assert CandidateFields(True, False) | CandidateFields(False, True) == CandidateFields(True, True)
     assert CandidateFields.common([CandidateFields(True, True), CandidateFields(False, True)]) == CandidateFields(
