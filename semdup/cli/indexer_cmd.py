@@ -16,7 +16,7 @@ import click
 
 from semdup.core.errors import DataError
 
-__all__ = ["worker", "index_posts", "backfill", "enable"]
+__all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
 
 logger = logging.getLogger(__name__)
 
@@ -261,28 +261,39 @@ def index_posts(
     _finish(client, done, timeout=timeout, follow=follow, again=again)
 
 
+def _index_version(client: Any, index: str, bundle: str | None) -> str:
+    """The bundle's version when --bundle (or $SEMDUP_BUNDLE) names one, else the model the index is claimed for."""
+    from semdup.indexer.backfill import index_version
+
+    if bundle or os.environ.get("SEMDUP_BUNDLE", "").strip():
+        return str(_load_bundle(_bundle_path(bundle)).version)
+    return index_version(client, index)
+
+
 @click.command("backfill")
-@click.option("--index", required=True, help="Index whose posts lack the current model's fields.")
-@click.option("--bundle", help=_BUNDLE_HELP)
+@click.option("--index", required=True, help="A semdup index, or a site's index connected with `semdup enable`.")
+@click.option("--bundle", help=_BUNDLE_HELP + " Without one: the model the index holds.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=64, show_default=True)
 @click.option("--wait/--no-wait", default=True, show_default=True)
 @click.option("--timeout", type=float, default=3600.0, show_default=True)
 def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeout: float) -> None:
-    """Enqueue posts whose semdup.model is missing or not the bundle's; resumable (re-run to finish).
+    """Enqueue the posts that lack the model's fields; resumable (re-run to finish).
 
+    On a site's index connected with `semdup enable`: the posts the site wrote, edited or deleted since semdup
+    last saw them (compared by content hash), synced into the companion index.
     Exits 1 when any post is parked or not done in --timeout.
 
     \b
     Example:
-      semdup backfill --index questions --bundle bundles/bow-cnn.tar.gz
+      semdup backfill --index questions
     """
     from semdup.indexer.backfill import enqueue_backfill
 
-    b = _load_bundle(_bundle_path(bundle))
     client = _client()
+    version = _index_version(client, index, bundle)
     _broker()
-    job = enqueue_backfill(client, index, b.version, batch_size=batch_size)
-    click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {b.version})")
+    job = enqueue_backfill(client, index, version, batch_size=batch_size)
+    click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {version})")
     if not wait or not job.total:
         return
     from semdup.indexer.jobs import wait_for
@@ -297,6 +308,36 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     )
 
 
+@click.command("watch")
+@click.option("--index", required=True, help="A site's index (or alias) connected with `semdup enable`.")
+@click.option("--bundle", help=_BUNDLE_HELP + " Without one: the model the companion holds.")
+@click.option("--interval", type=click.FloatRange(1.0), default=30.0, show_default=True, help="Seconds per round.")
+@click.option("--rounds", type=click.IntRange(1), help="Stop after this many rounds (default: until interrupted).")
+def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -> None:
+    """Keep a site's index and its companion in step: every --interval seconds, enqueue the posts the site wrote,
+    edited or deleted without calling semdup (workers must be running).
+
+    \b
+    Example:
+      semdup watch --index site-posts --interval 30
+    """
+    from semdup.indexer.reconcile import watch as watch_index
+
+    client = _client()
+    version = _index_version(client, index, bundle)
+    _broker()
+    click.echo(f"watching {index} every {interval:g} s (model {version}); Ctrl-C stops")
+
+    def report(job: Any) -> None:
+        if job.total:
+            click.echo(f"job {job.id}: enqueued {job.total} new, edited or deleted posts of {index}")
+
+    try:
+        watch_index(client, index, version, interval=interval, rounds=rounds, on_round=report)
+    except KeyboardInterrupt:
+        click.echo("stopped")
+
+
 @click.command("enable")
 @click.option("--index", required=True, help="An existing index (or alias) that semdup did not create.")
 @click.option("--bundle", help=_BUNDLE_HELP)
@@ -309,13 +350,14 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
 def enable(
     index: str, bundle: str | None, title_field: str, body_field: str, run_backfill: bool, sparse: bool, knn: bool
 ) -> None:
-    """Add semdup's fields to an existing index in place (its documents and searches stay as they are).
+    """Connect a site's existing index (or alias) to semdup through a companion index; the site's documents,
+    mapping and searches are never touched.
 
     \b
     Example:
-      semdup enable --index questions --bundle bundles/bow-cnn.tar.gz --title-field subject --body-field text
-      semdup enable --index questions --bundle bundles/bow-cnn.tar.gz --sparse   # + learned-sparse candidates
-      semdup backfill --index questions --bundle bundles/bow-cnn.tar.gz
+      semdup enable --index site-posts --bundle bundles/default.tar.gz --title-field Title --body-field Body
+      semdup enable --index site-posts --bundle bundles/default.tar.gz --knn   # + k-NN candidates
+      semdup backfill --index site-posts
     """
     from semdup.index_format.schema import CandidateFields
     from semdup.indexer.enable import enable_index
@@ -331,7 +373,11 @@ def enable(
         body_field=body_field,
         fields=CandidateFields(sparse=sparse, knn=knn),
     )
-    click.echo(f"enabled semdup on {', '.join(out['indices'])} for model {b.version}: {out['fields'].describe()}")
+    verb = "created" if out.created else "updated"
+    click.echo(
+        f"{verb} companion {out.index} (alias {out.companion}) of {index} for model {b.version}: "
+        f"{out.fields.describe()}; text from {index}.{title_field} and .{body_field}"
+    )
     if run_backfill:
         from semdup.indexer.backfill import enqueue_backfill
 
@@ -342,4 +388,4 @@ def enable(
             f"`semdup index-posts --index {index} --job {job.id}`"
         )
     else:
-        click.echo(f"next: semdup backfill --index {index} --bundle {_bundle_path(bundle)}")
+        click.echo(f"next: semdup backfill --index {index}   (then `semdup watch --index {index}` keeps it current)")

@@ -1,5 +1,9 @@
 """Backfill: find posts whose ``semdup.model`` is missing or not the current bundle's, and enqueue them.
 
+For a site's index connected with ``semdup enable`` the work is the companion's sync instead
+(:func:`semdup.indexer.reconcile.enqueue_sync`: new, edited and deleted posts by content hash);
+:func:`enqueue_backfill` picks the right one.
+
 Resumable by construction: it keeps no checkpoint of its own, it asks the index what is still missing.
 After a crash (of the CLI, a worker, or the cluster) running it again enqueues only what is left, and a
 post enqueued twice is written twice with the same content.
@@ -11,7 +15,7 @@ off, so listing costs little even on a large index.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,20 +26,33 @@ from opensearchpy.helpers import scan
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
 from semdup.core.index_names import check_index_name
 from semdup.core.progress import progress as progress_bar
-from semdup.index_format.mapping import index_model
+from semdup.index_format.companion import companion_of
+from semdup.index_format.mapping import candidate_fields, index_model
 from semdup.indexer.bulk import chunked
 from semdup.indexer.outcomes import Job, new_job, record_job
 
-__all__ = ["pending_query", "count_pending", "iter_pending_ids", "enqueue_backfill", "check_backfill_target"]
+__all__ = [
+    "pending_query",
+    "count_pending",
+    "iter_pending_ids",
+    "enqueue_backfill",
+    "check_backfill_target",
+    "index_version",
+]
 
 logger = logging.getLogger(__name__)
 
 _TIMEOUT = 60.0
 
 
-def pending_query(version: str) -> dict[str, Any]:
-    """Posts not yet holding ``version``'s fields (missing ``semdup.model`` or another value)."""
-    return {"bool": {"must_not": [{"term": {"semdup.model": version}}]}}
+def pending_query(version: str, structures: Sequence[str] = ()) -> dict[str, Any]:
+    """Posts not yet holding ``version``'s fields (missing ``semdup.model`` or another value), or lacking one of
+    the search ``structures`` the index maps now (added by ``enable --sparse/--knn`` after they were written)."""
+    should: list[dict[str, Any]] = [{"bool": {"must_not": [{"term": {"semdup.model": version}}]}}]
+    should += [{"bool": {"must_not": [{"term": {"semdup.structures": name}}]}} for name in structures]
+    if len(should) == 1:
+        return should[0]
+    return {"bool": {"should": should, "minimum_should_match": 1}}
 
 
 def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
@@ -65,21 +82,21 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
 
 def count_pending(client: OpenSearch, index: str, version: str) -> int:
     """Posts of ``index`` still missing ``version``'s fields, as of the index's last refresh (near real time)."""
+    query = pending_query(version, candidate_fields(client, index).names())
     try:
-        return int(
-            client.count(index=index, body={"query": pending_query(version)}, request_timeout=_TIMEOUT)["count"]
-        )
+        return int(client.count(index=index, body={"query": query}, request_timeout=_TIMEOUT)["count"])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while counting posts of {index!r}") from exc
 
 
 def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1000) -> Iterator[str]:
     """Ids of posts still missing ``version``'s fields, streamed with a scroll."""
+    query = pending_query(version, candidate_fields(client, index).names())
     try:
         for hit in scan(
             client,
             index=index,
-            query={"query": pending_query(version), "_source": False},
+            query={"query": query, "_source": False},
             size=page,
             scroll="5m",
             request_timeout=_TIMEOUT,
@@ -96,10 +113,15 @@ def enqueue_backfill(
     client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True
 ) -> Job:
     """Enqueue ``backfill_batch`` tasks for every pending post as one job (:mod:`semdup.indexer.outcomes`);
-    its total is the number of posts enqueued (0: nothing was left to fill)."""
+    its total is the number of posts enqueued (0: nothing was left to fill). A site's index connected with
+    ``semdup enable`` is synced into its companion instead (:func:`semdup.indexer.reconcile.enqueue_sync`)."""
     from semdup.indexer.tasks import backfill_batch
 
     check_index_name(index)
+    if companion_of(client, index) is not None:
+        from semdup.indexer.reconcile import enqueue_sync
+
+        return enqueue_sync(client, index, version, batch_size=batch_size, progress=progress)
     check_backfill_target(client, index, version)
     total = count_pending(client, index, version)
     job = new_job(index, version, total=total)
@@ -114,3 +136,19 @@ def enqueue_backfill(
     record_job(client, job)
     logger.info("job %s: enqueued %d posts of %s for backfill with model %s", job.id, enqueued, index, version)
     return job
+
+
+def index_version(client: OpenSearch, index: str) -> str:
+    """The model an index (or the companion of a site's index) is claimed for: what a backfill without
+    ``--bundle`` fills it with.
+
+    Raises:
+        IndexError_: no model claimed yet (name the bundle), or several (an alias over indices of two models).
+    """
+    found = companion_of(client, index)
+    target = found[0] if found is not None else index
+    models = {m for m in index_model(client, target).values() if m is not None}
+    if len(models) != 1:
+        what = "no model yet" if not models else f"models {', '.join(sorted(models))}"
+        raise IndexError_(f"index {target!r} holds {what}; name the bundle to fill it with: --bundle PATH")
+    return models.pop()

@@ -1,44 +1,56 @@
-"""``semdup enable``: give semdup's fields to an index that semdup did not create, without rebuilding it.
+"""``semdup enable``: connect an index that the site created (and keeps writing to) to semdup, through a companion.
 
-Chosen strategy: **in place** (``put_mapping``). The index's mapping gains the ``semdup`` object (``model``
-keyword, ``packed`` binary doc values holding the vector and term weights the reranker reads; with ``--sparse``
-``terms`` rank_features, with ``--knn`` ``vector`` knn_vector: :class:`~semdup.index_format.schema.CandidateFields`)
-and its ``_meta`` gains ``semdup_model`` (the bundle version, the model-mixing guard) and ``semdup_text_fields``
-(which of its fields hold the title and the body). A backfill then fills ``semdup`` with scripted partial updates
-that touch only ``semdup``.
+The site's index is only read: its mapping, documents, ``_source`` and ``_meta`` stay exactly as they were, so its
+own searches, partial updates and full reindexing go on as before. semdup's fields live in a companion index
+(:mod:`semdup.index_format.companion`, which says why), created here behind the alias ``<index>.semdup``; the
+workers fill it from the site's documents (``semdup backfill``, then ``semdup watch`` or the HTTP ingest keep it
+current).
 
-Why in place rather than a companion index (``NAME-semdup`` keyed by the same ids): the reranker reads
-the candidates' vectors from the very hits the search templates return, so one index means one request
-and no join; adding a field never changes the scores of queries on the other fields, and
-``put_mapping`` is allowed on any index whose mapping does not already use the name ``semdup``.
-Its limits, checked here and refused with a clear error: the index must keep ``_source`` (partial updates
-rebuild the document from it), and ``--knn`` needs an index created with ``index.knn: true`` (that setting cannot
-be turned on for an existing index; reindex into one that has it). With ``--knn`` the vector stays in ``_source``
-as on indices semdup creates (``_source.excludes`` cannot be added to an existing mapping, and semdup does not
-use it anywhere: it cost more indexing CPU than it saved, see ``schema.py``). Enabling again with more flags adds
-the structures that are missing. The companion index is left as a documented alternative, not built.
-
-Nothing of the original documents is changed or lost: their fields and ``_id`` stay as they are, and the
-mapping of the existing fields is not touched (``put_mapping`` adds, it cannot change).
+Checked and refused with a clear error, before anything is created: a missing index, an index without
+``_source`` (semdup reads the posts' text from it), title or body fields that are not in the mapping of every
+index behind the alias, an index semdup created itself (it needs no companion), a companion holding another
+model (``semdup upgrade`` moves to a new one), and ``--knn`` asked of an existing companion created without it.
+Enabling again with more flags adds the missing search structures; the next backfill fills them.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
-from semdup.index_format.mapping import MODEL_META_KEY, TEXT_FIELDS_META_KEY
-from semdup.index_format.schema import CandidateFields, missing_semdup_fields
+from semdup.core.index_names import check_index_name
+from semdup.index_format.companion import (
+    SOURCE_META_KEY,
+    SourceFields,
+    companion_alias,
+    companion_index_name,
+    companion_of,
+)
+from semdup.index_format.mapping import MODEL_META_KEY, common_fields, mappings, semdup_props
+from semdup.index_format.schema import CandidateFields, index_body, missing_semdup_fields
 
-__all__ = ["enable_index"]
+__all__ = ["Enabled", "enable_index", "check_site_index"]
 
 logger = logging.getLogger(__name__)
 
 _TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Enabled:
+    """What ``enable_index`` did: the companion alias and concrete index, whether it was created, and the
+    search structures it holds (what the workers write)."""
+
+    companion: str
+    index: str
+    created: bool
+    fields: CandidateFields
+    source: SourceFields
 
 
 def _field_exists(properties: dict[str, Any], path: str) -> bool:
@@ -50,6 +62,33 @@ def _field_exists(properties: dict[str, Any], path: str) -> bool:
     return True
 
 
+def check_site_index(client: OpenSearch, index: str, title_field: str, body_field: str) -> None:
+    """Refuse a site index semdup cannot read its posts from (every concrete index behind an alias is checked).
+
+    Raises:
+        IndexError_: missing, no ``_source``, a text field missing from a mapping, or an index semdup created.
+    """
+    found = mappings(client, index)
+    for name, mapping in found.items():
+        props = mapping.get("properties") or {}
+        if (mapping.get("_source") or {}).get("enabled") is False:
+            raise IndexError_(
+                f"index {name!r} does not keep _source, so semdup cannot read the posts' text from it; "
+                "reindex it with _source enabled"
+            )
+        for wanted in (title_field, body_field):
+            if not _field_exists(props, wanted):
+                raise IndexError_(
+                    f"index {name!r} has no field {wanted!r}; name its title and body fields with "
+                    f"--title-field/--body-field (fields there: {', '.join(sorted(props)) or 'none'})"
+                )
+    if found and all("packed" in (semdup_props(m) or {}) for m in found.values()):
+        raise IndexError_(
+            f"index {index!r} was created by semdup and holds its fields already; it needs no companion "
+            f"(fill it with `semdup backfill --index {index}`)"
+        )
+
+
 def enable_index(
     client: OpenSearch,
     index: str,
@@ -59,76 +98,76 @@ def enable_index(
     title_field: str = "title",
     body_field: str = "body",
     fields: CandidateFields | None = None,
-) -> dict[str, Any]:
-    """Add the ``semdup`` fields and ``_meta`` to ``index`` (each concrete index behind an alias).
+) -> Enabled:
+    """Create (or complete) the companion of the site's ``index`` for bundle ``version``.
 
     Args:
-        fields: the search structures to add for the reranker's hybrid candidate paths (default: none).
-
-    Returns:
-        ``{"indices": [...], "fields": CandidateFields}``: which indices were changed, and the search structures
-        every one of them now holds (what the workers will write).
+        fields: the search structures for the reranker's hybrid candidate paths (default: none).
 
     Raises:
-        IndexError_: missing index, no ``_source``, text fields not in the mapping, a ``semdup`` field of
-            another shape, vectors of another model already there, or ``knn`` asked of an index without
-            ``index.knn``.
-        OpenSearchUnavailable: the cluster did not answer.
+        IndexError_: see the module doc. OpenSearchUnavailable: the cluster did not answer.
     """
+    check_index_name(index)
+    wanted = fields or CandidateFields()
+    check_site_index(client, index, title_field, body_field)
+    source = SourceFields(index, title_field, body_field)
     try:
-        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
-        settings = client.indices.get_settings(index=index, request_timeout=_TIMEOUT)
-    except os_exc.NotFoundError as exc:
-        raise IndexError_(f"index {index!r} does not exist; check the name with `GET _cat/indices`") from exc
+        existing = companion_of(client, index)
+        if existing is None:
+            return _create(client, index, version, dimension, wanted, source)
+        return _complete(client, existing[0], version, dimension, wanted, source)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading {index!r}: {exc}") from exc
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while enabling {index!r}: {exc}") from exc
 
-    wanted_fields = fields or CandidateFields()
-    plans = []
-    for name, m in mappings.items():
-        mapping = m.get("mappings") or {}
+
+def _create(
+    client: OpenSearch, index: str, version: str, dimension: int | None, wanted: CandidateFields, source: SourceFields
+) -> Enabled:
+    alias, concrete = companion_alias(index), companion_index_name(index, version)
+    body = index_body(dimension=dimension, fields=wanted)
+    body["mappings"]["_meta"] = {MODEL_META_KEY: version, SOURCE_META_KEY: source.as_meta()}
+    body["aliases"] = {alias: {"is_write_index": True}}
+    try:
+        client.indices.create(index=concrete, body=body, request_timeout=_TIMEOUT)
+    except os_exc.RequestError as exc:
+        if "resource_already_exists_exception" not in str(exc):
+            raise IndexError_(f"OpenSearch refused the companion index {concrete!r}: {exc.info or exc}") from exc
+        # a concurrent enable, or an earlier one stopped before the alias: put the alias, then complete it
+        client.indices.put_alias(index=concrete, name=alias, request_timeout=_TIMEOUT)
+        return _complete(client, alias, version, dimension, wanted, source)
+    logger.info("enabled semdup on %s: companion %s (model %s, %s)", index, concrete, version, wanted.describe())
+    return Enabled(alias, concrete, True, wanted, source)
+
+
+def _complete(
+    client: OpenSearch, alias: str, version: str, dimension: int | None, wanted: CandidateFields, source: SourceFields
+) -> Enabled:
+    found = mappings(client, alias)
+    settings = client.indices.get_settings(index=alias, request_timeout=_TIMEOUT)
+    for name, mapping in found.items():
         meta = mapping.get("_meta") or {}
-        props = mapping.get("properties") or {}
-        if (mapping.get("_source") or {}).get("enabled") is False:
-            raise IndexError_(
-                f"index {name!r} does not keep _source, so semdup cannot read the posts' text nor update them in "
-                "place; reindex it with _source enabled"
-            )
-        for wanted in (title_field, body_field):
-            if not _field_exists(props, wanted):
-                raise IndexError_(
-                    f"index {name!r} has no field {wanted!r}; name its title and body fields with "
-                    f"--title-field/--body-field (fields there: {', '.join(sorted(props)) or 'none'})"
-                )
         current = meta.get(MODEL_META_KEY)
         if current not in (None, version):
             raise IndexError_(
-                f"index {name!r} already holds vectors of model {current}, not {version}; use a new index for a "
-                "new model and switch an alias"
+                f"the companion {name!r} of {source.index!r} holds vectors of model {current}, not {version}; move "
+                f"to a new model with `semdup upgrade --alias {source.index} --bundle PATH`"
             )
-        index_knn = settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")
-        if wanted_fields.knn and str(index_knn).lower() != "true":
+        knn_on = str(settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")).lower()
+        mapped = ((mapping.get("properties") or {}).get("semdup") or {}).get("properties") or {}
+        target = wanted | CandidateFields.of_mapping(mapped)
+        if target.knn and "vector" not in mapped and knn_on != "true":
             raise IndexError_(
-                f"index {name!r} was created without index.knn: true, so it cannot hold a knn_vector (the setting "
-                "cannot be turned on later); drop --knn, or reindex into an index created with index.knn: true"
+                f"the companion {name!r} was created without k-NN, which cannot be turned on later; create a new "
+                f"one with `semdup upgrade --alias {source.index} --bundle PATH --knn`, or drop --knn"
             )
-        new_meta = {**meta, MODEL_META_KEY: version, TEXT_FIELDS_META_KEY: {"title": title_field, "body": body_field}}
-        # Enabling again (after an upgrade that added a field, or with more flags) adds only what is missing.
-        mapped = (props.get("semdup") or {}).get("properties") or {}
-        target = wanted_fields | CandidateFields.of_mapping(mapped)
         missing = missing_semdup_fields(mapped, dimension, target)
-        body = {"_meta": new_meta, "properties": {"semdup": {"properties": missing}}}
-        plans.append((name, body, target))
-
-    for name, body, target in plans:
-        try:
-            client.indices.put_mapping(index=name, body=body, request_timeout=_TIMEOUT)
-        except os_exc.RequestError as exc:
-            raise IndexError_(
-                f"index {name!r} refused semdup's fields ({exc.info if exc.info else exc}); if it already has a "
-                "field named 'semdup' of another shape, semdup cannot be enabled in place there"
-            ) from exc
-        except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-            raise OpenSearchUnavailable(f"OpenSearch did not answer while updating {name!r}: {exc}") from exc
-        logger.info("enabled semdup on %s (model %s, %s)", name, version, target.describe())
-    return {"indices": [p[0] for p in plans], "fields": CandidateFields.common(p[2] for p in plans)}
+        new_meta = {**meta, MODEL_META_KEY: version, SOURCE_META_KEY: source.as_meta()}
+        client.indices.put_mapping(
+            index=name,
+            body={"_meta": new_meta, "properties": {"semdup": {"properties": missing}}},
+            request_timeout=_TIMEOUT,
+        )
+        if missing:
+            logger.info("companion %s gained semdup.%s; a backfill fills them", name, ", ".join(missing))
+    concrete = next(iter(found))
+    return Enabled(alias, concrete, False, common_fields(mappings(client, alias)), source)

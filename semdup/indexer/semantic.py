@@ -45,8 +45,8 @@ from semdup.core.errors import IndexError_, OpenSearchUnavailable, PostError
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
 from semdup.index_format import mapping as index_mapping
-from semdup.index_format.documents import lexical_document
-from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source, text_fields
+from semdup.index_format.documents import content_hash, lexical_document
+from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
 
@@ -177,6 +177,12 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> Candidat
     """
     mappings = index_mapping.mappings(client, index)
     for name, mapping in mappings.items():
+        if index_mapping.semdup_props(mapping) is None:
+            raise IndexError_(
+                f"index {name!r} was not created by semdup (no semdup fields in its mapping); semdup never writes "
+                f"its documents: connect it with `semdup enable --index {index}` and let the workers fill the "
+                "companion (`semdup backfill`, `semdup watch`, or the sync_posts task / POST /v1/posts/sync)"
+            )
         current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
         if current is not None and current != version:
             raise IndexError_(
@@ -226,7 +232,7 @@ def index_batch(
             actions = []
             for post, fields in _encode(bundle, chunk, result):
                 source = lexical_document(post, settings)
-                source["semdup"] = semdup_source(fields, search)
+                source["semdup"] = _semdup_fields(post, fields, search)
                 actions.append({"_op_type": "index", "_index": index, "_id": post.id, "_source": source})
             yield actions
 
@@ -239,6 +245,14 @@ def index_batch(
         if pid in by_id:
             result.payloads[pid] = by_id[pid].to_json()
     return result
+
+
+def _semdup_fields(post: Post, fields: dict[str, Any], search: CandidateFields) -> dict[str, Any]:
+    """``semdup_source`` plus what freshness checks compare: the hash of the text encoded, the structures written."""
+    out = semdup_source(fields, search)
+    out["content_hash"] = content_hash(post.title, post.body)
+    out["structures"] = search.names()
+    return out
 
 
 def write_overlapped(client: OpenSearch, action_chunks: Iterable[list[dict[str, Any]]]) -> BulkReport:
@@ -278,7 +292,8 @@ def _bulk_or_split(client: OpenSearch, actions: list[dict[str, Any]]) -> BulkRep
 
 
 def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
-    title_field, body_field = text_fields(client, index)
+    """The posts of an index semdup created, from its (cleaned) ``title`` and ``body``."""
+    title_field, body_field = "title", "body"
     try:
         docs = client.mget(
             index=index,
@@ -335,7 +350,11 @@ def backfill_batch(
             "_op_type": "update",
             "_index": index,
             "_id": post.id,
-            "script": {"source": _SET_SEMDUP, "lang": "painless", "params": {"semdup": semdup_source(fields, search)}},
+            "script": {
+                "source": _SET_SEMDUP,
+                "lang": "painless",
+                "params": {"semdup": _semdup_fields(post, fields, search)},
+            },
         }
         for post, fields in encoded
     ]

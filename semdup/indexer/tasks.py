@@ -34,12 +34,23 @@ from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.log import get_task_logger
 from opensearchpy import exceptions as os_exc
 
+from semdup.core import task_names
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
-from semdup.indexer import outcomes, parking, semantic, worker_metrics
+from semdup.core.flagging import flag_duplicates_enabled
+from semdup.indexer import outcomes, parking, semantic, sync, worker_metrics
 from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
 from semdup.indexer.retry import MAX_RETRY_WAIT
 
-__all__ = ["index_posts", "backfill_batch", "delete_posts", "TRANSIENT_ERRORS", "is_transient", "Batch", "Outcome"]
+__all__ = [
+    "index_posts",
+    "backfill_batch",
+    "sync_posts",
+    "delete_posts",
+    "TRANSIENT_ERRORS",
+    "is_transient",
+    "Batch",
+    "Outcome",
+]
 
 logger = get_task_logger(__name__)
 worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless SEMDUP_METRICS_PORT is set
@@ -84,6 +95,7 @@ class IndexerTask(Task):
 _ARG_NAMES = {
     "index_posts": ("index", "posts", "model_version", "job"),
     "backfill_batch": ("index", "ids", "model_version", "job"),
+    "sync_posts": ("index", "ids", "model_version", "job"),
     "delete_posts": ("index", "ids", "job"),
 }
 
@@ -240,7 +252,7 @@ def _deliver(task: Task, batch: Batch, work: Callable[[WorkerRuntime], Outcome])
         raise _retry(task, exc, wait) from exc
 
 
-@app.task(name="semdup.indexer.index_posts", base=IndexerTask, **_TASK_OPTIONS)
+@app.task(name=task_names.INDEX_POSTS, base=IndexerTask, **_TASK_OPTIONS)
 def index_posts(
     self: Task, index: str, posts: list[dict[str, Any]], model_version: str, job: str | None = None
 ) -> dict[str, int]:
@@ -257,12 +269,48 @@ def index_posts(
         failed = {i for i, _ in result.failed}
         logger.info("index_posts %s: %d written, %d parked", index, result.written, len(result.failed))
         written_ids = [i for i in dict.fromkeys(batch.ids) if i not in failed]
+        _flag_later(rt, index, written_ids, model_version)
         return Outcome(written=result.written, parked=len(result.failed), written_ids=written_ids)
 
     return _deliver(self, batch, work)
 
 
-@app.task(name="semdup.indexer.backfill_batch", base=IndexerTask, **_TASK_OPTIONS)
+@app.task(name=task_names.SYNC_POSTS, base=IndexerTask, **_TASK_OPTIONS)
+def sync_posts(self: Task, index: str, ids: list[str], model_version: str, job: str | None = None) -> dict[str, int]:
+    """Make the companion of the site's ``index`` hold the site's current version of ``ids`` (new, edited or
+    deleted posts alike; :mod:`semdup.indexer.sync`)."""
+    batch = Batch("sync_posts", index, ids, model_version, job)
+
+    def work(rt: WorkerRuntime) -> Outcome:
+        _check_version(rt, model_version)
+        companion, source = sync.companion_for(rt.client, index)
+        search = semantic.ensure_index_model(rt.client, companion, model_version)
+        result = sync.sync_batch(rt.client, companion, source, ids, rt.bundle, search=search)
+        parking.park(rt.client, index, result.failed, task="sync_posts", model_version=model_version)
+        done = {i for i, _ in result.failed} | set(result.missing)
+        removed = len(result.missing)
+        logger.info("sync %s: %d written, %d parked, %d removed", index, result.written, len(result.failed), removed)
+        written_ids = [i for i in dict.fromkeys(batch.ids) if i not in done]
+        _flag_later(rt, index, written_ids, model_version)
+        return Outcome(
+            written=result.written, parked=len(result.failed), skipped=len(result.missing), written_ids=written_ids
+        )
+
+    return _deliver(self, batch, work)
+
+
+def _flag_later(rt: WorkerRuntime, index: str, ids: list[str], model_version: str) -> None:
+    """With ``SEMDUP_FLAG_DUPLICATES=1``, send the written posts to the duplicate flagging task (by name: it lives in
+    :mod:`semdup.alerts`, above this package). A failure to send is logged, never fails the write."""
+    if not ids or not flag_duplicates_enabled():
+        return
+    try:
+        app.send_task(task_names.FLAG_DUPLICATES, args=[index, ids, model_version])
+    except Exception as exc:  # the broker is down: the posts are written; `semdup duplicates --scan` can catch up
+        logger.warning("could not send %d posts of %s to duplicate flagging: %s", len(ids), index, exc)
+
+
+@app.task(name=task_names.BACKFILL_BATCH, base=IndexerTask, **_TASK_OPTIONS)
 def backfill_batch(
     self: Task, index: str, ids: list[str], model_version: str, job: str | None = None
 ) -> dict[str, int]:
@@ -287,7 +335,7 @@ def backfill_batch(
     return _deliver(self, batch, work)
 
 
-@app.task(name="semdup.indexer.delete_posts", base=IndexerTask, **_TASK_OPTIONS)
+@app.task(name=task_names.DELETE_POSTS, base=IndexerTask, **_TASK_OPTIONS)
 def delete_posts(self: Task, index: str, ids: list[str], job: str | None = None) -> dict[str, int]:
     """Delete posts by id (deleting an id twice is harmless)."""
     batch = Batch("delete_posts", index, ids, "", job)

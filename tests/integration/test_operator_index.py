@@ -1,0 +1,263 @@
+"""semdup on an index the site made and keeps writing to, against a real OpenSearch, Redis and Celery worker.
+
+The site's index is made the way a Q&A site would with plain opensearch-py: its own mapping (``Title``, ``Body`` as
+HTML, ``Tags`` keyword, ``CreationDate``), numeric-looking ids, the default similarity, two indices behind the alias
+the site reads and writes through. semdup connects it with ``enable`` (a companion index), fills it with a backfill
+through the alias, and keeps it current by content hash while the site edits (a partial update and a full
+re-index of a document), deletes and adds posts without calling semdup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from indexer_stack import WAIT_S, all_docs, configure_celery, travel_bundle_dir, worker_env
+from indexer_stack import travel_posts as _travel_posts
+
+from semdup.core.posts import Post
+from semdup.devstack.local_worker import LocalWorker
+
+pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
+
+N_SITE = 240  # posts in the site's index (split over two indices behind its alias)
+N_QUERIES = 20  # held-out posts used as rerank queries
+
+
+@pytest.fixture(scope="module")
+def travel_posts() -> list[Post]:
+    return [p for p in _travel_posts() if p.title.strip() and p.body.strip()]
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return travel_bundle_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def bundle(bundle_dir: Path) -> Any:
+    from semdup.bundle.bundle import Bundle
+
+    return Bundle.load(bundle_dir)
+
+
+@pytest.fixture(scope="module")
+def celery_app(redis_url: str) -> Any:
+    return configure_celery(redis_url)
+
+
+@pytest.fixture
+def worker(tmp_path: Path, opensearch_url: str, redis_url: str, bundle_dir: Path, celery_app: Any):
+    w = LocalWorker(worker_env(opensearch_url, redis_url, bundle_dir), tmp_path / "worker.log")
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def site(opensearch_client: Any, unique_index: str) -> Any:
+    """The alias name; two concrete indices behind it; everything (companions included) deleted afterwards."""
+    yield unique_index
+    opensearch_client.indices.delete(index=f"{unique_index}*", ignore_unavailable=True, request_timeout=30)
+
+
+_SITE_MAPPING = {
+    "properties": {
+        "Title": {"type": "text"},
+        "Body": {"type": "text"},  # HTML, as Stack Exchange stores it
+        "Tags": {"type": "keyword"},
+        "CreationDate": {"type": "date"},
+        "Score": {"type": "integer"},
+    }
+}
+
+
+def _site_doc(p: Post, n: int) -> dict[str, Any]:
+    return {
+        "Title": p.title,
+        "Body": p.body,
+        "Tags": ["travel"],
+        "CreationDate": f"2015-01-{1 + n % 28:02d}",
+        "Score": n,
+    }
+
+
+def _make_site(client: Any, alias: str, posts: list[Post]) -> None:
+    from opensearchpy.helpers import bulk
+
+    half = len(posts) // 2
+    for part, chunk in (("-2015", posts[:half]), ("-2016", posts[half:])):
+        name = alias + part
+        client.indices.create(index=name, body={"mappings": _SITE_MAPPING})
+        bulk(client, ({"_index": name, "_id": p.id, "_source": _site_doc(p, n)} for n, p in enumerate(chunk)))
+    client.indices.put_alias(index=alias + "-2015", name=alias, body={"is_write_index": False})
+    client.indices.put_alias(index=alias + "-2016", name=alias, body={"is_write_index": True})
+    client.indices.refresh(index=alias)
+
+
+def _wait(client: Any, job: Any) -> Any:
+    from semdup.indexer.jobs import wait_for
+
+    done = wait_for(client, job, timeout=WAIT_S, progress=False)
+    assert done.finished, done
+    return done
+
+
+def _companion_docs(client: Any, alias: str) -> dict[str, dict[str, Any]]:
+    return all_docs(client, f"{alias}.semdup")
+
+
+def test_operator_index_enable_backfill_rerank_and_freshness(
+    opensearch_client: Any, site: str, worker: LocalWorker, bundle: Any, travel_posts: list[Post]
+) -> None:
+    from semdup.core.errors import IndexError_
+    from semdup.index_format.documents import content_hash
+    from semdup.indexer.backfill import enqueue_backfill, index_version
+    from semdup.indexer.enable import enable_index
+    from semdup.indexer.reconcile import plan_sync, watch
+    from semdup.indexer.semantic import ensure_index_model, index_batch
+    from semdup.reranker.reranker import NothingIndexed, Reranker
+    from semdup.reranker.settings import RerankerSettings
+
+    client = opensearch_client
+    posts, queries = travel_posts[:N_SITE], travel_posts[N_SITE : N_SITE + N_QUERIES]
+    _make_site(client, site, posts)
+    site_before = all_docs(client, site)
+    mapping_before = client.indices.get_mapping(index=site)
+    search = {"query": {"match": {"Body": "visa"}}, "size": 50}
+    response_before = client.search(index=site, body=search)
+
+    out = enable_index(
+        client, site, version=bundle.version, dimension=bundle.dimension, title_field="Title", body_field="Body"
+    )
+    assert out.created and out.companion == f"{site}.semdup"
+    assert index_version(client, site) == bundle.version  # `semdup backfill --index` needs no --bundle
+
+    # Before the backfill: a rerank says why it has nothing, never a silent empty answer.
+    rr = Reranker(bundle, client, site, RerankerSettings(k_candidates=50))
+    assert rr.rank(queries[0], k=10) == []
+    with pytest.raises(NothingIndexed, match=f"holds {N_SITE} posts but semdup has encoded none"):
+        rr.empty_reason()
+    # semdup never writes the site's documents: index-posts into the site's index is refused before any write.
+    with pytest.raises(IndexError_, match="not created by semdup"):
+        ensure_index_model(client, site, bundle.version)
+
+    worker.start()
+    done = _wait(client, enqueue_backfill(client, site, bundle.version, progress=False))  # through the alias
+    assert (done.total, done.written, done.parked) == (N_SITE, N_SITE, 0)
+
+    # The site's documents, mapping and search answers are exactly as before.
+    assert all_docs(client, site) == site_before
+    assert client.indices.get_mapping(index=site) == mapping_before
+    response_after = client.search(index=site, body=search)
+    assert response_after["hits"] == response_before["hits"]
+
+    # Rerank on the site's alias equals rerank on an index semdup created with the same posts: same ids, same scores.
+    own = f"{site}-own"
+    from semdup.indexer.lexical_index import create_index
+
+    create_index(client, own, dimension=bundle.dimension)
+    site_posts = [Post(p.id, p.title, p.body) for p in posts]
+    assert not index_batch(client, own, [p.to_json() for p in site_posts], bundle).failed
+    client.indices.refresh(index=own)
+    client.indices.refresh(index=f"{site}.semdup")
+    ours = Reranker(bundle, client, own, RerankerSettings(k_candidates=50))
+    compared = 0
+    for q in queries:
+        a, b = rr.rank(q, k=10), ours.rank(q, k=10)
+        assert [c.id for c in a] == [c.id for c in b], q.id
+        np.testing.assert_allclose([c.score for c in a], [c.score for c in b], atol=1e-6)
+        compared += len(a)
+    assert compared > N_QUERIES  # the comparison saw real candidates
+
+    # The site edits, re-indexes, deletes and adds posts without calling semdup.
+    edited, reindexed, deleted = posts[0], posts[-1], posts[1]
+    new = travel_posts[N_SITE + N_QUERIES]
+    client.update(index=site + "-2015", id=edited.id, body={"doc": {"Title": "Edited: " + queries[1].title}})
+    full = _site_doc(Post(reindexed.id, queries[2].title, queries[2].body), 7)
+    client.index(index=site + "-2016", id=reindexed.id, body=full)  # a full re-index of the document
+    client.delete(index=site + "-2015", id=deleted.id)
+    client.index(index=site, id=new.id, body=_site_doc(new, 3))  # through the alias's write index
+    client.indices.refresh(index=site)
+
+    plan = plan_sync(client, site, bundle.version)
+    assert sorted(plan.stale) == sorted([edited.id, reindexed.id, new.id]) and plan.deleted == [deleted.id]
+    rounds: list[Any] = []
+    watch(client, site, bundle.version, rounds=1, on_round=rounds.append)  # what `semdup watch` runs every interval
+    _wait(client, rounds[0])
+    docs = _companion_docs(client, site)
+    assert deleted.id not in docs and new.id in docs and len(docs) == N_SITE
+    after = {
+        edited.id: Post(edited.id, "Edited: " + queries[1].title, edited.body),
+        reindexed.id: Post(reindexed.id, queries[2].title, queries[2].body),
+        new.id: new,
+    }
+    expected = dict(zip(after, bundle.document_fields(list(after.values())), strict=True))
+    from semdup.reranker.candidates import stored_semdup_fields
+
+    for pid, post in after.items():
+        semdup = docs[pid]["semdup"]
+        assert semdup["content_hash"] == content_hash(post.title, post.body)
+        got = stored_semdup_fields(semdup)["vector"]
+        np.testing.assert_allclose(got, np.asarray(expected[pid]["vector"], dtype=np.float32), atol=1e-5)
+    assert plan_sync(client, site, bundle.version).ids == []  # current: the next round enqueues nothing
+
+    # Enabling again with --sparse makes every post stale until the backfill writes the new structure.
+    from semdup.index_format.schema import CandidateFields
+
+    again = enable_index(
+        client,
+        site,
+        version=bundle.version,
+        dimension=bundle.dimension,
+        title_field="Title",
+        body_field="Body",
+        fields=CandidateFields(sparse=True),
+    )
+    assert not again.created and again.fields == CandidateFields(sparse=True)
+    done = _wait(client, enqueue_backfill(client, site, bundle.version, progress=False))
+    assert done.written == N_SITE
+    docs = _companion_docs(client, site)
+    assert all("terms" in d["semdup"] and d["semdup"]["structures"] == ["sparse"] for d in docs.values())
+    assert all_docs(client, site) != site_before  # (the site's own edits) ...
+    assert client.indices.get_mapping(index=site) == mapping_before  # ... but never semdup's fields
+
+
+def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, bundle: Any) -> None:
+    from semdup.core.errors import IndexError_
+    from semdup.indexer.enable import enable_index
+    from semdup.indexer.lexical_index import create_index
+
+    def enable(index: str, **kw: Any) -> Any:
+        return enable_index(opensearch_client, index, version=bundle.version, dimension=bundle.dimension, **kw)
+
+    with pytest.raises(IndexError_, match="does not exist"):
+        enable(site)
+    opensearch_client.indices.create(
+        index=site, body={"mappings": {"_source": {"enabled": False}, "properties": {"title": {"type": "text"}}}}
+    )
+    with pytest.raises(IndexError_, match="does not keep _source"):
+        enable(site)
+    other = f"{site}-fields"
+    opensearch_client.indices.create(index=other, body={"mappings": _SITE_MAPPING})
+    with pytest.raises(IndexError_, match="has no field 'title'.*--title-field"):
+        enable(other)
+    # A field named semdup in the site's own mapping is no obstacle: semdup never writes there.
+    taken = f"{site}-taken"
+    opensearch_client.indices.create(
+        index=taken, body={"mappings": {"properties": {**_SITE_MAPPING["properties"], "semdup": {"type": "text"}}}}
+    )
+    assert enable(taken, title_field="Title", body_field="Body").created
+    from semdup.index_format.schema import CandidateFields
+
+    with pytest.raises(IndexError_, match="created without k-NN"):
+        enable(taken, title_field="Title", body_field="Body", fields=CandidateFields(knn=True))
+    with pytest.raises(IndexError_, match="holds vectors of model .*semdup upgrade"):
+        enable_index(
+            opensearch_client, taken, version="other-model", dimension=4, title_field="Title", body_field="Body"
+        )
+    own = f"{site}-own"
+    create_index(opensearch_client, own, dimension=bundle.dimension)
+    with pytest.raises(IndexError_, match="created by semdup"):
+        enable(own)
