@@ -64,6 +64,7 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     cands = rr.rank(Post(exclude_id or "_query", title, body), k=k, exclude_id=exclude_id)
+    reason = rr.empty_reason() if not cands else None  # raises when the index's posts are not encoded yet
     if as_json:
         click.echo(
             json.dumps(
@@ -72,12 +73,15 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
                     "index": index,
                     "threshold": rr.threshold,
                     "candidates": [c.to_json() for c in cands],
+                    "reason": reason,
                 },
                 indent=2,
             )
         )
         return
     click.echo(f"model {rr.version}, threshold {rr.threshold}")
+    if reason:
+        click.echo(f"no candidates: {reason}")
     click.echo(
         f"{'rank':>4}  {'id':<20} {'score':>8} {'cos_bow':>8} {'cos_dense':>9} {'lexnorm':>8} {'P(dup)':>7}  dup"
     )

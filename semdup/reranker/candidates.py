@@ -209,9 +209,7 @@ def _response_hits(
     return [(str(h["_id"]), float(h["_score"])) for h in hits]
 
 
-def _unpacked(
-    packed: str, model: Any, where: str, feature_names: Sequence[str] | None = None
-) -> dict[str, Any]:
+def _unpacked(packed: str, model: Any, where: str, feature_names: Sequence[str] | None = None) -> dict[str, Any]:
     """``{"model", "vector", "terms"}`` of a ``semdup.packed`` value; a bad one raises SemdupError."""
     try:
         vector, terms = unpack_semdup_fields(packed, feature_names)

@@ -33,6 +33,7 @@ from semdup.core.errors import IndexError_, PostError
 from semdup.core.index_names import check_index_name
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import check_post
+from semdup.index_format.companion import search_target
 from semdup.index_format.mapping import candidate_fields, index_model
 from semdup.index_format.schema import CandidateFields
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
@@ -49,13 +50,18 @@ from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import query_text
 
-__all__ = ["Candidate", "Reranker", "ModelMismatch"]
+__all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed"]
 
 logger = logging.getLogger(__name__)
 
 
 class ModelMismatch(IndexError_):
     """The index holds vectors of another bundle version than the reranker's (the service answers 409)."""
+
+
+class NothingIndexed(IndexError_):
+    """The site's index holds posts but semdup has encoded none of them yet (the service answers 409): a rerank
+    would answer nothing, which must never look like "no duplicates"."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class Reranker:
         self.field_cache = FieldCache(self.settings.field_cache) if self.settings.field_cache else None
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
         self._paths: dict[str, CandidateFields] = {}  # index -> the hybrid candidate paths it can serve
+        self._targets: dict[str, str] = {}  # index asked for -> the index searched (itself, or its companion)
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(
                 f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
@@ -181,7 +188,8 @@ class Reranker:
         if self._checked.get(name):
             return
         check_index_name(name)  # before any request: a pattern would search every index, '_search' is an endpoint
-        models = index_model(self.client, name)
+        target = search_target(self.client, name)
+        models = index_model(self.client, target)
         wrong = {k: v for k, v in models.items() if v is not None and v != self.version}
         if wrong:
             concrete, other = next(iter(wrong.items()))
@@ -191,10 +199,51 @@ class Reranker:
             )
         paths = CandidateFields(self.settings.sparse, self.settings.knn)
         if paths.sparse or paths.knn:
-            paths = self._searchable(name, paths)
+            paths = self._searchable(target, paths)
         with self._lock:
             self._checked[name] = True
             self._paths[name] = paths
+            self._targets[name] = target
+
+    def target(self, index: str | None = None) -> str:
+        """The index searched for ``index``: itself when semdup created it, else the companion ``semdup enable``
+        made for it (:mod:`semdup.index_format.companion`); the answer's ids are the site's ids either way."""
+        name = index or self.index
+        self.check_index(name)
+        return self._targets.get(name, name)
+
+    def empty_reason(self, index: str | None = None) -> str:
+        """Why a rerank found no candidates (one count per side; asked only when the answer is empty).
+
+        Raises:
+            NothingIndexed: the site's index holds posts but its companion none yet (run the backfill).
+        """
+        name = index or self.index
+        target = self.target(name)
+        ours = self._count(target)
+        if target != name and ours == 0:
+            theirs = self._count(name)
+            if theirs:
+                raise NothingIndexed(
+                    f"index {name!r} holds {theirs} posts but semdup has encoded none of them yet; run "
+                    f"`semdup backfill --index {name}` with workers running (then `semdup watch` keeps it current)"
+                )
+        if ours == 0:
+            return f"index {name!r} holds no posts yet"
+        paths = ", ".join(self.settings.templates)
+        return (
+            f"none of the {ours} indexed posts matched the query's words ({paths} candidates); a post with other "
+            "words can still be a duplicate: k-NN candidates (--knn, an index with a vector field) find those"
+        )
+
+    def _count(self, index: str) -> int:
+        resp = call_opensearch(
+            self.client.count,
+            f"counting the posts of {index!r}",
+            index=index,
+            params={"request_timeout": self.settings.search_timeout},
+        )
+        return int(resp["count"])
 
     def _searchable(self, name: str, wanted: CandidateFields) -> CandidateFields:
         """Which of the wanted hybrid candidate paths every concrete index behind ``name`` can serve (warn once
@@ -241,11 +290,10 @@ class Reranker:
     ) -> tuple[CandidateSet, np.ndarray | None, dict[str, float] | None]:
         """The merged candidate set, and the query's dense vector and BOW terms (encoded once)."""
         check_post(post)
-        name = index or self.index
-        self.check_index(name)
+        name = self.target(index or self.index)
         s = self.settings
         q_vec, q_terms = self.bundle.encode_query(post)
-        paths = self._paths.get(name, CandidateFields())
+        paths = self._paths.get(index or self.index, CandidateFields())
         query_template = None
         if paths.sparse or paths.knn:
             if self._query_template is False:
@@ -289,10 +337,10 @@ class Reranker:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        name = index or self.index
-        cands, q_vec, q_terms = self.candidates(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=name)
+        cands, q_vec, q_terms = self.candidates(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=index)
         if not cands.ids:
             return []
+        name = self.target(index or self.index)
         s = self.settings
         if self.fusion.get("alpha", 0.0) != 0.0:
             unscored = [i for i in cands.ids if i not in cands.lexical]
@@ -414,7 +462,7 @@ class Reranker:
         """The same bundle and client with other candidate settings (shares the onnxruntime session)."""
         other = Reranker(self.bundle, self.client, self.index, replace(self.settings, **changes), self.calibration)
         if (other.settings.knn, other.settings.sparse) == (self.settings.knn, self.settings.sparse):
-            other._checked, other._paths = self._checked, self._paths
+            other._checked, other._paths, other._targets = self._checked, self._paths, self._targets
         other._query_template = self._query_template
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids

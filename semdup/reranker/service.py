@@ -51,7 +51,7 @@ from semdup.core.logs import active_format, configure_logging, log_format_from_e
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.ingest import TaskSender
-from semdup.reranker.reranker import ModelMismatch, Reranker
+from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.settings import ServiceSettings
 
 __all__ = [
@@ -68,8 +68,8 @@ logger = logging.getLogger(__name__)
 API_KEY_HEADER = "X-API-Key"
 STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that cannot start: its supervisor stops, not restarts
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
-MAX_ID_CHARS = 512  # OpenSearch's limit on an _id (in bytes)
 _KEYED_PATHS = {"/v1/rerank", "/v1/posts", "/v1/posts/sync", "/v1/posts/delete"}  # metrics' path label
+MAX_ID_CHARS = 512  # OpenSearch's limit on an _id (in bytes)
 MAX_INDEX_CHARS = 255
 # Text the service refuses whatever the rest holds: C0 control characters but tab / newline / return, DEL and
 # U+FFFD (what undecodable bytes become). Stated in the schema, so a generated request never carries them.
@@ -89,7 +89,7 @@ def error_status(exc: BaseException) -> int:
     """The HTTP status for an error raised while reranking."""
     if isinstance(exc, (PostError, ConfigError)):
         return 422
-    if isinstance(exc, ModelMismatch):
+    if isinstance(exc, (ModelMismatch, NothingIndexed)):
         return 409
     if isinstance(exc, IndexError_):
         return 404
@@ -169,6 +169,9 @@ class RerankResponse(BaseModel):
     index: str
     threshold: float | None
     candidates: list[CandidateOut]
+    reason: str | None = Field(
+        default=None, description="Why there are no candidates, when there are none (never a silent empty answer)."
+    )
 
 
 class ErrorBody(BaseModel):
@@ -487,8 +490,9 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         post = Post(id=req.exclude_id or "_query", title=req.title, body=req.body)
         try:
             cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=name)
+            reason = rr.empty_reason(name) if not cands else None
         except IndexError_ as exc:
-            if isinstance(exc, ModelMismatch):
+            if isinstance(exc, (ModelMismatch, NothingIndexed)):
                 raise
             logger.warning("served index %s cannot be searched: %s", name, exc)
             raise IndexError_(_NOT_SERVED.format(name=name)) from exc
@@ -497,6 +501,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
             "index": name,
             "threshold": rr.threshold,
             "candidates": [c.to_json() for c in cands],
+            "reason": reason,
         }
 
     rerank.__annotations__["req"] = rerank_request  # a class built here: not a name FastAPI could look up
