@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from opensearchpy import exceptions as os_exc
-
 from semdup.alerts.store import FLAGS_INDEX, Flag, delete_flags, replace_flags
-from semdup.core.errors import ConfigError, OpenSearchUnavailable, PostError
+from semdup.core.errors import ConfigError, PostError
 from semdup.core.index_names import check_index_name
 from semdup.core.posts import Post
-from semdup.index_format.mapping import text_fields
+from semdup.index_format.companion import SourceFields, companion_of
+from semdup.indexer.sync import read_source_posts
 from semdup.reranker.reranker import Candidate, Reranker
 
 __all__ = ["Flag", "flag_duplicates", "decision_threshold", "read_posts", "present_ids"]
@@ -53,41 +52,25 @@ def decision_threshold(reranker: Reranker) -> float:
     return float(threshold)
 
 
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return str(value)
-
-
-def _mget(client: Any, index: str, ids: Sequence[str], **kwargs: Any) -> list[dict[str, Any]]:
-    try:
-        return client.mget(index=index, body={"ids": list(ids)}, request_timeout=_TIMEOUT, **kwargs)["docs"]
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading {len(ids)} posts of {index!r}") from exc
+def _source_of(client: Any, index: str) -> SourceFields:
+    """Where the posts' raw text is: the site's index for one connected by ``semdup enable``, else the index."""
+    found = companion_of(client, index)
+    return found[1] if found is not None else SourceFields(index, "title", "body")
 
 
 def read_posts(client: Any, index: str, ids: Sequence[str]) -> tuple[list[Post], list[str]]:
-    """``(posts found, ids not in the index)``: the text as the index holds it now (``mget`` is real-time)."""
+    """``(posts found, ids not in the index)``: the text as the index holds it now (a real-time ``mget`` on each
+    index behind an alias: :func:`semdup.indexer.sync.read_source_posts`)."""
     if not ids:
         return [], []
-    title_field, body_field = text_fields(client, index)
-    found, missing = [], []
-    for doc in _mget(client, index, ids, _source_includes=[title_field, body_field]):
-        if not doc.get("found"):
-            missing.append(str(doc["_id"]))
-            continue
-        src = doc.get("_source") or {}
-        found.append(Post(str(doc["_id"]), _as_text(src.get(title_field)), _as_text(src.get(body_field))))
-    return found, missing
+    current = read_source_posts(client, _source_of(client, index), ids)
+    found = [Post(p["id"], p["title"], p["body"]) for p in current.values()]
+    return found, [str(i) for i in ids if str(i) not in current]
 
 
 def present_ids(client: Any, index: str, ids: Sequence[str]) -> set[str]:
-    """Which of ``ids`` are in ``index`` now."""
-    if not ids:
-        return set()
-    return {str(d["_id"]) for d in _mget(client, index, ids, _source=False) if d.get("found")}
+    """Which of ``ids`` are in ``index`` (or the site's index) now."""
+    return set(read_source_posts(client, _source_of(client, index), ids)) if ids else set()
 
 
 def _is_flag(c: Candidate, threshold: float) -> bool:

@@ -26,6 +26,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.index_format.mapping import MODEL_META_KEY
 
 __all__ = [
     "SOURCE_META_KEY",
@@ -33,6 +34,7 @@ __all__ = [
     "companion_alias",
     "companion_index_name",
     "companion_of",
+    "pinned_companion",
     "search_target",
     "source_post",
 ]
@@ -94,9 +96,28 @@ def companion_of(client: OpenSearch, index: str) -> tuple[str, SourceFields] | N
     return None
 
 
-def search_target(client: OpenSearch, index: str) -> str:
+def pinned_companion(client: OpenSearch, index: str, version: str | None) -> tuple[str, SourceFields] | None:
+    """The companion of ``index`` for model ``version``: the alias, unless ``semdup upgrade`` moved the alias to
+    another model while this model's companion still exists (then that concrete index). So workers and rerankers
+    still running the old bundle during an upgrade keep writing and searching the old companion, and answer
+    throughout; they move when restarted with the new bundle.
+    """
+    found = companion_of(client, index)
+    if found is None or version is None:
+        return found
+    alias, source = found
+    models = {(m.get("_meta") or {}).get(MODEL_META_KEY) for m in (_mappings(client, alias) or {}).values()}
+    if models == {version}:
+        return found
+    own = companion_index_name(index, version)
+    if _mappings(client, own):
+        return own, source
+    return found
+
+
+def search_target(client: OpenSearch, index: str, version: str | None = None) -> str:
     """The index semdup searches for ``index``: itself when semdup created it (every concrete index behind it has
-    ``semdup`` fields), else its companion.
+    ``semdup`` fields), else its companion (for model ``version``, :func:`pinned_companion`).
 
     Raises:
         IndexError_: ``index`` does not exist, or it is a site's index that ``semdup enable`` has not connected.
@@ -109,7 +130,7 @@ def search_target(client: OpenSearch, index: str) -> str:
         )
     if own and all("semdup" in (m.get("properties") or {}) for m in own.values()):
         return index
-    found = companion_of(client, index)
+    found = pinned_companion(client, index, version)
     if found is None:
         raise IndexError_(
             f"index {index!r} has no semdup fields and no companion index; connect it with "

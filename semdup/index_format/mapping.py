@@ -19,18 +19,15 @@ from semdup.index_format.schema import CandidateFields
 
 __all__ = [
     "MODEL_META_KEY",
-    "TEXT_FIELDS_META_KEY",
     "semdup_source",
     "mappings",
     "index_model",
-    "text_fields",
     "semdup_props",
     "candidate_fields",
     "common_fields",
 ]
 
 MODEL_META_KEY = "semdup_model"
-TEXT_FIELDS_META_KEY = "semdup_text_fields"  # set by `semdup enable` on indices with other field names
 _TIMEOUT = 30.0
 
 
@@ -75,19 +72,6 @@ def mappings(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
 def index_model(client: OpenSearch, index: str) -> dict[str, str | None]:
     """``concrete index -> _meta.semdup_model`` (None when unclaimed) for an index or alias."""
     return {name: (m.get("_meta") or {}).get(MODEL_META_KEY) for name, m in mappings(client, index).items()}
-
-
-def text_fields(client: OpenSearch, index: str) -> tuple[str, str]:
-    """The (title, body) source fields of an index: ``title``/``body`` unless ``semdup enable`` named others."""
-    try:
-        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
-    for m in mappings.values():
-        names = (m.get("mappings", {}).get("_meta") or {}).get(TEXT_FIELDS_META_KEY)
-        if names:
-            return str(names["title"]), str(names["body"])
-    return "title", "body"
 
 
 def semdup_props(mapping: dict[str, Any]) -> dict[str, Any] | None:

@@ -198,7 +198,7 @@ def _short_name(task: Task) -> str:
 
 
 def _replayable() -> dict[str, Task]:
-    return {_short_name(t): t for t in (tasks.index_posts, tasks.backfill_batch, tasks.delete_posts)}
+    return {_short_name(t): t for t in (tasks.index_posts, tasks.backfill_batch, tasks.sync_posts, tasks.delete_posts)}
 
 
 def replay_batches(
@@ -206,8 +206,9 @@ def replay_batches(
 ) -> tuple[list[TaskCall], list[ParkedPost]]:
     """The task messages that replay parked ``records``, and the records they cover (unknown tasks left out).
 
-    ``index_posts`` records are sent again with their kept payload, ``backfill_batch`` ones by id (the text is
-    read from the index), ``delete_posts`` ones as deletes; writes use ``model_version``.
+    ``index_posts`` records are sent again with their kept payload, ``backfill_batch`` and ``sync_posts`` ones by
+    id (the text is read from the index, or the site's index), ``delete_posts`` ones as deletes; writes use
+    ``model_version``.
     """
     by_task: dict[str, list[ParkedPost]] = {}
     for r in records:

@@ -90,9 +90,11 @@ def companion_state(client: OpenSearch, companion: str) -> dict[str, tuple[str |
     return out
 
 
-def plan_sync(client: OpenSearch, index: str, version: str) -> SyncPlan:
-    """What a sync of the site's ``index`` must do to make its companion current for model ``version``."""
-    companion, source = companion_for(client, index)
+def plan_sync(client: OpenSearch, index: str, version: str, companion: str | None = None) -> SyncPlan:
+    """What a sync of the site's ``index`` must do to make its companion for model ``version`` current
+    (``companion``: that index instead, e.g. the new one ``semdup upgrade`` fills before it switches the alias)."""
+    pinned, source = companion_for(client, index, version)
+    companion = companion or pinned
     wanted = set(candidate_fields(client, companion).names())
     site = site_hashes(client, source)
     ours = companion_state(client, companion)

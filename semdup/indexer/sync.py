@@ -21,7 +21,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
-from semdup.index_format.companion import SourceFields, companion_of, source_post
+from semdup.index_format.companion import SourceFields, pinned_companion, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import mappings
 from semdup.index_format.schema import CandidateFields
@@ -34,13 +34,14 @@ logger = logging.getLogger(__name__)
 _TIMEOUT = 30.0
 
 
-def companion_for(client: OpenSearch, index: str) -> tuple[str, SourceFields]:
-    """The companion alias and source of a site's ``index``.
+def companion_for(client: OpenSearch, index: str, version: str | None = None) -> tuple[str, SourceFields]:
+    """The companion (for model ``version``: :func:`~semdup.index_format.companion.pinned_companion`) and source
+    of a site's ``index``.
 
     Raises:
         IndexError_: ``index`` was not connected with ``semdup enable``.
     """
-    found = companion_of(client, index)
+    found = pinned_companion(client, index, version)
     if found is None:
         raise IndexError_(
             f"index {index!r} has no semdup companion; connect it first with `semdup enable --index {index} "

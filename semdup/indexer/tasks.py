@@ -283,7 +283,7 @@ def sync_posts(self: Task, index: str, ids: list[str], model_version: str, job: 
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
-        companion, source = sync.companion_for(rt.client, index)
+        companion, source = sync.companion_for(rt.client, index, model_version)
         search = semantic.ensure_index_model(rt.client, companion, model_version)
         result = sync.sync_batch(rt.client, companion, source, ids, rt.bundle, search=search)
         parking.park(rt.client, index, result.failed, task="sync_posts", model_version=model_version)

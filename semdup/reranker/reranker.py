@@ -188,7 +188,7 @@ class Reranker:
         if self._checked.get(name):
             return
         check_index_name(name)  # before any request: a pattern would search every index, '_search' is an endpoint
-        target = search_target(self.client, name)
+        target = search_target(self.client, name, self.version)
         models = index_model(self.client, target)
         wrong = {k: v for k, v in models.items() if v is not None and v != self.version}
         if wrong:

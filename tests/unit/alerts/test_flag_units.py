@@ -15,6 +15,7 @@ from semdup.alerts import store
 from semdup.alerts.settings import AlertSettings, flag_duplicates_enabled
 from semdup.core.errors import ConfigError, PostError
 from semdup.core.posts import Post
+from semdup.indexer import sync as sync_mod
 from semdup.reranker.calibration import Calibration
 from semdup.reranker.reranker import Candidate, Reranker
 from semdup.reranker.settings import RerankerSettings
@@ -130,8 +131,9 @@ def test_the_threshold_is_the_calibrations_else_the_bundles() -> None:
 
 def test_read_posts_reads_the_index_text_and_names_the_missing(monkeypatch) -> None:
     class Client:
-        def mget(self, index, body, request_timeout, **kw):
+        def mget(self, body, request_timeout, **kw):
             assert kw == {"_source_includes": ["title", "body"]}
+            assert body == {"docs": [{"_index": "travel", "_id": "1"}, {"_index": "travel", "_id": "2"}]}
             return {
                 "docs": [
                     {"_id": "1", "found": True, "_source": {"title": "t", "body": ["a", "b"]}},
@@ -139,7 +141,8 @@ def test_read_posts_reads_the_index_text_and_names_the_missing(monkeypatch) -> N
                 ]
             }
 
-    monkeypatch.setattr(flag_mod, "text_fields", lambda client, index: ("title", "body"))
+    monkeypatch.setattr(flag_mod, "companion_of", lambda client, index: None)  # an index semdup created
+    monkeypatch.setattr(sync_mod, "mappings", lambda client, index: {"travel": {}})
     posts, missing = flag_mod.read_posts(Client(), "travel", ["1", "2"])
     assert posts == [Post("1", "t", "a b")] and missing == ["2"]
 
