@@ -97,19 +97,23 @@ def companion_of(client: OpenSearch, index: str) -> tuple[str, SourceFields] | N
 
 
 def pinned_companion(client: OpenSearch, index: str, version: str | None) -> tuple[str, SourceFields] | None:
-    """The companion of ``index`` for model ``version``: the alias, unless ``semdup upgrade`` moved the alias to
-    another model while this model's companion still exists (then that concrete index). So workers and rerankers
-    still running the old bundle during an upgrade keep writing and searching the old companion, and answer
-    throughout; they move when restarted with the new bundle.
+    """The companion of ``index`` for model ``version``: this model's own concrete companion when it exists (and,
+    while the alias holds this model, is the one behind it), else the alias.
+
+    So workers and rerankers still running the old bundle during an upgrade keep writing and searching the old
+    companion, and answer throughout; they move when restarted with the new bundle. The concrete name, not the
+    alias, because a reranker keeps the name it resolved: had it kept the alias, ``semdup upgrade`` moving the
+    alias would make it search the new model's vectors with the old model's query vector.
     """
     found = companion_of(client, index)
     if found is None or version is None:
         return found
     alias, source = found
-    models = {(m.get("_meta") or {}).get(MODEL_META_KEY) for m in (_mappings(client, alias) or {}).values()}
-    if models == {version}:
-        return found
+    behind = _mappings(client, alias) or {}
     own = companion_index_name(index, version)
+    models = {(m.get("_meta") or {}).get(MODEL_META_KEY) for m in behind.values()}
+    if models == {version}:
+        return (own, source) if set(behind) == {own} else found
     if _mappings(client, own):
         return own, source
     return found
