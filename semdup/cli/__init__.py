@@ -34,6 +34,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "backfill": ("indexer_cmd", "backfill", "Fill semdup fields of posts indexed by an older or no model."),
     "enable": ("indexer_cmd", "enable", "Connect a site's existing index to semdup (a companion index)."),
     "watch": ("indexer_cmd", "watch", "Keep a connected site's index and its companion in step."),
+    "upgrade": ("upgrade_cmd", "upgrade", "Move a connected site's index to a new model without downtime."),
     "rerank": ("reranker_cmd", "rerank", "Rank duplicate candidates for one post from the command line."),
     "serve": ("reranker_cmd", "serve", "Run the query-time reranking HTTP service."),
     "duplicates": ("duplicates_cmd", "duplicates", "List the likely duplicates flagged as posts were indexed."),
