@@ -338,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
 
     def same(ids: list[str]) -> str:
-        return "yes" if ids == plain_ids else f"no ({len(set(ids) & set(plain_ids))}/{len(plain_ids)} shared)"
+        if ids == plain_ids:
+            return "yes"
+        if set(ids) == set(plain_ids):
+            return "same ids, other order"
+        return f"no ({len(set(ids) & set(plain_ids))}/{len(plain_ids)} shared)"
 
     def kib(n: int) -> str:
         return f"{human_bytes(n)} ({n})"
