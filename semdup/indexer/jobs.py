@@ -34,13 +34,14 @@ from celery import Celery, Task
 from opensearchpy import OpenSearch
 
 from semdup.core.clients import knn_available
-from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.errors import BrokerUnavailable, ConfigError, IndexError_, OpenSearchUnavailable
 from semdup.core.index_names import check_index_name
 from semdup.core.logs import scrub
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
 from semdup.core.settings import redact_url
-from semdup.index_format.mapping import candidate_fields
+from semdup.index_format.mapping import candidate_fields, semdup_props
+from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import tasks
 from semdup.indexer.bulk import chunked
@@ -145,9 +146,17 @@ def ensure_index(
     Raises:
         ConfigError: a name that is not one index (a pattern, list, endpoint or system name), or ``fields.knn``
             without a dense encoder (``dimension`` None) or without the k-NN plugin.
+        IndexError_: the index exists but semdup did not create it (a site's index: ``semdup enable`` connects it).
     """
     check_index_name(index)
     if client.indices.exists(index=index, request_timeout=_TIMEOUT):
+        foreign = [name for name, m in index_mappings(client, index).items() if semdup_props(m) is None]
+        if foreign:
+            raise IndexError_(
+                f"index {', '.join(foreign)} was not created by semdup; semdup never writes a site's documents. "
+                f"Connect it with `semdup enable --index {index} --title-field FIELD --body-field FIELD`, then "
+                f"`semdup backfill --index {index}` (new and edited posts: `semdup watch` or POST /v1/posts/sync)"
+            )
         return IndexState(created=False, fields=candidate_fields(client, index))
     fields = fields or CandidateFields()
     plugin = fields.knn and knn_available(client)

@@ -142,6 +142,12 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     # semdup never writes the site's documents: index-posts into the site's index is refused before any write.
     with pytest.raises(IndexError_, match="not created by semdup"):
         ensure_index_model(client, site, bundle.version)
+    from semdup.indexer.jobs import ensure_index
+
+    with pytest.raises(
+        IndexError_, match="not created by semdup.*semdup enable"
+    ):  # `semdup index-posts`, before enqueueing
+        ensure_index(client, site, dimension=bundle.dimension)
 
     worker.start()
     done = _wait(client, enqueue_backfill(client, site, bundle.version, progress=False))  # through the alias
