@@ -45,6 +45,7 @@ from semdup.core.errors import IndexError_, OpenSearchUnavailable, PostError
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
 from semdup.index_format import mapping as index_mapping
+from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash, lexical_document
 from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields
@@ -66,6 +67,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _TIMEOUT = 30.0
+_OWN_FIELDS = SourceFields("", "title", "body")  # where an index semdup created keeps the text it encodes
 # Posts per encoder call and bulk request inside index_batch: a default 64-post task goes as two 32-post requests,
 # the second encoded while the first is indexed. benchmarks/indexing.py on the idle 2-core machine (3 runs each,
 # alternated): 881 and 885 posts/s with 32, 807 and 790 with one 64-post request, 815 with 16, at the same client
@@ -293,7 +295,7 @@ def _bulk_or_split(client: OpenSearch, actions: list[dict[str, Any]]) -> BulkRep
 
 def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
     """The posts of an index semdup created, from its (cleaned) ``title`` and ``body``."""
-    title_field, body_field = "title", "body"
+    title_field, body_field = _OWN_FIELDS.title, _OWN_FIELDS.body
     try:
         docs = client.mget(
             index=index,
@@ -308,8 +310,7 @@ def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: Bat
         if not doc.get("found"):
             result.missing.append(str(doc["_id"]))  # deleted since the backfill listed it: nothing to fill
             continue
-        src = doc.get("_source") or {}
-        post = Post(id=str(doc["_id"]), title=_as_text(src.get(title_field)), body=_as_text(src.get(body_field)))
+        post = Post.from_json(source_post(str(doc["_id"]), doc.get("_source") or {}, _OWN_FIELDS))
         try:
             check_post(post)
         except PostError as exc:
@@ -317,14 +318,6 @@ def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: Bat
             continue
         posts.append(post)
     return posts
-
-
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return str(value)
 
 
 _SET_SEMDUP = "ctx._source.semdup = params.semdup"

@@ -8,11 +8,10 @@ it from a calibration file named by SEMDUP_CALIBRATION, as an operator's worker 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from indexer_stack import count, create, enqueue, travel_bundle_dir, wait_until, worker_env
+from indexer_stack import count, create, enqueue, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 
 from semdup.alerts.store import FLAGS_INDEX, delete_flags, flag_id, list_flags
@@ -24,18 +23,6 @@ from semdup.reranker.calibration import Calibration, save_calibration
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
 WAIT_S = 180.0
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return travel_bundle_dir(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def bundle(bundle_dir: Path) -> Any:
-    from semdup.bundle.bundle import Bundle
-
-    return Bundle.load(bundle_dir)
 
 
 def test_a_verbatim_copy_is_flagged_by_the_worker_and_reflagging_follows_edits_and_deletes(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,15 +16,12 @@ import pytest
 from indexer_stack import (
     WAIT_S,
     all_docs,
-    configure_celery,
     count,
     create,
     enqueue,
-    travel_bundle_dir,
     wait_until,
     worker_env,
 )
-from indexer_stack import travel_posts as _travel_posts
 
 from semdup.core.posts import Post
 from semdup.devstack.local_worker import LocalWorker
@@ -35,33 +31,6 @@ pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
 
 # --- fixtures -----------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def travel_posts() -> list[Post]:
-    return _travel_posts()
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return travel_bundle_dir(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def bundle(bundle_dir: Path) -> Any:
-    from semdup.bundle.bundle import Bundle
-
-    return Bundle.load(bundle_dir)
-
-
-@pytest.fixture(scope="module")
-def celery_app(redis_url: str) -> Any:
-    return configure_celery(redis_url)
-
-
-@pytest.fixture
-def worker(tmp_path: Path, opensearch_url: str, redis_url: str, bundle_dir: Path, celery_app: Any):
-    w = LocalWorker(worker_env(opensearch_url, redis_url, bundle_dir), tmp_path / "worker.log")
-    yield w
-    w.stop()
 
 
 # --- helpers ------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from indexer_stack import configure_celery, count, create, travel_bundle_dir, wait_until, worker_env
+from indexer_stack import count, create, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 
 from semdup.core.posts import Post
@@ -39,23 +39,6 @@ STEP_S = 60.0  # the longest any single wait below may take
 @pytest.fixture(scope="module")
 def posts() -> list[Post]:
     return _travel_posts()
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return travel_bundle_dir(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def bundle(bundle_dir: Path) -> Any:
-    from semdup.bundle.bundle import Bundle
-
-    return Bundle.load(bundle_dir)
-
-
-@pytest.fixture(scope="module")
-def celery_app(redis_url: str) -> Any:
-    return configure_celery(redis_url)
 
 
 @pytest.fixture

@@ -9,12 +9,11 @@ re-index of a document), deletes and adds posts without calling semdup.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from indexer_stack import WAIT_S, all_docs, configure_celery, travel_bundle_dir, worker_env
+from indexer_stack import WAIT_S, all_docs
 from indexer_stack import travel_posts as _travel_posts
 
 from semdup.core.posts import Post
@@ -29,30 +28,6 @@ N_QUERIES = 20  # held-out posts used as rerank queries
 @pytest.fixture(scope="module")
 def travel_posts() -> list[Post]:
     return [p for p in _travel_posts() if p.title.strip() and p.body.strip()]
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return travel_bundle_dir(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def bundle(bundle_dir: Path) -> Any:
-    from semdup.bundle.bundle import Bundle
-
-    return Bundle.load(bundle_dir)
-
-
-@pytest.fixture(scope="module")
-def celery_app(redis_url: str) -> Any:
-    return configure_celery(redis_url)
-
-
-@pytest.fixture
-def worker(tmp_path: Path, opensearch_url: str, redis_url: str, bundle_dir: Path, celery_app: Any):
-    w = LocalWorker(worker_env(opensearch_url, redis_url, bundle_dir), tmp_path / "worker.log")
-    yield w
-    w.stop()
 
 
 @pytest.fixture

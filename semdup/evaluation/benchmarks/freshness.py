@@ -269,10 +269,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.core.errors import SemdupError
+    from semdup.evaluation.benchmarks import run_main
 
-    try:
-        sys.exit(main())
-    except SemdupError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)
