@@ -204,6 +204,21 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     assert all_docs(client, site) != site_before  # (the site's own edits) ...
     assert client.indices.get_mapping(index=site) == mapping_before  # ... but never semdup's fields
 
+    # The site re-indexes a whole index with its own code and moves its alias: nothing of semdup's is lost or stale.
+    client.indices.create(index=site + "-2015b", body={"mappings": _SITE_MAPPING})
+    client.reindex(body={"source": {"index": site + "-2015"}, "dest": {"index": site + "-2015b"}}, refresh=True)
+    client.indices.update_aliases(
+        body={
+            "actions": [
+                {"remove": {"index": site + "-2015", "alias": site}},
+                {"add": {"index": site + "-2015b", "alias": site, "is_write_index": False}},
+            ]
+        }
+    )
+    client.indices.delete(index=site + "-2015")
+    assert plan_sync(client, site, bundle.version).ids == []
+    assert rr.rank(queries[3], k=10)  # and the reranker answers for the site's alias as before
+
 
 def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, bundle: Any) -> None:
     from semdup.core.errors import IndexError_
