@@ -4,8 +4,9 @@ Every post a task carries ends in exactly one of three states: **written**, **pa
 with the reason), or **still queued** (its message still on the broker). Never acknowledged and dropped:
 
 * Posts that cannot be written for good (no text, binary, an id OpenSearch refuses, refused by the mapping or
-  a write block, wrong model) are parked; the batch's other posts are written.
-* Transient errors (cluster unreachable, 429 / 502 / 503 / 504, a task past its soft time limit) are retried
+  a write block, an index holding another model) are parked; the batch's other posts are written.
+* Transient errors (cluster unreachable, 429 / 502 / 503 / 504, a task past its soft time limit, a batch for
+  another bundle than this worker's: :class:`OtherBundle`) are retried
   with the backoff of :class:`~semdup.indexer.retry.RetryPolicy`: for at least its budget
   (``SEMDUP_RETRY_BUDGET``, 30 minutes by default), then the batch is parked whole. Any other error parks it
   whole at once, with the error.
@@ -35,7 +36,7 @@ from celery.utils.log import get_task_logger
 from opensearchpy import exceptions as os_exc
 
 from semdup.core import task_names
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
 from semdup.core.flagging import flag_duplicates_enabled
 from semdup.indexer import outcomes, parking, semantic, sync, worker_metrics
 from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
@@ -50,12 +51,26 @@ __all__ = [
     "is_transient",
     "Batch",
     "Outcome",
+    "OtherBundle",
 ]
 
 logger = get_task_logger(__name__)
 worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless SEMDUP_METRICS_PORT is set
 
-TRANSIENT_ERRORS = (OpenSearchUnavailable, os_exc.ConnectionError, os_exc.ConnectionTimeout, SoftTimeLimitExceeded)
+
+class OtherBundle(SemdupError):
+    """The batch was enqueued for another model than this worker's bundle. Transient: during a rolling upgrade
+    (`semdup upgrade`) workers of both bundles share the queue, so the batch is sent back to it and a worker with its
+    bundle takes it; past the retry budget (no such worker) it is parked with this reason, never dropped."""
+
+
+TRANSIENT_ERRORS = (
+    OpenSearchUnavailable,
+    os_exc.ConnectionError,
+    os_exc.ConnectionTimeout,
+    SoftTimeLimitExceeded,
+    OtherBundle,
+)
 _TRANSIENT_STATUS = (429, 502, 503, 504)
 
 _TASK_OPTIONS: dict[str, Any] = {
@@ -147,7 +162,7 @@ class Outcome:
 
 def _check_version(rt: WorkerRuntime, model_version: str) -> None:
     if model_version != rt.bundle.version:
-        raise IndexError_(
+        raise OtherBundle(
             f"this batch was enqueued for model {model_version} but the worker runs bundle {rt.bundle.version}; "
             "start workers with the same bundle as `semdup index-posts --bundle`, then replay the parked posts"
         )

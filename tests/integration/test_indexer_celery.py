@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,17 +122,28 @@ def test_opensearch_down_mid_job_is_retried_and_nothing_lost(
     _assert_matches_offline(all_docs(opensearch_client, unique_index), posts, bundle)
 
 
-def test_bad_posts_are_parked_visible_and_replayable(opensearch_client, unique_index, worker, bundle, travel_posts):
+@pytest.fixture
+def short_budget_worker(tmp_path: Path, opensearch_url: str, redis_url: str, bundle_dir: Path, celery_app: Any):
+    """A worker whose retry budget is 3 s: a batch only another bundle's worker could write is parked quickly."""
+    w = LocalWorker(worker_env(opensearch_url, redis_url, bundle_dir, SEMDUP_RETRY_BUDGET="3"), tmp_path / "w.log")
+    yield w
+    w.stop()
+
+
+def test_bad_posts_are_parked_visible_and_replayable(
+    opensearch_client, unique_index, short_budget_worker, bundle, travel_posts
+):
     """The index job's library API (enqueue, wait, replay parked) against a real worker."""
     from semdup.indexer.jobs import enqueue_posts, replay_parked, wait_for
     from semdup.indexer.parking import count_parked, iter_parked
 
     good = travel_posts[:5]
     create(opensearch_client, unique_index, bundle)
-    worker.start()
+    short_budget_worker.start()
     bad = [Post("no-text", "", "   "), Post("binary", "\x00\x01\x02\x03\x04\x05\x06\x07\x08" * 20, "\ufffd" * 50)]
     job = enqueue_posts(opensearch_client, unique_index, good + bad, bundle.version, progress=False)
-    # A good post enqueued for another model is refused before any write and parked, not dropped.
+    # A good post enqueued for another model goes back to the queue for a worker of that bundle (a rolling upgrade);
+    # with none, it is parked once the retry budget is spent, never dropped.
     late = travel_posts[5]
     other = enqueue_posts(opensearch_client, unique_index, [late], "bow-cnn-000000000000", progress=False)
     done = wait_for(opensearch_client, job, timeout=WAIT_S, progress=False)
