@@ -9,6 +9,7 @@ re-index of a document), deletes and adds posts without calling semdup.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -257,3 +258,51 @@ def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, 
     create_index(opensearch_client, own, dimension=bundle.dimension)
     with pytest.raises(IndexError_, match="created by semdup"):
         enable(own)
+
+
+def test_duplicates_are_flagged_as_the_site_writes_them(
+    opensearch_client: Any, opensearch_url: str, redis_url: str, site: str, bundle_dir: Path, bundle: Any,
+    celery_app: Any, travel_posts: list[Post], tmp_path: Path,
+) -> None:  # fmt: skip
+    """A post the site writes that repeats an earlier one is flagged, with the site's ids, once the watch (or the
+    site's sync call) has encoded it: the worker chains the flagging after the write (SEMDUP_FLAG_DUPLICATES=1)."""
+    from indexer_stack import wait_until, worker_env
+
+    from semdup.alerts.store import delete_flags, list_flags
+    from semdup.indexer.backfill import enqueue_backfill
+    from semdup.indexer.enable import enable_index
+    from semdup.indexer.reconcile import enqueue_sync
+    from semdup.reranker.calibration import Calibration, save_calibration
+
+    client = opensearch_client
+    posts = travel_posts[:60]
+    original = posts[7]
+    _make_site(client, site, posts)
+    enable_index(
+        client, site, version=bundle.version, dimension=bundle.dimension, title_field="Title", body_field="Body"
+    )
+    # The tiny bundle is untrained, so the test states its threshold: just under the top fused score, which a
+    # verbatim copy reaches (as tests/integration/test_alerts_celery.py explains).
+    top = bundle.fusion["beta_bow"] + bundle.fusion["beta_dense"] + bundle.fusion["alpha"] - 1e-3
+    cal = save_calibration(
+        tmp_path / "c.calibration.json", bundle.version, Calibration(a=50.0, b=-50.0 * top, threshold=top)
+    )
+    env = worker_env(opensearch_url, redis_url, bundle_dir, SEMDUP_FLAG_DUPLICATES="1", SEMDUP_CALIBRATION=str(cal))
+    worker = LocalWorker(env, tmp_path / "worker.log")
+    try:
+        worker.start()
+        _wait(client, enqueue_backfill(client, site, bundle.version, progress=False))
+        copy_id = str(10**9 + 7)  # the site's next numeric id
+        client.index(index=site, id=copy_id, body=_site_doc(original, 0), refresh=True)  # a verbatim repeat
+        _wait(client, enqueue_sync(client, site, bundle.version, progress=False))  # one `semdup watch` round
+
+        def flagged() -> dict[str, Any]:
+            return {f.candidate_id: f for f in list_flags(client, site, post_id=copy_id)}
+
+        wait_until(lambda: original.id in flagged(), "the repeat's flag", timeout=WAIT_S)
+        flag = flagged()[original.id]
+        assert flag.index == site and flag.model == bundle.version and flag.score >= top
+        assert flag.probability is not None and flag.probability > 0.5
+    finally:
+        worker.stop()
+        delete_flags(client, site, [copy_id, *(p.id for p in posts)])
