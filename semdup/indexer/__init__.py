@@ -2,5 +2,6 @@
 
 Nothing heavy is imported here (no Celery app, no onnxruntime): import the module you need, e.g.
 ``semdup.indexer.tasks`` to enqueue work or ``semdup.indexer.semantic`` to index without a broker.
-See README.md in this folder for the delivery guarantees, the parking store and ``semdup enable``.
+See README.md in this folder for the delivery guarantees, the parking store, and a site's own index connected
+through a companion (``semdup enable``, ``sync``, ``watch``, ``upgrade``).
 """
