@@ -87,17 +87,19 @@ def _mappings(client: OpenSearch, name: str) -> dict[str, dict[str, Any]] | None
     return {k: v.get("mappings") or {} for k, v in got.items()}
 
 
+def _source_of(behind: dict[str, dict[str, Any]]) -> SourceFields | None:
+    for mapping in behind.values():
+        source = SourceFields.of_meta(mapping.get("_meta"))
+        if source is not None:
+            return source
+    return None
+
+
 def companion_of(client: OpenSearch, index: str) -> tuple[str, SourceFields] | None:
     """``(companion alias, its source)`` when ``index`` was connected by ``semdup enable``, else None."""
     alias = companion_alias(index)
-    found = _mappings(client, alias)
-    if not found:
-        return None
-    for mapping in found.values():
-        source = SourceFields.of_meta(mapping.get("_meta"))
-        if source is not None:
-            return alias, source
-    return None
+    source = _source_of(_mappings(client, alias) or {})
+    return None if source is None else (alias, source)
 
 
 def pinned_companion(client: OpenSearch, index: str, version: str | None) -> tuple[str, SourceFields] | None:
@@ -109,11 +111,14 @@ def pinned_companion(client: OpenSearch, index: str, version: str | None) -> tup
     alias, because a reranker keeps the name it resolved: had it kept the alias, ``semdup upgrade`` moving the
     alias would make it search the new model's vectors with the old model's query vector.
     """
-    found = companion_of(client, index)
-    if found is None or version is None:
+    alias = companion_alias(index)
+    behind = _mappings(client, alias) or {}  # one read serves both the source and the models (every sync task)
+    source = _source_of(behind)
+    if source is None:
+        return None
+    found = (alias, source)
+    if version is None:
         return found
-    alias, source = found
-    behind = _mappings(client, alias) or {}
     own = companion_index_name(index, version)
     models = {(m.get("_meta") or {}).get(MODEL_META_KEY) for m in behind.values()}
     if models == {version}:

@@ -27,7 +27,7 @@ from semdup.index_format.mapping import mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.semantic import BatchResult, DocumentEncoder, delete_batch, index_batch
 
-__all__ = ["read_source_posts", "sync_batch", "companion_for"]
+__all__ = ["read_source_posts", "site_indices", "sync_batch", "companion_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +50,20 @@ def companion_for(client: OpenSearch, index: str, version: str | None = None) ->
     return found
 
 
-def read_source_posts(client: OpenSearch, source: SourceFields, ids: Sequence[str]) -> dict[str, dict[str, str]]:
+def site_indices(client: OpenSearch, source: SourceFields) -> list[str]:
+    """The concrete indices behind the site's index or alias (raises IndexError_ when it is gone)."""
+    return sorted(mappings(client, source.index))
+
+
+def read_source_posts(
+    client: OpenSearch, source: SourceFields, ids: Sequence[str], concrete: Sequence[str] | None = None
+) -> dict[str, dict[str, str]]:
     """``id -> {"id", "title", "body"}`` of the given ids that the site's index (or any index behind its alias)
-    holds now; an id that is absent is not in the answer."""
+    holds now; an id that is absent is not in the answer. ``concrete``: :func:`site_indices`, when the caller
+    reads several times in a row."""
     if not ids:
         return {}
-    concrete = sorted(mappings(client, source.index))  # raises IndexError_ when the site's index is gone
+    concrete = concrete if concrete is not None else site_indices(client, source)
     docs = [{"_index": name, "_id": str(i)} for name in concrete for i in ids]
     try:
         resp = client.mget(body={"docs": docs}, _source_includes=[source.title, source.body], request_timeout=_TIMEOUT)
@@ -92,8 +100,9 @@ def sync_batch(
     """
     result = BatchResult()
     todo = [str(i) for i in dict.fromkeys(ids)]
+    concrete = site_indices(client, source)  # once: every read below goes to the same indices
     for round_no in range(max(rounds, 1)):
-        current = read_source_posts(client, source, todo)
+        current = read_source_posts(client, source, todo, concrete)
         gone = [i for i in todo if i not in current]
         if gone:
             delete_batch(client, companion, gone)
@@ -108,7 +117,7 @@ def sync_batch(
         if failed:
             delete_batch(client, companion, sorted(failed))
         written = {i: h for i, h in _hashes(current).items() if i not in failed}
-        again = read_source_posts(client, source, list(written))
+        again = read_source_posts(client, source, list(written), concrete)
         changed = [i for i, h in _hashes(again).items() if written[i] != h]
         deleted = [i for i in written if i not in again]
         if deleted:

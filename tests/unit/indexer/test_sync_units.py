@@ -21,7 +21,7 @@ class Site:
         self.reads = list(reads)
         self.n = 0
 
-    def read(self, client: Any, source: SourceFields, ids: Any) -> dict[str, dict[str, str]]:
+    def read(self, client: Any, source: SourceFields, ids: Any, concrete: Any = None) -> dict[str, dict[str, str]]:
         state = self.reads[min(self.n, len(self.reads) - 1)]
         self.n += 1
         return {i: state[i] for i in ids if i in state}
@@ -46,6 +46,7 @@ def companion(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             held.pop(i, None)
         return BatchResult(written=len(ids))
 
+    monkeypatch.setattr(sync, "site_indices", lambda client, source: ["site-posts-2015", "site-posts-2016"])
     monkeypatch.setattr(sync, "index_batch", index_batch)
     monkeypatch.setattr(sync, "delete_batch", delete_batch)
     return held
