@@ -27,6 +27,7 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
 from semdup.core.index_names import check_index_name
+from semdup.index_format.mapping import create_if_missing
 from semdup.indexer.bulk import bulk_write
 
 __all__ = ["FLAGS_INDEX", "Flag", "flag_id", "ensure_flags_index", "replace_flags", "delete_flags", "list_flags"]
@@ -109,12 +110,8 @@ def _unavailable(what: str, exc: BaseException) -> OpenSearchUnavailable:
 def ensure_flags_index(client: Any, store: str = FLAGS_INDEX) -> None:
     """Create the store with its strict mapping unless it exists (another worker may create it first)."""
     try:
-        if not client.indices.exists(index=store, request_timeout=_TIMEOUT):
-            client.indices.create(index=store, body=_MAPPING, request_timeout=_TIMEOUT)
+        if create_if_missing(client, store, _MAPPING, _TIMEOUT):
             logger.info("created the duplicate-flag store %s", store)
-    except os_exc.RequestError as exc:
-        if exc.error != "resource_already_exists_exception":
-            raise
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise _unavailable(f"creating {store!r}", exc) from exc
 

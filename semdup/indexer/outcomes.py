@@ -30,6 +30,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.index_format.mapping import create_if_missing
 
 __all__ = ["JOBS_INDEX", "Job", "JobCounts", "new_job", "record_job", "read_job", "record_outcome", "job_counts"]
 
@@ -83,12 +84,7 @@ def new_job(index: str, model_version: str, total: int = 0) -> Job:
 
 
 def _ensure_index(client: OpenSearch) -> None:
-    try:
-        if not client.indices.exists(index=JOBS_INDEX, request_timeout=_TIMEOUT):
-            client.indices.create(index=JOBS_INDEX, body=_MAPPING, request_timeout=_TIMEOUT)
-    except os_exc.RequestError as exc:
-        if exc.error != "resource_already_exists_exception":  # another process created it first
-            raise
+    create_if_missing(client, JOBS_INDEX, _MAPPING, _TIMEOUT)
 
 
 def record_job(client: OpenSearch, job: Job) -> None:

@@ -30,6 +30,7 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import OpenSearchUnavailable
 from semdup.core.logs import scrub
+from semdup.index_format.mapping import create_if_missing
 from semdup.indexer.bulk import bulk_write
 
 __all__ = [
@@ -87,12 +88,7 @@ def parked_id(index: str, post_id: str) -> str:
 
 
 def _ensure_index(client: OpenSearch) -> None:
-    try:
-        if not client.indices.exists(index=PARKED_INDEX, request_timeout=_TIMEOUT):
-            client.indices.create(index=PARKED_INDEX, body=_MAPPING, request_timeout=_TIMEOUT)
-    except os_exc.RequestError as exc:
-        if exc.error != "resource_already_exists_exception":  # another worker created it first
-            raise
+    create_if_missing(client, PARKED_INDEX, _MAPPING, _TIMEOUT)
 
 
 def park(
