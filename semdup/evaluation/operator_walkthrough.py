@@ -33,18 +33,11 @@ from typing import Any
 from semdup.core.metrics import accuracy_at_k
 from semdup.core.posts import Post
 from semdup.data.stackexchange import load_stackexchange_dump
+from semdup.evaluation.site_index import make_site_alias
 
-__all__ = ["site_corpus", "make_site_index", "main"]
+__all__ = ["site_corpus", "main"]
 
 _TRAVEL = Path(os.environ.get("SEMDUP_DATA_DIR", "/work/shared/data")) / "travel-stackexchange"
-_SITE_MAPPING = {
-    "properties": {
-        "Title": {"type": "text"},
-        "Body": {"type": "text"},
-        "Tags": {"type": "keyword"},
-        "CreationDate": {"type": "date"},
-    }
-}
 
 
 def site_corpus(n_posts: int, n_queries: int) -> tuple[list[Post], list[Post], dict[str, set[str]]]:
@@ -64,26 +57,6 @@ def site_corpus(n_posts: int, n_queries: int) -> tuple[list[Post], list[Post], d
             keep.setdefault(pid, dump.posts[pid])
     relevant = {q.post.id: set(q.relevant) & keep.keys() for q in queries}
     return list(keep.values()), [q.post for q in queries], relevant
-
-
-def make_site_index(client: Any, alias: str, posts: list[Post]) -> None:
-    """The site's index as a Q&A site would make it: its own mapping, two yearly indices behind the alias."""
-    from opensearchpy.helpers import bulk
-
-    half = len(posts) // 2
-    for n, chunk in enumerate((posts[:half], posts[half:])):
-        name = f"{alias}-{2015 + n}"
-        client.indices.create(index=name, body={"mappings": _SITE_MAPPING})
-        docs = (
-            {
-                "_index": name,
-                "_id": p.id,
-                "_source": {"Title": p.title, "Body": p.body, "Tags": ["travel"], "CreationDate": f"{2015 + n}-06-01"},
-            }
-            for p in chunk
-        )
-        bulk(client, docs, refresh=True)
-        client.indices.put_alias(index=name, name=alias, body={"is_write_index": n == 1})
 
 
 def _semdup(*args: str, env: dict[str, str]) -> None:
@@ -131,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     client.indices.delete(index=f"{args.prefix}-*", ignore_unavailable=True)
     posts, queries, relevant = site_corpus(args.posts, args.queries)
     print(f"site index {alias}: {len(posts)} Travel posts in two indices; {len(queries)} held-out test queries")
-    make_site_index(client, alias, posts)
+    make_site_alias(client, alias, posts)
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs: list[subprocess.Popen[bytes]] = []

@@ -19,6 +19,7 @@ from indexer_stack import travel_posts as _travel_posts
 
 from semdup.core.posts import Post
 from semdup.devstack.local_worker import LocalWorker
+from semdup.evaluation.site_index import SITE_MAPPING, make_site_alias, site_doc
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
@@ -36,40 +37,6 @@ def site(opensearch_client: Any, unique_index: str) -> Any:
     """The alias name; two concrete indices behind it; everything (companions included) deleted afterwards."""
     yield unique_index
     opensearch_client.indices.delete(index=f"{unique_index}*", ignore_unavailable=True, request_timeout=30)
-
-
-_SITE_MAPPING = {
-    "properties": {
-        "Title": {"type": "text"},
-        "Body": {"type": "text"},  # HTML, as Stack Exchange stores it
-        "Tags": {"type": "keyword"},
-        "CreationDate": {"type": "date"},
-        "Score": {"type": "integer"},
-    }
-}
-
-
-def _site_doc(p: Post, n: int) -> dict[str, Any]:
-    return {
-        "Title": p.title,
-        "Body": p.body,
-        "Tags": ["travel"],
-        "CreationDate": f"2015-01-{1 + n % 28:02d}",
-        "Score": n,
-    }
-
-
-def _make_site(client: Any, alias: str, posts: list[Post]) -> None:
-    from opensearchpy.helpers import bulk
-
-    half = len(posts) // 2
-    for part, chunk in (("-2015", posts[:half]), ("-2016", posts[half:])):
-        name = alias + part
-        client.indices.create(index=name, body={"mappings": _SITE_MAPPING})
-        bulk(client, ({"_index": name, "_id": p.id, "_source": _site_doc(p, n)} for n, p in enumerate(chunk)))
-    client.indices.put_alias(index=alias + "-2015", name=alias, body={"is_write_index": False})
-    client.indices.put_alias(index=alias + "-2016", name=alias, body={"is_write_index": True})
-    client.indices.refresh(index=alias)
 
 
 def _wait(client: Any, job: Any) -> Any:
@@ -98,7 +65,7 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
 
     client = opensearch_client
     posts, queries = travel_posts[:N_SITE], travel_posts[N_SITE : N_SITE + N_QUERIES]
-    _make_site(client, site, posts)
+    make_site_alias(client, site, posts)
     site_before = all_docs(client, site)
     mapping_before = client.indices.get_mapping(index=site)
     search = {"query": {"match": {"Body": "visa"}}, "size": 50}
@@ -157,10 +124,10 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     edited, reindexed, deleted = posts[0], posts[-1], posts[1]
     new = travel_posts[N_SITE + N_QUERIES]
     client.update(index=site + "-2015", id=edited.id, body={"doc": {"Title": "Edited: " + queries[1].title}})
-    full = _site_doc(Post(reindexed.id, queries[2].title, queries[2].body), 7)
+    full = site_doc(Post(reindexed.id, queries[2].title, queries[2].body), 7)
     client.index(index=site + "-2016", id=reindexed.id, body=full)  # a full re-index of the document
     client.delete(index=site + "-2015", id=deleted.id)
-    client.index(index=site, id=new.id, body=_site_doc(new, 3))  # through the alias's write index
+    client.index(index=site, id=new.id, body=site_doc(new, 3))  # through the alias's write index
     client.indices.refresh(index=site)
 
     plan = plan_sync(client, site, bundle.version)
@@ -206,7 +173,7 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     assert client.indices.get_mapping(index=site) == mapping_before  # ... but never semdup's fields
 
     # The site re-indexes a whole index with its own code and moves its alias: nothing of semdup's is lost or stale.
-    client.indices.create(index=site + "-2015b", body={"mappings": _SITE_MAPPING})
+    client.indices.create(index=site + "-2015b", body={"mappings": SITE_MAPPING})
     client.reindex(body={"source": {"index": site + "-2015"}, "dest": {"index": site + "-2015b"}}, refresh=True)
     client.indices.update_aliases(
         body={
@@ -237,13 +204,13 @@ def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, 
     with pytest.raises(IndexError_, match="does not keep _source"):
         enable(site)
     other = f"{site}-fields"
-    opensearch_client.indices.create(index=other, body={"mappings": _SITE_MAPPING})
+    opensearch_client.indices.create(index=other, body={"mappings": SITE_MAPPING})
     with pytest.raises(IndexError_, match="has no field 'title'.*--title-field"):
         enable(other)
     # A field named semdup in the site's own mapping is no obstacle: semdup never writes there.
     taken = f"{site}-taken"
     opensearch_client.indices.create(
-        index=taken, body={"mappings": {"properties": {**_SITE_MAPPING["properties"], "semdup": {"type": "text"}}}}
+        index=taken, body={"mappings": {"properties": {**SITE_MAPPING["properties"], "semdup": {"type": "text"}}}}
     )
     assert enable(taken, title_field="Title", body_field="Body").created
     from semdup.index_format.schema import CandidateFields
@@ -277,7 +244,7 @@ def test_duplicates_are_flagged_as_the_site_writes_them(
     client = opensearch_client
     posts = travel_posts[:60]
     original = posts[7]
-    _make_site(client, site, posts)
+    make_site_alias(client, site, posts)
     enable_index(
         client, site, version=bundle.version, dimension=bundle.dimension, title_field="Title", body_field="Body"
     )
@@ -293,7 +260,7 @@ def test_duplicates_are_flagged_as_the_site_writes_them(
         worker.start()
         _wait(client, enqueue_backfill(client, site, bundle.version, progress=False))
         copy_id = str(10**9 + 7)  # the site's next numeric id
-        client.index(index=site, id=copy_id, body=_site_doc(original, 0), refresh=True)  # a verbatim repeat
+        client.index(index=site, id=copy_id, body=site_doc(original, 0), refresh=True)  # a verbatim repeat
         _wait(client, enqueue_sync(client, site, bundle.version, progress=False))  # one `semdup watch` round
 
         def flagged() -> dict[str, Any]:

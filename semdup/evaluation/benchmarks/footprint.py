@@ -47,18 +47,10 @@ from typing import Any
 from semdup.core.posts import Post
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 from semdup.evaluation.benchmarks.report import format_table, human_bytes, ratio, summary
+from semdup.evaluation.site_index import SITE_MAPPING, bulk_or_raise, make_site_index
 
 logger = logging.getLogger(__name__)
 
-SITE_MAPPING: dict[str, Any] = {
-    "properties": {
-        "Title": {"type": "text"},
-        "Body": {"type": "text"},  # HTML, as Stack Exchange stores it
-        "Tags": {"type": "keyword"},
-        "CreationDate": {"type": "date"},
-        "Score": {"type": "integer"},
-    }
-}
 # the old design's semdup object (24c9dcb, default search structures: packed fields only)
 IN_PLACE_MAPPING: dict[str, Any] = {
     "properties": {
@@ -67,17 +59,6 @@ IN_PLACE_MAPPING: dict[str, Any] = {
 }
 _SET_SEMDUP = "ctx._source.semdup = params.semdup"  # the old backfill_batch's script
 _TIMEOUT = 300
-
-
-def site_doc(p: Post, n: int) -> dict[str, Any]:
-    """A post as the site stores it (its own field names, the body as HTML)."""
-    return {
-        "Title": p.title,
-        "Body": p.body,
-        "Tags": ["travel"],
-        "CreationDate": f"2015-01-{1 + n % 28:02d}",
-        "Score": n,
-    }
 
 
 class CachedEncoder:
@@ -113,20 +94,6 @@ def store_bytes(client: Any, index: str) -> int:
     return sum(int(r["store.size"] or 0) for r in rows)
 
 
-def _bulk(client: Any, actions: list[dict[str, Any]]) -> None:
-    from opensearchpy.helpers import bulk
-
-    ok, errors = bulk(client, actions, chunk_size=200, request_timeout=_TIMEOUT, raise_on_error=False)
-    if errors:
-        raise RuntimeError(f"{len(errors)} bulk actions failed: {errors[:2]}")
-
-
-def make_site_index(client: Any, name: str, posts: Sequence[Post]) -> None:
-    client.indices.create(index=name, body={"mappings": SITE_MAPPING}, request_timeout=_TIMEOUT)
-    _bulk(client, [{"_index": name, "_id": p.id, "_source": site_doc(p, n)} for n, p in enumerate(posts)])
-    client.indices.refresh(index=name)
-
-
 def fill_in_place(client: Any, name: str, posts: Sequence[Post], encoder: CachedEncoder) -> None:
     """The old design: the ``semdup`` object put into the site's mapping and written by partial updates."""
     from semdup.index_format.mapping import semdup_source
@@ -137,7 +104,7 @@ def fill_in_place(client: Any, name: str, posts: Sequence[Post], encoder: Cached
         src = semdup_source(fields)  # {"model", "packed"}: the default index's packed fields
         script = {"source": _SET_SEMDUP, "lang": "painless", "params": {"semdup": src}}
         actions.append({"_op_type": "update", "_index": name, "_id": p.id, "script": script})
-    _bulk(client, actions)
+    bulk_or_raise(client, actions)
     client.indices.refresh(index=name)
 
 

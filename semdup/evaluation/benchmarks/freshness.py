@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from semdup.evaluation.benchmarks.footprint import make_site_index, site_doc
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 from semdup.evaluation.benchmarks.report import format_table, summary
+from semdup.evaluation.site_index import make_site_index, site_doc
 
 logger = logging.getLogger(__name__)
 
