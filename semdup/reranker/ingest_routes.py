@@ -12,7 +12,6 @@ Without a broker (``SEMDUP_BROKER_URL`` unset) or with ``SEMDUP_INGEST=0`` the e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -25,11 +24,12 @@ from semdup.reranker.ingest import TaskSender, enqueue_batches
 from semdup.reranker.service import (
     _NOT_SERVED,
     _TEXT_PATTERN,
-    _VISIBLE,
     MAX_ID_CHARS,
     MAX_INDEX_CHARS,
+    POST_TEXT_CONFIG,
     ErrorBody,
     _responses,
+    has_visible_text,
 )
 from semdup.reranker.settings import ServiceSettings
 
@@ -84,16 +84,7 @@ def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[Base
     class PostIn(BaseModel):
         """A new or edited post: an id and a title or a body (or both) holding visible text."""
 
-        model_config = ConfigDict(
-            extra="forbid",
-            strict=True,
-            json_schema_extra={
-                "anyOf": [
-                    {"required": ["title"], "properties": {"title": {"pattern": _VISIBLE}}},
-                    {"required": ["body"], "properties": {"body": {"pattern": _VISIBLE}}},
-                ]
-            },
-        )
+        model_config = POST_TEXT_CONFIG
 
         id: PostId
         title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN)
@@ -101,7 +92,7 @@ def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[Base
 
         @model_validator(mode="after")
         def _has_text(self) -> PostIn:
-            if not re.search(_VISIBLE, self.title) and not re.search(_VISIBLE, self.body):
+            if not has_visible_text(self.title, self.body):
                 raise ValueError(f"post {self.id[:80]!r} has no visible text; give it a title or a body")
             return self
 

@@ -78,6 +78,22 @@ _NOT_SERVED = "index {name!r} is not one this API key may search, or it does not
 # A visible character: not white space by either JSON Schema's (ECMA) or Python's rules, which differ on U+0085
 # and U+FEFF, so the schema and the service refuse the same posts.
 _VISIBLE = r"[^\s\x85\ufeff]"
+# A request body carrying a post (rerank, ingest): nothing unknown, no coercion, and a title or a body with visible
+# text, stated in the schema as well (``has_visible_text`` checks it, since the schema's patterns cannot see markup).
+POST_TEXT_CONFIG = ConfigDict(
+    extra="forbid",
+    strict=True,
+    json_schema_extra={
+        "anyOf": [
+            {"required": ["title"], "properties": {"title": {"pattern": _VISIBLE}}},
+            {"required": ["body"], "properties": {"body": {"pattern": _VISIBLE}}},
+        ]
+    },
+)
+
+
+def has_visible_text(title: str, body: str) -> bool:
+    return bool(re.search(_VISIBLE, title) or re.search(_VISIBLE, body))
 
 
 def _whole_number(value: Any) -> Any:
@@ -108,16 +124,7 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
     class RerankRequest(BaseModel):
         """A new post to find duplicates of: a title or a body (or both) holding visible text."""
 
-        model_config = ConfigDict(
-            extra="forbid",
-            strict=True,
-            json_schema_extra={
-                "anyOf": [
-                    {"required": ["title"], "properties": {"title": {"pattern": _VISIBLE}}},
-                    {"required": ["body"], "properties": {"body": {"pattern": _VISIBLE}}},
-                ]
-            },
-        )
+        model_config = POST_TEXT_CONFIG
 
         title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN, description="The new post's title.")
         body: str = Field(
@@ -147,7 +154,7 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         @model_validator(mode="after")
         def _has_text(self) -> RerankRequest:
-            if not re.search(_VISIBLE, self.title) and not re.search(_VISIBLE, self.body):
+            if not has_visible_text(self.title, self.body):
                 raise ValueError("give a title or a body with visible text")
             return self
 
