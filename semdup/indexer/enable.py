@@ -31,7 +31,7 @@ from semdup.index_format.companion import (
     companion_index_name,
     companion_of,
 )
-from semdup.index_format.mapping import MODEL_META_KEY, common_fields, mappings, semdup_props
+from semdup.index_format.mapping import MODEL_META_KEY, mappings, semdup_props
 from semdup.index_format.schema import CandidateFields, index_body, missing_semdup_fields
 
 __all__ = ["Enabled", "enable_index", "check_site_index"]
@@ -144,6 +144,7 @@ def _complete(
 ) -> Enabled:
     found = mappings(client, alias)
     settings = client.indices.get_settings(index=alias, request_timeout=_TIMEOUT)
+    targets = []
     for name, mapping in found.items():
         meta = mapping.get("_meta") or {}
         current = meta.get(MODEL_META_KEY)
@@ -155,6 +156,7 @@ def _complete(
         knn_on = str(settings.get(name, {}).get("settings", {}).get("index", {}).get("knn", "false")).lower()
         mapped = ((mapping.get("properties") or {}).get("semdup") or {}).get("properties") or {}
         target = wanted | CandidateFields.of_mapping(mapped)
+        targets.append(target)
         if target.knn and "vector" not in mapped and knn_on != "true":
             raise IndexError_(
                 f"the companion {name!r} was created without k-NN, which cannot be turned on later; create a new "
@@ -170,4 +172,4 @@ def _complete(
         if missing:
             logger.info("companion %s gained semdup.%s; a backfill fills them", name, ", ".join(missing))
     concrete = next(iter(found))
-    return Enabled(alias, concrete, False, common_fields(mappings(client, alias)), source)
+    return Enabled(alias, concrete, False, CandidateFields.common(targets), source)

@@ -40,7 +40,7 @@ from semdup.core.logs import scrub
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
 from semdup.core.settings import redact_url
-from semdup.index_format.mapping import candidate_fields, semdup_props
+from semdup.index_format.mapping import common_fields, semdup_props
 from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import tasks
@@ -150,14 +150,15 @@ def ensure_index(
     """
     check_index_name(index)
     if client.indices.exists(index=index, request_timeout=_TIMEOUT):
-        foreign = [name for name, m in index_mappings(client, index).items() if semdup_props(m) is None]
+        found = index_mappings(client, index)
+        foreign = [name for name, m in found.items() if semdup_props(m) is None]
         if foreign:
             raise IndexError_(
                 f"index {', '.join(foreign)} was not created by semdup; semdup never writes a site's documents. "
                 f"Connect it with `semdup enable --index {index} --title-field FIELD --body-field FIELD`, then "
                 f"`semdup backfill --index {index}` (new and edited posts: `semdup watch` or POST /v1/posts/sync)"
             )
-        return IndexState(created=False, fields=candidate_fields(client, index))
+        return IndexState(created=False, fields=common_fields(found))
     fields = fields or CandidateFields()
     plugin = fields.knn and knn_available(client)
     if fields.knn and (dimension is None or not plugin):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from opensearchpy import OpenSearch
@@ -129,7 +129,7 @@ def enqueue_sync(client: OpenSearch, index: str, version: str, *, batch_size: in
         index,
         plan.current,
     )
-    return replace(job, total=len(ids))
+    return job
 
 
 def watch(
