@@ -33,6 +33,7 @@ from semdup.index_format.companion import (
 )
 from semdup.index_format.mapping import MODEL_META_KEY, mappings, semdup_props
 from semdup.index_format.schema import CandidateFields, index_body, missing_semdup_fields
+from semdup.search_templates import ensure_templates
 
 __all__ = ["Enabled", "enable_index", "check_site_index"]
 
@@ -111,6 +112,7 @@ def enable_index(
     wanted = fields or CandidateFields()
     check_site_index(client, index, title_field, body_field)
     source = SourceFields(index, title_field, body_field)
+    ensure_templates(client)  # the reranker's candidate searches of the companion need them
     try:
         existing = companion_of(client, index)
         if existing is None:

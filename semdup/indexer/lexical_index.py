@@ -15,6 +15,7 @@ from semdup.core.text_pipeline import TextPipelineSettings
 from semdup.index_format.documents import index_action
 from semdup.index_format.schema import CandidateFields, index_body
 from semdup.indexer.bulk import BulkReport, bulk_write
+from semdup.search_templates import ensure_templates
 
 __all__ = ["create_index", "load_posts", "delete_index"]
 
@@ -44,6 +45,7 @@ def create_index(
             client.indices.create(index=index, body=index_body(dimension=dimension, fields=fields))
     except os_exc.RequestError as exc:
         raise SemdupError(f"cannot create index {index!r}: {exc.error}: {exc.info}") from exc
+    ensure_templates(client)  # the reranker's candidate searches of this index need them
 
 
 def load_posts(

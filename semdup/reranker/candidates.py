@@ -99,7 +99,19 @@ def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
     except os_exc.TransportError as exc:
         if exc.status_code in (502, 503, 504) or exc.status_code == 429:
             raise OpenSearchUnavailable(f"OpenSearch answered HTTP {exc.status_code} {what}: {exc.error}") from exc
-        raise SemdupError(f"OpenSearch refused {what} (HTTP {exc.status_code}): {exc.error}") from exc
+        raise SemdupError(f"OpenSearch refused {what} (HTTP {exc.status_code}): {_reason(exc)}") from exc
+
+
+def _reason(exc: os_exc.TransportError) -> str:
+    """The error type with OpenSearch's first root-cause reason ("action_request_validation_exception" alone
+    does not say which request was refused or why)."""
+    info = exc.info if isinstance(exc.info, dict) else {}
+    err = info.get("error")
+    causes = err.get("root_cause") if isinstance(err, dict) else None
+    reason = causes[0].get("reason") if isinstance(causes, list) and causes and isinstance(causes[0], dict) else None
+    if reason is None and isinstance(err, dict):
+        reason = err.get("reason")
+    return f"{exc.error}: {str(reason)[:500]}" if reason else str(exc.error)
 
 
 def _filters(exclude_id: str | None, restrict_ids: Sequence[str] | None) -> dict[str, Any]:
@@ -298,9 +310,22 @@ def search_candidates(
             names.append(name)
         else:
             plain += [{"index": index}, query]
-    resp = call_opensearch(
-        client.msearch_template, f"searching candidates in {index!r}", body=body, params={"request_timeout": timeout}
-    )
+    try:
+        resp = call_opensearch(
+            client.msearch_template,
+            f"searching candidates in {index!r}",
+            body=body,
+            params={"request_timeout": timeout},
+        )
+    except SemdupError as exc:
+        if "no requests added" not in str(exc):
+            raise
+        # OpenSearch drops a template request whose stored script is missing, then refuses the empty batch
+        raise SemdupError(
+            f"the cluster lacks the stored search templates {', '.join(template_id(m, variant) for m in templates)}; "
+            "store them once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker itself "
+            "when its user may)"
+        ) from exc
     responses = list(resp["responses"])
     if plain:  # no stored pass-through template (no right to store scripts): a second round trip
         more = call_opensearch(

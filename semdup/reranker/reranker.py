@@ -48,7 +48,7 @@ from semdup.reranker.candidates import (
 from semdup.reranker.field_cache import UUID_TTL_S, FieldCache
 from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.settings import RerankerSettings
-from semdup.search_templates import query_text
+from semdup.search_templates import ensure_templates, query_text
 
 __all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed"]
 
@@ -131,6 +131,7 @@ class Reranker:
         self._checked: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._query_template: str | None | bool = False  # False = not registered yet
+        self._templates_ensured: set[tuple[str, str]] = set()  # (model, variant) checked stored in the cluster
         self.field_cache = FieldCache(self.settings.field_cache) if self.settings.field_cache else None
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
         self._paths: dict[str, CandidateFields] = {}  # index -> the hybrid candidate paths it can serve
@@ -294,6 +295,7 @@ class Reranker:
         s = self.settings
         q_vec, q_terms = self.bundle.encode_query(post)
         paths = self._paths.get(index or self.index, CandidateFields())
+        self._ensure_templates()
         query_template = None
         if paths.sparse or paths.knn:
             if self._query_template is False:
@@ -320,6 +322,19 @@ class Reranker:
                     cands.ids.append(str(rid))
                     cands.sources[str(rid)] = ["restrict"]
         return cands, q_vec, q_terms
+
+    def _ensure_templates(self) -> None:
+        """Store the lexical templates this reranker searches with, once per process, if the cluster lacks them
+        (a cluster nobody ran the evaluation on has none: every search would answer "no requests added")."""
+        s = self.settings
+        wanted = {(m, s.variant) for m in s.templates}
+        if wanted <= self._templates_ensured:
+            return
+        with self._lock:
+            missing = sorted(wanted - self._templates_ensured)
+            if missing:
+                ensure_templates(self.client, [m for m, _ in missing], [s.variant], s.search_timeout)
+                self._templates_ensured.update(missing)
 
     def rank(
         self,
@@ -464,6 +479,7 @@ class Reranker:
         if (other.settings.knn, other.settings.sparse) == (self.settings.knn, self.settings.sparse):
             other._checked, other._paths, other._targets = self._checked, self._paths, self._targets
         other._query_template = self._query_template
+        other._templates_ensured = self._templates_ensured
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids
         return other

@@ -13,10 +13,12 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.clients import opensearch_errors
 from semdup.core.errors import IndexError_, SemdupError
-from semdup.search_templates.templates import all_templates
+from semdup.index_format.schema import LEXICAL_MODELS
+from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 
 __all__ = [
     "register_templates",
+    "ensure_templates",
     "render_template",
     "Hit",
     "msearch_templates",
@@ -71,6 +73,54 @@ def register_templates(client: OpenSearch) -> list[str]:
         ids.append(tid)
     logger.info("registered %d search templates", len(ids))
     return ids
+
+
+def ensure_templates(
+    client: OpenSearch,
+    models: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    timeout: float = 10.0,
+) -> bool:
+    """Store the templates (default: every model and variant) that the cluster lacks or holds in another
+    version; True when all are stored.
+
+    The reranker calls this before its first search, ``semdup enable`` and index creation before that: a cluster
+    where nobody stored them answers every ``_msearch/template`` with "no requests added", which says nothing
+    about templates. Reading first spares a cluster that has them a cluster-state update per start. A user not
+    allowed to store scripts (no ``cluster:admin/script/put``) gets a warning and False.
+
+    Raises:
+        OpenSearchUnavailable: the cluster does not answer.
+    """
+    wanted = [(m, v) for m in (models or LEXICAL_MODELS) for v in (variants or VARIANTS)]
+    ok = True
+    for model, variant in dict.fromkeys(wanted):
+        tid, source = template_id(model, variant), template_source(model, variant)
+        try:
+            with opensearch_errors(f"reading the stored search template {tid}"):
+                found = client.get_script(id=tid, params={"request_timeout": timeout})
+            if (found.get("script") or {}).get("source") == source:
+                continue
+        except os_exc.NotFoundError:
+            pass
+        except os_exc.AuthorizationException:
+            pass  # may read no scripts; storing may still be allowed
+        try:
+            with opensearch_errors(f"storing the search template {tid}"):
+                client.put_script(
+                    id=tid,
+                    body={"script": {"lang": "mustache", "source": source}},
+                    params={"request_timeout": timeout},
+                )
+            logger.info("stored search template %s", tid)
+        except os_exc.AuthorizationException:
+            logger.warning(
+                "not allowed to store the search template %s; if the cluster lacks it, candidate searches fail: "
+                "run `semdup enable` (or grant cluster:admin/script/put) once as a user who may",
+                tid,
+            )
+            ok = False
+    return ok
 
 
 def render_template(client: OpenSearch, template_id: str, params: dict[str, Any]) -> dict[str, Any]:
