@@ -62,6 +62,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.broker)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that ran a worker or server subprocess shows the end of its log (``*.log`` in ``tmp_path``):
+    on CI that log is the only account of what the worker did."""
+    outcome = yield
+    report = outcome.get_result()
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when != "call" or not report.failed or tmp is None:
+        return
+    for log in sorted(Path(tmp).rglob("*.log"))[:4]:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        report.sections.append((f"last lines of {log.name}", "\n".join(lines[-60:])))
+
+
 def _env_opensearch_url() -> str | None:
     return os.environ.get("OPENSEARCH_URL") or os.environ.get("SEMDUP_OPENSEARCH_URL")
 
