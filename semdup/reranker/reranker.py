@@ -14,14 +14,20 @@ of their ``_source``. Scores equal ``BundleScorer.score`` on the same candidates
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
 have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
 ``complete=False``.
+
+Where no candidate path needs the query's vector or terms (the default: lexical templates only), the search runs
+on a pool thread while the calling thread encodes the query: onnxruntime and the wait for OpenSearch both release
+the GIL, so a call costs about the longer of the two instead of their sum.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +57,21 @@ from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import ensure_templates, query_text
 
 __all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed"]
+
+# searches overlapped with the query encoding (threads start on demand)
+_SEARCH_THREADS = 64
+_pool_lock = threading.Lock()
+_search_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+
+
+def _searches() -> ThreadPoolExecutor:
+    global _search_pool
+    with _pool_lock:
+        if _search_pool is None or _search_pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(max_workers=_SEARCH_THREADS, thread_name_prefix="semdup-search")
+            _search_pool = (os.getpid(), pool)
+        return _search_pool[1]
+
 
 logger = logging.getLogger(__name__)
 
@@ -293,7 +314,6 @@ class Reranker:
         check_post(post)
         name = self.target(index or self.index)
         s = self.settings
-        q_vec, q_terms = self.bundle.encode_query(post)
         paths = self._paths.get(index or self.index, CandidateFields())
         self._ensure_templates()
         query_template = None
@@ -302,20 +322,32 @@ class Reranker:
                 with self._lock:
                     self._query_template = register_query_template(self.client, s.search_timeout)
             query_template = self._query_template or None
-        cands = search_candidates(
-            self.client,
-            name,
-            query_text(post.title, post.body if s.variant == "text" else ""),
-            templates=s.templates,
-            variant=s.variant,
-            size=s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1),
-            timeout=s.search_timeout,
-            exclude_id=exclude_id,
-            restrict_ids=restrict_ids,
-            sparse_terms=q_terms if paths.sparse else None,
-            knn_vector=q_vec if paths.knn else None,
-            query_template=query_template,
-        )
+
+        def search(q_vec: np.ndarray | None, q_terms: dict[str, float] | None) -> CandidateSet:
+            return search_candidates(
+                self.client,
+                name,
+                query_text(post.title, post.body if s.variant == "text" else ""),
+                templates=s.templates,
+                variant=s.variant,
+                size=s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1),
+                timeout=s.search_timeout,
+                exclude_id=exclude_id,
+                restrict_ids=restrict_ids,
+                sparse_terms=q_terms if paths.sparse else None,
+                knn_vector=q_vec if paths.knn else None,
+                query_template=query_template,
+            )
+
+        if paths.sparse or paths.knn:  # the search needs the encoding
+            q_vec, q_terms = self.bundle.encode_query(post)
+            cands = search(q_vec, q_terms)
+        else:  # lexical only: search while encoding (see the module doc)
+            pending = _searches().submit(search, None, None)
+            try:
+                q_vec, q_terms = self.bundle.encode_query(post)
+            finally:
+                cands = pending.result()  # its error first: the cluster's state matters more than the text's
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
             for rid in restrict_ids:
                 if str(rid) not in cands.sources and str(rid) != exclude_id:
