@@ -222,6 +222,7 @@ class Reranker:
         paths = CandidateFields(self.settings.sparse, self.settings.knn)
         if paths.sparse or paths.knn:
             paths = self._searchable(target, paths)
+        self._ensure_templates()
         with self._lock:
             self._checked[name] = True
             self._paths[name] = paths
@@ -357,7 +358,10 @@ class Reranker:
 
     def _ensure_templates(self) -> None:
         """Store the lexical templates this reranker searches with, once per process, if the cluster lacks them
-        (a cluster nobody ran the evaluation on has none: every search would answer "no requests added")."""
+        (a cluster nobody ran the evaluation on has none: every search would answer "no requests added").
+
+        Done with the index check, the first contact with the cluster; ``candidates`` repeats it for templates
+        chosen per request (:meth:`with_settings`), a no-op once they are stored."""
         s = self.settings
         wanted = {(m, s.variant) for m in s.templates}
         if wanted <= self._templates_ensured:
