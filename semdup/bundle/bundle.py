@@ -43,6 +43,7 @@ import numpy as np
 from semdup.core.errors import BundleError, SemdupError
 from semdup.core.inputs import build_inputs, input_names, pad_sequences
 from semdup.core.posts import Post
+from semdup.core.scoring import TITLE_WEIGHT, title_posts
 from semdup.core.text_pipeline import PAD_ID, UNK_ID, TextPipeline, check_post
 from semdup.index_format.packed_fields import PackedTerms
 from semdup.index_format.schema import feature_name
@@ -445,6 +446,20 @@ class Bundle:
             terms = PackedTerms(weights, ids=keys, feature_names=self.feature_names())
         return dense, terms
 
+    @property
+    def uses_title(self) -> bool:
+        """True when the fusion has a title term (``beta_title``): posts and queries also get a title vector."""
+        return self.session is not None and bool(self.fusion.get(TITLE_WEIGHT))
+
+    def encode_titles(self, posts: Sequence[Post], batch_size: int | None = None) -> list[np.ndarray | None]:
+        """Each post's title vector: ``encode_dense`` of the title alone, None for a post without a title."""
+        out: list[np.ndarray | None] = [None] * len(posts)
+        at, titles = title_posts(posts)
+        if titles and self.session is not None:
+            for i, v in zip(at, self._dense(titles, None, batch_size), strict=True):
+                out[i] = v
+        return out
+
     def document_fields(self, posts: Sequence[Post], batch_size: int | None = None) -> list[dict[str, Any]]:
         """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "term_ids", "model"}``.
 
@@ -458,15 +473,17 @@ class Bundle:
         ids = self._shared_text_ids(posts)
         dense = None if self.session is None else self._dense(posts, ids, batch_size)
         weighted = None if self.term_weights is None else self._term_weights(ids)
+        titles = self.encode_titles(posts, batch_size) if self.uses_title else None
         out = []
         for i in range(len(posts)):
             keys, v = weighted[i] if weighted is not None else (None, None)
-            out.append(
-                {
-                    "vector": None if dense is None else dense[i].tolist(),
-                    "terms": {} if keys is None else self._named(keys, v),
-                    "term_ids": [] if keys is None else keys.tolist(),
-                    "model": self.version,
-                }
-            )
+            entry = {
+                "vector": None if dense is None else dense[i].tolist(),
+                "terms": {} if keys is None else self._named(keys, v),
+                "term_ids": [] if keys is None else keys.tolist(),
+                "model": self.version,
+            }
+            if titles is not None:
+                entry["title_vector"] = None if titles[i] is None else titles[i].tolist()
+            out.append(entry)
         return out

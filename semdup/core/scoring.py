@@ -3,11 +3,17 @@
 Every model scores a (query, candidate) pair as
 
     s = β_bow · cos(tf(q)∘t, tf(c)∘t) + β_dense · cos(E(q), E(c)) + α · lexnorm(q, c)
+        [+ β_title · cos(E(title q), E(title c))]
 
 (dos Santos et al. 2015, §3.3 for the first two terms; Das et al. 2016, §3.4 for the lexical
 interpolation of T-SCQA). Any term may be absent: a model without term weights has no BOW
 term, lexnorm is 0 unless the caller passes lexical scores. ``E`` is the exportable dense
 encoder, ``t`` the learned term weights saved as a numpy array.
+
+The title term is the hybrid default's, and optional: the same encoder on the titles alone (a duplicate usually
+asks the same thing in its title, which the body, cut at the encoder's length, dilutes). A fusion without
+``beta_title`` (every trained model's) has no such term; a post with an empty title has a zero title vector, so
+its title cosine is 0.
 
 This module holds the numpy half (BOW vectors, cosine, fusion) and the :class:`PostScorer`
 protocol; :class:`semdup.training.checkpoint.CheckpointScorer` implements it with torch, and the
@@ -36,7 +42,9 @@ __all__ = [
     "EncodingScorer",
     "Fusion",
     "DEFAULT_FUSION",
+    "TITLE_WEIGHT",
     "check_fusion",
+    "title_posts",
     "bow_matrix",
     "cosine_rows",
     "cosine_matrix",
@@ -48,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 Fusion = Mapping[str, float]
 DEFAULT_FUSION: dict[str, float] = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
+TITLE_WEIGHT = "beta_title"  # optional: kept in a fusion only when non-zero, so older bundles keep their version
 
 
 @runtime_checkable
@@ -64,11 +73,22 @@ class PostScorer(Protocol):
 
 
 def check_fusion(fusion: Mapping[str, float]) -> dict[str, float]:
-    """Return the three fusion weights as floats; refuse unknown keys."""
-    unknown = set(fusion) - set(DEFAULT_FUSION)
+    """Return the three fusion weights as floats, and ``beta_title`` when it is given and non-zero; refuse
+    unknown keys."""
+    accepted = {*DEFAULT_FUSION, TITLE_WEIGHT}
+    unknown = set(fusion) - accepted
     if unknown:
-        raise ValueError(f"unknown fusion weights {sorted(unknown)}; accepted: {sorted(DEFAULT_FUSION)}")
-    return {k: float(fusion.get(k, 0.0)) for k in DEFAULT_FUSION}
+        raise ValueError(f"unknown fusion weights {sorted(unknown)}; accepted: {sorted(accepted)}")
+    out = {k: float(fusion.get(k, 0.0)) for k in DEFAULT_FUSION}
+    if float(fusion.get(TITLE_WEIGHT, 0.0)) != 0.0:
+        out[TITLE_WEIGHT] = float(fusion[TITLE_WEIGHT])
+    return out
+
+
+def title_posts(posts: Sequence[Post]) -> tuple[list[int], list[Post]]:
+    """(positions of the posts with a title, those posts as title-only posts): what the title term encodes."""
+    at = [i for i, p in enumerate(posts) if p.title.strip()]
+    return at, [Post(posts[i].id, posts[i].title, "") for i in at]
 
 
 def bow_matrix(pipeline: TextPipeline, posts: Sequence[Post], term_weights: np.ndarray) -> sp.csr_matrix:
@@ -129,11 +149,16 @@ def minmax_normalise(scores: Sequence[float]) -> np.ndarray:
 
 
 def fused_scores(
-    cos_bow: np.ndarray | None, cos_dense: np.ndarray | None, lexnorm: np.ndarray | None, fusion: Fusion
+    cos_bow: np.ndarray | None,
+    cos_dense: np.ndarray | None,
+    lexnorm: np.ndarray | None,
+    fusion: Fusion,
+    cos_title: np.ndarray | None = None,
 ) -> np.ndarray:
-    """s = β_bow·cos_bow + β_dense·cos_dense + α·lexnorm, absent terms counted as 0."""
+    """s = β_bow·cos_bow + β_dense·cos_dense + α·lexnorm (+ β_title·cos_title), absent terms counted as 0."""
     f = check_fusion(fusion)
     parts = [(f["beta_bow"], cos_bow), (f["beta_dense"], cos_dense), (f["alpha"], lexnorm)]
+    parts.append((f.get(TITLE_WEIGHT, 0.0), cos_title))
     shape = next((np.shape(x) for _, x in parts if x is not None), None)
     if shape is None:
         raise ValueError("fused_scores needs at least one of cos_bow, cos_dense, lexnorm")
@@ -156,6 +181,16 @@ class EncodingScorer:
     def encode(self, posts: Sequence[Post]) -> tuple[np.ndarray | None, sp.csr_matrix | None]:
         raise NotImplementedError
 
+    def _titles(self, posts: Sequence[Post], dense: np.ndarray | None) -> np.ndarray | None:
+        """Title vectors [N, D] (zero rows for posts without a title) when the fusion has a title term."""
+        if dense is None or not self.fusion.get(TITLE_WEIGHT):
+            return None
+        out = np.zeros(dense.shape, dtype=np.float64)
+        at, titles = title_posts(posts)
+        if titles:
+            out[at] = self.encode(titles)[0]
+        return out
+
     def score(self, query: Post, candidates: Sequence[Post], lexical: Sequence[float] | None = None) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
@@ -164,11 +199,15 @@ class EncodingScorer:
         cos_dense = cosine_rows(np.repeat(dense[:1], n, axis=0), dense[1:]) if dense is not None else None
         cos_bow = np.asarray((bow[1:] @ bow[0].T).todense()).ravel() if bow is not None else None
         lexnorm = minmax_normalise(lexical) if lexical is not None else None
-        return fused_scores(cos_bow, cos_dense, lexnorm, self.fusion)
+        titles = self._titles([query, *candidates], dense)
+        cos_title = cosine_rows(np.repeat(titles[:1], n, axis=0), titles[1:]) if titles is not None else None
+        return fused_scores(cos_bow, cos_dense, lexnorm, self.fusion, cos_title)
 
     def score_matrix(self, queries: Sequence[Post], corpus: Sequence[Post]) -> np.ndarray:
         q_dense, q_bow = self.encode(queries)
         c_dense, c_bow = self.encode(corpus)
         cos_dense = cosine_matrix(q_dense, c_dense) if q_dense is not None else None
         cos_bow = cosine_matrix(q_bow, c_bow) if q_bow is not None else None
-        return fused_scores(cos_bow, cos_dense, None, self.fusion)
+        q_title, c_title = self._titles(queries, q_dense), self._titles(corpus, c_dense)
+        cos_title = cosine_matrix(q_title, c_title) if q_title is not None and c_title is not None else None
+        return fused_scores(cos_bow, cos_dense, None, self.fusion, cos_title)

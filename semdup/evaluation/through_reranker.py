@@ -234,9 +234,12 @@ def pair_accuracy_runs(
 
 
 def _as_arrays(components: Mapping[str, float | None]) -> dict[str, np.ndarray]:
-    """One candidate's components as compute_fused's [1] arrays (None = missing = NaN; lexnorm of one is 0)."""
-    return {k: np.asarray([np.nan if components.get(k) is None else components[k]], dtype=np.float64)
-            for k in ("cos_bow", "cos_dense", "lexical", "lexnorm")}
+    """One candidate's components as compute_fused's [1] arrays (None = missing = NaN; lexnorm of one is 0; a
+    title cosine absent is 0, as the reranker counts it)."""
+    out = {k: np.asarray([np.nan if components.get(k) is None else components[k]], dtype=np.float64)
+           for k in ("cos_bow", "cos_dense", "lexical", "lexnorm")}
+    out["cos_title"] = np.asarray([components.get("cos_title") or 0.0], dtype=np.float64)
+    return out
 
 
 def semeval_predictions(
@@ -317,7 +320,7 @@ def candidate_recall(
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=k, **changes)
         found = total = n_cands = 0
         for post, relevant, exclude in progress_bar.progress(queries, desc=f"candidates {name}", enabled=progress):
-            cands, _, _ = rr.candidates(post, exclude_id=exclude)
+            cands, _ = rr.candidates(post, exclude_id=exclude)
             got = set(cands.ids)
             found += len(relevant & got)
             total += len(relevant)

@@ -37,7 +37,8 @@ def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None)
     search structures ``search`` (default: none, only the packed fields).
 
     ``packed`` holds the float32 vector and term weights for the reranker (:mod:`semdup.index_format.packed_fields`;
-    with the terms' vocabulary ids when the bundle gives them, ``term_ids``).
+    with the terms' vocabulary ids when the bundle gives them, ``term_ids``, and the title's own vector when the
+    bundle's fusion has a title term, ``title_vector``).
     With ``search.sparse`` the weights also go to ``terms`` (rank_features), with ``search.knn`` the vector to
     ``vector`` (the k-NN field parses it from ``_source``). Both become float32 (exact for the encoder's float32
     output; OpenSearch parses a rank feature as a float and keeps fewer bits still), so ``bulk_write`` writes each
@@ -52,7 +53,9 @@ def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None)
     vector = None if fields.get("vector") is None else np.asarray(fields["vector"], dtype=np.float32)
     if search.knn and vector is not None:
         out["vector"] = vector
-    out["packed"] = pack_semdup_fields(vector, terms, fields.get("term_ids"))
+    out["packed"] = pack_semdup_fields(
+        vector, terms, fields.get("term_ids"), fields.get("title_vector"), with_title="title_vector" in fields
+    )
     return out
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
-from semdup.index_format.packed_fields import unpack_semdup_fields
+from semdup.index_format.packed_fields import unpack_semdup_value
 from semdup.index_format.schema import PACKED_FIELD
 from semdup.reranker.field_cache import FieldCache
 from semdup.search_templates import template_id, template_params
@@ -222,12 +222,16 @@ def _response_hits(
 
 
 def _unpacked(packed: str, model: Any, where: str, feature_names: Sequence[str] | None = None) -> dict[str, Any]:
-    """``{"model", "vector", "terms"}`` of a ``semdup.packed`` value; a bad one raises SemdupError."""
+    """``{"model", "vector", "terms"}`` (+ ``"title_vector"`` from a format-3 value) of a ``semdup.packed`` value;
+    a bad one raises SemdupError."""
     try:
-        vector, terms = unpack_semdup_fields(packed, feature_names)
+        value = unpack_semdup_value(packed, feature_names)
     except ValueError as exc:
         raise SemdupError(f"{where}{exc}") from exc
-    return {"model": model, "vector": vector, "terms": terms}
+    out = {"model": model, "vector": value.vector, "terms": value.terms}
+    if value.title is not None:
+        out["title_vector"] = value.title
+    return out
 
 
 def _hit_fields(hit: Mapping[str, Any]) -> dict[str, Any] | None:

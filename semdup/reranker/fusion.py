@@ -1,6 +1,6 @@
 """Fusion of one query with its candidates' stored fields, in the same numpy functions as the offline model.
 
-    s = β_bow · cos_bow + β_dense · cos_dense + α · lexnorm
+    s = β_bow · cos_bow + β_dense · cos_dense + α · lexnorm  [+ β_title · cos_title]
 
 (dos Santos et al. 2015, §3.3, eq. 1 for the first two terms; Das et al. 2016, §3.4 for α·lexnorm with the
 lexical score min-max normalised over the candidate list). The inputs are what the indexer stored:
@@ -10,7 +10,9 @@ weights keyed by :func:`semdup.index_format.schema.feature_name`). cos_dense goe
 so the result equals :meth:`semdup.bundle.scorer.BundleScorer.score` on the same candidates.
 
 Candidates without stored fields (not yet indexed by a worker) get their missing components as NaN in
-``compute_components``; :func:`compute_fused` scores them with the components they have.
+``compute_components``; :func:`compute_fused` scores them with the components they have. The title term
+(``cos_title``, the hybrid default's) is 0 for a post or query without a title, as offline
+(:class:`semdup.core.scoring.EncodingScorer`), and never makes a candidate incomplete.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import SemdupError
-from semdup.core.scoring import check_fusion, cosine_rows, fused_scores, minmax_normalise
+from semdup.core.scoring import TITLE_WEIGHT, check_fusion, cosine_rows, fused_scores, minmax_normalise
 from semdup.index_format.packed_fields import PackedTerms
 
 __all__ = ["compute_components", "compute_fused", "sparse_dot"]
@@ -99,14 +101,17 @@ def compute_components(
     query_terms: Mapping[str, float] | None,
     stored: Sequence[Mapping[str, Any]],
     lexical: Sequence[float],
+    query_title: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-candidate components ``cos_bow``, ``cos_dense``, ``lexical``, ``lexnorm`` (arrays [N], NaN = missing).
+    """Per-candidate components ``cos_bow``, ``cos_dense``, ``lexical``, ``lexnorm`` (arrays [N], NaN = missing),
+    and ``cos_title`` (0 where either side has no title vector).
 
     Args:
         query_vector: the query's unit dense vector [D], or None for a model without a dense encoder.
         query_terms: the query's BOW weights, or None for a model without a BOW path.
         stored: each candidate's ``semdup`` object from the index (``{}`` when not indexed yet).
         lexical: the primary template's raw score of each candidate (0 when it did not match).
+        query_title: the query's title vector (a bundle with a title term; None: no title, or no such term).
     """
     n = len(stored)
     cos_dense = np.full(n, np.nan)
@@ -121,8 +126,20 @@ def compute_components(
         have = [i for i, s in enumerate(stored) if s.get("model") is not None and "terms" in s]
         if have:
             cos_bow[have] = _cos_bow(query_terms, [stored[i]["terms"] or {} for i in have])
+    cos_title = np.zeros(n)
+    if query_title is not None:
+        have = [i for i, s in enumerate(stored) if s.get("title_vector") is not None]
+        if have:
+            docs = np.asarray([stored[i]["title_vector"] for i in have], dtype=np.float32)
+            cos_title[have] = cosine_rows(np.asarray(query_title, dtype=np.float32)[None, :], docs)
     lex = np.asarray(lexical, dtype=np.float64)
-    return {"cos_bow": cos_bow, "cos_dense": cos_dense, "lexical": lex, "lexnorm": minmax_normalise(lex)}
+    return {
+        "cos_bow": cos_bow,
+        "cos_dense": cos_dense,
+        "lexical": lex,
+        "lexnorm": minmax_normalise(lex),
+        "cos_title": cos_title,
+    }
 
 
 def compute_fused(components: Mapping[str, np.ndarray], fusion: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
@@ -142,6 +159,7 @@ def compute_fused(components: Mapping[str, np.ndarray], fusion: Mapping[str, flo
         complete &= ~np.isnan(x)
         parts[name] = np.nan_to_num(x, nan=0.0)
     lexnorm = components["lexnorm"] if f["alpha"] != 0.0 else None
-    if parts["cos_bow"] is None and parts["cos_dense"] is None and lexnorm is None:
+    cos_title = components.get("cos_title") if f.get(TITLE_WEIGHT) else None
+    if parts["cos_bow"] is None and parts["cos_dense"] is None and lexnorm is None and cos_title is None:
         return np.zeros(n), complete
-    return fused_scores(parts["cos_bow"], parts["cos_dense"], lexnorm, f), complete
+    return fused_scores(parts["cos_bow"], parts["cos_dense"], lexnorm, f, cos_title), complete

@@ -38,6 +38,7 @@ from semdup.bundle.bundle import Bundle
 from semdup.core.errors import IndexError_, PostError
 from semdup.core.index_names import check_index_name
 from semdup.core.posts import Post
+from semdup.core.scoring import TITLE_WEIGHT
 from semdup.core.text_pipeline import check_post
 from semdup.index_format.companion import search_target
 from semdup.index_format.mapping import candidate_fields, index_model
@@ -56,7 +57,7 @@ from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import ensure_templates, query_text
 
-__all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed"]
+__all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed", "QueryEncoding"]
 
 # searches overlapped with the query encoding (threads start on demand)
 _SEARCH_THREADS = 64
@@ -122,6 +123,16 @@ class Candidate:
 
 def _component(x: float, weight: float | None) -> float | None:
     return None if weight is None or np.isnan(x) else float(x)
+
+
+@dataclass(frozen=True)
+class QueryEncoding:
+    """The query as the fusion reads it: dense vector, BOW weights, and the title's own vector (each None when the
+    bundle has no such path, the title also when the query has none)."""
+
+    vector: np.ndarray | None
+    terms: dict[str, float] | None
+    title: np.ndarray | None = None
 
 
 class Reranker:
@@ -310,8 +321,8 @@ class Reranker:
         exclude_id: str | None = None,
         restrict_ids: Sequence[str] | None = None,
         index: str | None = None,
-    ) -> tuple[CandidateSet, np.ndarray | None, dict[str, float] | None]:
-        """The merged candidate set, and the query's dense vector and BOW terms (encoded once)."""
+    ) -> tuple[CandidateSet, QueryEncoding]:
+        """The merged candidate set, and the query's encoding (encoded once)."""
         check_post(post)
         name = self.target(index or self.index)
         s = self.settings
@@ -341,12 +352,12 @@ class Reranker:
             )
 
         if paths.sparse or paths.knn:  # the search needs the encoding
-            q_vec, q_terms = self.bundle.encode_query(post)
-            cands = search(q_vec, q_terms)
+            query = self._encode(post)
+            cands = search(query.vector, query.terms)
         else:  # lexical only: search while encoding (see the module doc)
             pending = _searches().submit(search, None, None)
             try:
-                q_vec, q_terms = self.bundle.encode_query(post)
+                query = self._encode(post)
             finally:
                 cands = pending.result()  # its error first: the cluster's state matters more than the text's
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
@@ -354,7 +365,12 @@ class Reranker:
                 if str(rid) not in cands.sources and str(rid) != exclude_id:
                     cands.ids.append(str(rid))
                     cands.sources[str(rid)] = ["restrict"]
-        return cands, q_vec, q_terms
+        return cands, query
+
+    def _encode(self, post: Post) -> QueryEncoding:
+        vector, terms = self.bundle.encode_query(post)
+        title = self.bundle.encode_titles([post])[0] if self.bundle.uses_title else None
+        return QueryEncoding(vector, terms, title)
 
     def _ensure_templates(self) -> None:
         """Store the lexical templates this reranker searches with, once per process, if the cluster lacks them
@@ -388,7 +404,7 @@ class Reranker:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        cands, q_vec, q_terms = self.candidates(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=index)
+        cands, query = self.candidates(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=index)
         if not cands.ids:
             return []
         name = self.target(index or self.index)
@@ -425,19 +441,19 @@ class Reranker:
                 f"{self.version}; serve the index's bundle, or re-index the posts with this one"
             )
         lexical = [cands.lexical.get(i, 0.0) for i in ids]
-        return self._score(ids, docs, lexical, q_vec, q_terms, cands.sources, k)
+        return self._score(ids, docs, lexical, query, cands.sources, k)
 
     def _score(
         self,
         ids: list[str],
         docs: list[dict[str, Any]],
         lexical: list[float],
-        q_vec: np.ndarray | None,
-        q_terms: dict[str, float] | None,
+        query: QueryEncoding,
         sources: dict[str, list[str]],
         k: int,
     ) -> list[Candidate]:
-        comps = compute_components(q_vec, q_terms, docs, lexical)
+        q_vec, q_terms = query.vector, query.terms
+        comps = compute_components(q_vec, q_terms, docs, lexical, query.title)
         scores, complete = compute_fused(comps, self.fusion)
         has_model = [d.get("model") is not None for d in docs]
         complete &= np.asarray(has_model, dtype=bool)
@@ -451,6 +467,8 @@ class Reranker:
             "lexical": 1.0,
             "lexnorm": 1.0,
         }
+        if self.bundle.uses_title:
+            weights["cos_title"] = self.fusion.get(TITLE_WEIGHT, 0.0)
         incomplete = int((~complete).sum())
         if incomplete:
             logger.warning(

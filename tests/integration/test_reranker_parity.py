@@ -219,3 +219,24 @@ def test_hybrid_paths_on_an_index_without_their_structures_are_skipped_not_faile
     assert [(c.id, c.score) for c in plain.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)] == [
         (c.id, c.score) for c in cands
     ]
+
+
+def test_the_title_term_scores_equal_the_offline_model(
+    opensearch_client: Any, unique_index: str, tiny_bundle: Path, real_posts: list[Post]
+) -> None:
+    """A bundle with a title term: the workers pack each title's vector, the reranker encodes the query's title,
+    and the scores still equal the offline model's; a post or query without a title has a title cosine of 0."""
+    bundle = Bundle.load(tiny_bundle)
+    bundle.fusion = {**bundle.fusion, "alpha": 0.3, "beta_title": 0.5}
+    assert bundle.uses_title
+    posts = [*real_posts, Post("untitled-1", "", real_posts[1].body)]
+    build_index(opensearch_client, unique_index, bundle, posts)
+    rr = Reranker(bundle, opensearch_client, unique_index, RerankerSettings(k_candidates=30))
+    queries = [*real_posts[:6], Post("untitled-q", "", real_posts[2].body)]
+    worst, n = offline_gap(rr, BundleScorer(bundle), {p.id: p for p in posts}, queries)
+    assert n >= 50
+    assert worst <= TOLERANCE, f"reranker differs from BundleScorer by {worst:.2e} (> {TOLERANCE})"
+    ranked = rr.rank(real_posts[1], k=1000, exclude_id=real_posts[1].id)
+    by_id = {c.id: c for c in ranked}
+    assert by_id["untitled-1"].components["cos_title"] == 0.0 and by_id["untitled-1"].complete
+    assert any(c.components["cos_title"] for c in ranked)

@@ -29,6 +29,7 @@ class MeetingBundle:
     term_weights = None
     dimension = 2
     threshold = None
+    uses_title = False
 
     def __init__(self, searching: threading.Event, encoding: threading.Event) -> None:
         self.searching, self.encoding = searching, encoding
@@ -66,9 +67,9 @@ def _reranker(down: bool = False) -> Reranker:
 
 
 def test_the_lexical_search_runs_while_the_query_is_encoded() -> None:
-    cands, q_vec, q_terms = _reranker().candidates(Post("q", "Visa for Qatar?", ""), exclude_id="q")
+    cands, query = _reranker().candidates(Post("q", "Visa for Qatar?", ""), exclude_id="q")
     assert cands.ids == ["7"] and cands.lexical == {"7": 3.5}
-    assert q_vec is not None and q_terms is None
+    assert query.vector is not None and query.terms is None and query.title is None
 
 
 def test_a_cluster_that_is_down_is_still_the_error_the_caller_gets() -> None:
