@@ -30,13 +30,17 @@ __all__ = ["fit_default_cmd"]
               help="Add the k nearest dense vectors to BM25's candidates, as the reranker does with --knn.")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the corpus's dense vectors here (re-fits skip the slow encoding).")
+@click.option("--title/--no-title", default=True, show_default=True,
+              help="Offer the title term (cosine of the titles' own vectors) to the grid; --no-title fits without it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corpus: Path | None, out_dir: Path,
-                    k: int, knn: bool, cache_dir: Path | None, as_json: bool) -> None:
+                    k: int, knn: bool, cache_dir: Path | None, title: bool, as_json: bool) -> None:
     """Fit the hybrid default on your dev duplicates and write its bundle (no training, no GPU).
 
-    s = beta_bow * cos_bow(idf) + beta_dense * cos_dense + alpha * lexnorm(BM25); (beta_bow, alpha) are chosen
-    by a grid on dev (beta_dense = 1) and stored in the manifest. Index with --knn to get the k-NN candidates.
+    s = beta_bow * cos_bow(idf) + beta_dense * cos_dense + alpha * lexnorm(BM25) + beta_title * cos_title;
+    (beta_bow, alpha, beta_title) are chosen by a grid on dev (beta_dense = 1) and stored in the manifest.
+    cos_title is the cosine of the titles' own vectors (the workers then encode each title too). Index with
+    --knn to get the k-NN candidates.
 
     \b
     Example:
@@ -53,7 +57,10 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
         click.echo(f"$ semdup export --base-encoder {base_encoder} --out {base}", err=True)
         export_base_encoder(base_encoder, base)
     posts = read_posts(corpus) if corpus is not None else ()
-    result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir)
+    from semdup.export.default_fit import GRID_TITLE
+
+    result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir,
+                         grid_title=GRID_TITLE if title else (0.0,))
     out = {"bundle": str(result.bundle_dir), "version": result.version, "fusion": result.fusion,
            "dev": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "dev_queries": result.n_dev,
            "vocab_size": result.vocab_size, "seconds": round(result.seconds, 1)}
@@ -61,6 +68,7 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
         click.echo(json.dumps(out, indent=2))
         return
     f = result.fusion
-    click.echo(f"{result.version}: beta_bow {f['beta_bow']:g}, beta_dense {f['beta_dense']:g}, alpha {f['alpha']:g} "
-               f"chosen on {result.n_dev} dev items of {data} ({result.measure} {result.dev:.2f})")
+    click.echo(f"{result.version}: beta_bow {f['beta_bow']:g}, beta_dense {f['beta_dense']:g}, alpha {f['alpha']:g}, "
+               f"beta_title {f.get('beta_title', 0.0):g} chosen on {result.n_dev} dev items of {data} "
+               f"({result.measure} {result.dev:.2f})")
     click.echo(f"bundle written to {result.bundle_dir} ({result.vocab_size} terms, {result.seconds:.0f} s)")

@@ -1,13 +1,15 @@
 """The hybrid default: a base encoder's bundle + the corpus's IDF as bag-of-words weights + fusion fitted on dev.
 
-    s = β_bow · cos(tf(q)∘idf, tf(c)∘idf) + β_dense · cos(E(q), E(c)) + α · lexnorm(BM25)
+    s = β_bow · cos(tf(q)∘idf, tf(c)∘idf) + β_dense · cos(E(q), E(c)) + α · lexnorm(BM25) + β_title · cos(E(title q),
+        E(title c))
 
-Nothing is trained: ``E`` is the named pre-trained encoder as published (:mod:`semdup.export.base_encoder_bundle`),
-the term weights are the IDF (``log N/df``, dos Santos et al. 2015, §3.2) of the user's posts through the shared
-text pipeline, and (β_bow, α) come from a grid on the user's dev duplicates (:mod:`semdup.export.default_fit`),
-with each dev query's candidates and components built offline as the reranker builds them: BM25 top k (the
-torch-free :class:`~semdup.core.lexical_scores.LexicalIndex`) ∪ the k nearest dense vectors, cos_bow, cos_dense
-and the raw BM25 score. The weights are fitted before the bundle is written because its version hashes them.
+Nothing is trained: ``E`` is the named pre-trained encoder as published
+(:mod:`semdup.export.base_encoder_bundle`), the term weights are the IDF (``log N/df``, dos Santos et al. 2015,
+§3.2) of the user's posts through the shared text pipeline, and (β_bow, α, β_title) come from a grid on the
+user's dev duplicates (:mod:`semdup.export.default_fit`), with each dev query's candidates and components built
+offline as the reranker builds them: BM25 top k (the torch-free :class:`~semdup.core.lexical_scores.LexicalIndex`)
+∪ the k nearest dense vectors, cos_bow, cos_dense, the raw BM25 score and the cosine of the titles' own vectors.
+The weights are fitted before the bundle is written because its version hashes them.
 Torch-free (numpy, onnxruntime); on 2 CPU cores MiniLM encodes about 12 Travel posts a second.
 
 What the user brings (``data``): ``travel`` / ``semeval`` / ``askubuntu`` (the bundled sets: Travel dev split,
@@ -47,9 +49,9 @@ from semdup.core.errors import ConfigError
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.metrics import best_threshold, retrieval_scores, semeval_scores
 from semdup.core.posts import Post
-from semdup.core.scoring import bow_matrix
+from semdup.core.scoring import bow_matrix, title_posts
 from semdup.core.text_pipeline import TextPipeline, Vocabulary
-from semdup.export.default_fit import FusionFit, Group, choose_fusion, group_scores
+from semdup.export.default_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 
 __all__ = ["DATA_NAMES", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",
            "write_default_bundle", "fit_default"]
@@ -143,8 +145,23 @@ def _dense(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.nd
     return x
 
 
+def _titles(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.ndarray:
+    """Unit title vectors [N, D] of the base encoder (zero rows for posts without a title), what the workers
+    store and the reranker's query carries for a bundle with a title term."""
+    out = np.zeros((len(posts), base.dimension or 0), dtype=np.float32)
+    at, titles = title_posts(posts)
+    if titles:
+        out[at] = _dense(base, titles, cache_dir)
+    return out
+
+
+def _title_cos(q: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Cosines of unit (or zero) title vectors, rows of ``q`` against rows of ``c`` (0 for a missing title)."""
+    return q.astype(np.float64) @ c.astype(np.float64).T
+
+
 def _retrieval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, dump: Any, split: str, k: int,
-                      knn: bool, cache_dir: Path | None) -> tuple[list[Group], Any]:
+                      knn: bool, cache_dir: Path | None, title: bool = False) -> tuple[list[Group], Any]:
     corpus = dump.corpus()
     ids = [p.id for p in corpus]
     row = {pid: i for i, pid in enumerate(ids)}
@@ -157,6 +174,12 @@ def _retrieval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, dum
     lexical = LexicalIndex.build(pipeline, corpus, kind="bm25").score_matrix(pipeline, [q.post for q in queries])
     cos_dense = q_dense.astype(np.float64) @ dense.astype(np.float64).T  # [Q, N]
     cos_bow = np.asarray((q_bow @ bow.T).todense())
+    cos_title = None
+    if title:
+        t_corpus = _titles(base, corpus, cache_dir)
+        t_query = np.stack([t_corpus[row[q.post.id]] if q.post.id in row else _titles(base, [q.post], None)[0]
+                            for q in queries])
+        cos_title = _title_cos(t_query, t_corpus)
     groups = []
     for i, q in enumerate(queries):
         own = row.get(q.post.id)
@@ -165,7 +188,8 @@ def _retrieval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, dum
             seen = set(cands)
             cands += [j for j in np.argsort(-cos_dense[i], kind="stable")[: k + 1] if j != own and j not in seen][:k]
         c = np.asarray(cands, dtype=np.int64)
-        groups.append(Group(q.post.id, tuple(ids[j] for j in c), cos_bow[i, c], cos_dense[i, c], lexical[i, c]))
+        groups.append(Group(q.post.id, tuple(ids[j] for j in c), cos_bow[i, c], cos_dense[i, c], lexical[i, c],
+                            None if cos_title is None else cos_title[i, c]))
     relevant = {q.post.id: set(q.relevant) for q in queries}
 
     def measure(preds: dict[str, dict[str, float]]) -> float:
@@ -175,7 +199,8 @@ def _retrieval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, dum
     return groups, measure
 
 
-def _semeval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, sem: Any) -> tuple[list[Group], Any]:
+def _semeval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, sem: Any,
+                    title: bool = False) -> tuple[list[Group], Any]:
     related = sem.related_posts()
     index = LexicalIndex.build(pipeline, related, kind="bm25")
     col = {pid: j for j, pid in enumerate(index.ids)}
@@ -184,24 +209,30 @@ def _semeval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, sem: 
     d_orig, d_rel = base.encode_dense(originals), base.encode_dense(related)
     b_orig, b_rel = bow_matrix(pipeline, originals, idf), bow_matrix(pipeline, related, idf)
     rel_row = {p.id: j for j, p in enumerate(related)}
+    t_orig, t_rel = (_titles(base, originals, None), _titles(base, related, None)) if title else (None, None)
     groups = []
     for i, q in enumerate(sem.questions):
         rows = np.asarray([rel_row[r.post.id] for r in q.related], dtype=np.int64)
         cols = np.asarray([col[r.post.id] for r in q.related], dtype=np.int64)
         cos_dense = d_rel[rows].astype(np.float64) @ d_orig[i].astype(np.float64)
         cos_bow = np.asarray((b_rel[rows] @ b_orig[i].T).todense()).ravel()
-        groups.append(Group(q.post.id, tuple(r.post.id for r in q.related), cos_bow, cos_dense, lexical[i, cols]))
+        cos_title = None if t_rel is None else _title_cos(t_rel[rows], t_orig[i : i + 1]).ravel()
+        groups.append(Group(q.post.id, tuple(r.post.id for r in q.related), cos_bow, cos_dense, lexical[i, cols],
+                            cos_title))
     gold = sem.gold()
     return groups, lambda preds: semeval_scores(preds, gold)["MAP"]
 
 
-def _pair_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, pairs: Sequence[Any]) -> tuple[list[Group],
-                                                                                                      Any]:
+def _pair_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, pairs: Sequence[Any],
+                 title: bool = False) -> tuple[list[Group], Any]:
     q, c = [p.query for p in pairs], [p.candidate for p in pairs]
     cos_dense = np.sum(base.encode_dense(q).astype(np.float64) * base.encode_dense(c).astype(np.float64), axis=1)
     cos_bow = np.asarray(bow_matrix(pipeline, q, idf).multiply(bow_matrix(pipeline, c, idf)).sum(axis=1)).ravel()
+    cos_title = (np.sum(_titles(base, q, None).astype(np.float64) * _titles(base, c, None).astype(np.float64), axis=1)
+                 if title else np.zeros(len(pairs)))
     # the service ranks each pair's candidate alone, so lexnorm is 0 there: the lexical column stays 0
-    groups = [Group(str(i), (p.candidate.id,), cos_bow[i : i + 1], cos_dense[i : i + 1], np.zeros(1))
+    groups = [Group(str(i), (p.candidate.id,), cos_bow[i : i + 1], cos_dense[i : i + 1], np.zeros(1),
+                    cos_title[i : i + 1])
               for i, p in enumerate(pairs)]
     labels = [p.duplicate for p in pairs]
 
@@ -212,14 +243,15 @@ def _pair_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, pairs: S
 
 
 def dev_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, data: FitData, k: int = TOP, knn: bool = True,
-               cache_dir: Path | None = None) -> tuple[list[Group], Any, str]:
-    """(dev groups, predictions -> figure, the figure's name) for ``data``'s kind."""
+               cache_dir: Path | None = None, title: bool = False) -> tuple[list[Group], Any, str]:
+    """(dev groups, predictions -> figure, the figure's name) for ``data``'s kind; ``title``: with the title
+    vectors' cosine (else zeros)."""
     if data.kind == "retrieval":
         dump, split = data.dev
-        return (*_retrieval_groups(base, pipeline, idf, dump, split, k, knn, cache_dir), "MAP (top 100)")
+        return (*_retrieval_groups(base, pipeline, idf, dump, split, k, knn, cache_dir, title), "MAP (top 100)")
     if data.kind == "semeval":
-        return (*_semeval_groups(base, pipeline, idf, data.dev), "MAP (official, 10 candidates)")
-    return (*_pair_groups(base, pipeline, idf, data.dev), "pair accuracy at the best threshold")
+        return (*_semeval_groups(base, pipeline, idf, data.dev, title), "MAP (official, 10 candidates)")
+    return (*_pair_groups(base, pipeline, idf, data.dev, title), "pair accuracy at the best threshold")
 
 
 def write_default_bundle(base_path: str | Path, out_dir: str | Path, pipeline: TextPipeline, idf: np.ndarray,
@@ -257,7 +289,8 @@ def write_default_bundle(base_path: str | Path, out_dir: str | Path, pipeline: T
 
 def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path, corpus: Sequence[Post] = (),
                 k: int = TOP, knn: bool = True, cache_dir: str | Path | None = None,
-                grid: tuple[Sequence[float], Sequence[float]] | None = None) -> DefaultFit:
+                grid: tuple[Sequence[float], Sequence[float]] | None = None,
+                grid_title: Sequence[float] = GRID_TITLE) -> DefaultFit:
     """Fit the hybrid default on ``data``'s dev duplicates and write its bundle to ``out_dir``.
 
     Args:
@@ -268,6 +301,7 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
         k: candidates per path for retrieval data; knn: add the k nearest dense vectors as the service does.
         cache_dir: keep the corpus's dense vectors here between runs.
         grid: (β_bow values, α values); default :data:`~semdup.export.default_fit.GRID_BOW` / ``GRID_ALPHA``.
+        grid_title: β_title values (``(0.0,)``: no title term, and no title vectors computed).
     """
     t0 = time.perf_counter()
     base = Bundle.load(base_path)
@@ -276,9 +310,12 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
                           "--base-encoder minilm)")
     fit_data = data if isinstance(data, FitData) else load_fit_data(data, corpus)
     pipeline, idf = idf_pipeline(base, fit_data.posts)
+    title = any(w != 0.0 for w in grid_title)
     groups, measure, name = dev_groups(base, pipeline, idf, fit_data, k=k, knn=knn,
-                                       cache_dir=None if cache_dir is None else Path(cache_dir))
-    kwargs = {} if grid is None else {"grid_bow": grid[0], "grid_alpha": grid[1]}
+                                       cache_dir=None if cache_dir is None else Path(cache_dir), title=title)
+    kwargs: dict[str, Any] = {"grid_title": tuple(grid_title)}
+    if grid is not None:
+        kwargs |= {"grid_bow": grid[0], "grid_alpha": grid[1]}
     fit = choose_fusion(groups, measure, name, **kwargs)
     threshold = None
     if fit_data.kind == "pairs":  # the decision threshold belongs to pair data; chosen on the same dev pairs

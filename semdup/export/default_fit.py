@@ -1,12 +1,15 @@
 """The hybrid default's fusion weights, chosen by a grid on the user's dev data (torch-free: numpy + onnxruntime).
 
-    s = β_bow · cos_bow + β_dense · cos_dense + α · lexnorm
+    s = β_bow · cos_bow + β_dense · cos_dense + α · lexnorm + β_title · cos_title
 
 (dos Santos et al. 2015, §3.3 for the first two terms; Das et al. 2016, §3.4 for α · lexnorm, the lexical score
 min-max normalised over one query's candidates). The scale of s does not change a ranking, so β_dense is fixed
-at 1 and the grid runs over β_bow and α. Each dev query is a :class:`Group`: its candidates' three components,
+at 1 and the grid runs over β_bow, α and β_title. Each dev query is a :class:`Group`: its candidates' components,
 computed exactly as the reranker computes them from the stored fields (cos_bow of the bundle's tf·idf vectors,
-cosine of the unit dense vectors, the raw BM25 score). ``measure`` turns the fused scores into the data set's
+cosine of the unit dense vectors, the raw BM25 score, cosine of the titles' own dense vectors: a duplicate
+usually asks the same thing in its title, which the body, cut at the encoder's length, dilutes). A fit that
+chooses β_title = 0 writes no title weight, so its bundle indexes and answers exactly as one fitted before the
+title term existed. ``measure`` turns the fused scores into the data set's
 official figure (Travel MAP over the top 100, SemEval MAP, pair accuracy at the best threshold); the first best
 grid point wins (the grid runs from small weights up, so ties keep the simpler model).
 
@@ -28,12 +31,13 @@ import numpy as np
 
 from semdup.core.scoring import fused_scores, minmax_normalise
 
-__all__ = ["GRID_BOW", "GRID_ALPHA", "Group", "FusionFit", "group_scores", "choose_fusion"]
+__all__ = ["GRID_BOW", "GRID_ALPHA", "GRID_TITLE", "Group", "FusionFit", "group_scores", "choose_fusion"]
 
 logger = logging.getLogger(__name__)
 
 GRID_BOW = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
 GRID_ALPHA = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
+GRID_TITLE = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)
 
 Predictions = dict[str, dict[str, float]]
 
@@ -43,7 +47,8 @@ class Group:
     """One dev query and its candidates' components, each an array [len(candidate_ids)].
 
     ``lexical`` is the raw lexical score (BM25, 0 where it did not match); it is min-max normalised per group,
-    as the reranker normalises it over its candidate list.
+    as the reranker normalises it over its candidate list. ``cos_title``: the title vectors' cosine (0 where
+    either post has no title); None = not computed, as zeros.
     """
 
     query_id: str
@@ -51,10 +56,13 @@ class Group:
     cos_bow: np.ndarray
     cos_dense: np.ndarray
     lexical: np.ndarray
+    cos_title: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.candidate_ids)
-        for name in ("cos_bow", "cos_dense", "lexical"):
+        if self.cos_title is None:
+            object.__setattr__(self, "cos_title", np.zeros(n))
+        for name in ("cos_bow", "cos_dense", "lexical", "cos_title"):
             if np.shape(getattr(self, name)) != (n,):
                 raise ValueError(f"group {self.query_id}: {name} has shape {np.shape(getattr(self, name))}, "
                                  f"expected ({n},) like its candidate ids")
@@ -67,18 +75,23 @@ class FusionFit:
     fusion: dict[str, float]
     dev: float
     measure: str
-    grid: list[tuple[float, float, float]] = field(repr=False)  # (beta_bow, alpha, dev figure)
+    grid: list[tuple[float, float, float, float]] = field(repr=False)  # (beta_bow, alpha, beta_title, dev figure)
 
     def to_json(self) -> dict[str, object]:
-        return {"fusion": self.fusion, "dev": self.dev, "measure": self.measure, "grid_points": len(self.grid),
-                "grid_bow": sorted({b for b, _, _ in self.grid}), "grid_alpha": sorted({a for _, a, _ in self.grid})}
+        out: dict[str, object] = {
+            "fusion": self.fusion, "dev": self.dev, "measure": self.measure, "grid_points": len(self.grid),
+            "grid_bow": sorted({g[0] for g in self.grid}), "grid_alpha": sorted({g[1] for g in self.grid})}
+        titles = sorted({g[2] for g in self.grid})
+        if titles != [0.0]:  # a fit without the title term keeps the record (and the bundle version) it had
+            out["grid_title"] = titles
+        return out
 
 
 def group_scores(groups: Sequence[Group], fusion: Mapping[str, float]) -> Predictions:
     """``query id -> candidate id -> fused score`` for every group (the reranker's maths, offline)."""
     out: Predictions = {}
     for g in groups:
-        s = fused_scores(g.cos_bow, g.cos_dense, minmax_normalise(g.lexical), fusion)
+        s = fused_scores(g.cos_bow, g.cos_dense, minmax_normalise(g.lexical), fusion, g.cos_title)
         out[g.query_id] = dict(zip(g.candidate_ids, s.tolist(), strict=True))
     return out
 
@@ -89,30 +102,35 @@ def choose_fusion(
     measure_name: str = "MAP",
     grid_bow: Sequence[float] = GRID_BOW,
     grid_alpha: Sequence[float] = GRID_ALPHA,
+    grid_title: Sequence[float] = (0.0,),
 ) -> FusionFit:
-    """The (β_bow, α) of the grid with the highest ``measure`` on ``groups`` (β_dense = 1; first best wins).
+    """The (β_bow, α, β_title) of the grid with the highest ``measure`` on ``groups`` (β_dense = 1; first best
+    wins; β_title only when ``grid_title`` offers more than 0, e.g. :data:`GRID_TITLE`).
 
     Args:
         groups: the dev queries (never test).
         measure: predictions -> the figure to maximise (higher is better).
         measure_name: what the figure is, for the record.
-        grid_bow, grid_alpha: the weights tried, smallest first.
+        grid_bow, grid_alpha, grid_title: the weights tried, smallest first.
 
     Raises:
         ValueError: no groups, or an empty grid.
     """
     if not groups:
         raise ValueError("choose_fusion needs at least one dev query with candidates")
-    if not grid_bow or not grid_alpha:
-        raise ValueError("the fusion grid is empty; give at least one beta_bow and one alpha")
+    if not grid_bow or not grid_alpha or not grid_title:
+        raise ValueError("the fusion grid is empty; give at least one beta_bow, one alpha and one beta_title")
     best_value, best_fusion = -np.inf, {}
     table = []
-    for beta_bow in grid_bow:
-        for alpha in grid_alpha:
-            fusion = {"beta_bow": float(beta_bow), "beta_dense": 1.0, "alpha": float(alpha)}
-            value = float(measure(group_scores(groups, fusion)))
-            table.append((float(beta_bow), float(alpha), value))
-            if value > best_value + 1e-12:
-                best_value, best_fusion = value, fusion
+    for beta_title in grid_title:
+        for beta_bow in grid_bow:
+            for alpha in grid_alpha:
+                fusion = {"beta_bow": float(beta_bow), "beta_dense": 1.0, "alpha": float(alpha)}
+                if beta_title:
+                    fusion["beta_title"] = float(beta_title)
+                value = float(measure(group_scores(groups, fusion)))
+                table.append((float(beta_bow), float(alpha), float(beta_title), value))
+                if value > best_value + 1e-12:
+                    best_value, best_fusion = value, fusion
     logger.info("fusion grid: %d points, best %s %.2f at %s", len(table), measure_name, best_value, best_fusion)
     return FusionFit(best_fusion, best_value, measure_name, table)

@@ -14,7 +14,7 @@ from semdup.bundle import Bundle, BundleScorer
 from semdup.cli import cli
 from semdup.core.errors import ConfigError
 from semdup.core.metrics import best_threshold
-from semdup.core.scoring import bow_matrix, cosine_rows
+from semdup.core.scoring import bow_matrix, cosine_rows, title_posts
 from semdup.data import load_pairs_jsonl
 from semdup.data.paths import askubuntu_files
 from semdup.export.base_encoder_bundle import export_base_encoder
@@ -99,7 +99,12 @@ def test_fitted_bundle_loads_and_scores_as_bundle_scorer(base_bundle: Path, pair
     q, c = [p.query for p in pairs], [p.candidate for p in pairs]
     cos_dense = cosine_rows(base.encode_dense(q), base.encode_dense(c))
     cos_bow = np.asarray(bow_matrix(pipeline, q, idf).multiply(bow_matrix(pipeline, c, idf)).sum(axis=1)).ravel()
+    at, titles = title_posts([*q, *c])
+    t = np.zeros((2 * len(pairs), base.dimension))
+    t[at] = base.encode_dense(titles)
+    cos_title = np.sum(t[: len(pairs)] * t[len(pairs) :], axis=1)
     want = fit.fusion["beta_bow"] * cos_bow + fit.fusion["beta_dense"] * cos_dense
+    want += fit.fusion.get("beta_title", 0.0) * cos_title
     np.testing.assert_allclose(got, want, atol=1e-5)
     # the dev figure is the scorer's own accuracy at the stored threshold
     labels = [p.duplicate for p in pairs]
