@@ -12,10 +12,11 @@ from semdup.indexer.semantic import ensure_index_model, index_batch
 from semdup.search_templates import register_templates
 
 
-def build_index(client: Any, index: str, bundle: Bundle, posts: list[Post]) -> None:
+def build_index(client: Any, index: str, bundle: Bundle, posts: list[Post], knn: bool = True) -> None:
     """A semdup index holding ``posts`` with the bundle's fields, written by the indexer's ``index_batch``, with
-    both hybrid candidate paths' search structures (so the tests cover every path)."""
-    create_index(client, index, dimension=bundle.dimension, knn=knn_available(client), sparse=True)
+    both hybrid candidate paths' search structures (so the tests cover every path; ``knn=False``: without the
+    vector field)."""
+    create_index(client, index, dimension=bundle.dimension, knn=knn and knn_available(client), sparse=True)
     search = ensure_index_model(client, index, bundle.version)
     register_templates(client)
     result = index_batch(client, index, [p.to_json() for p in posts], bundle, search=search)

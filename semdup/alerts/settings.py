@@ -3,7 +3,7 @@
     SEMDUP_FLAG_DUPLICATES     1 makes index_posts / sync_posts send FLAG_DUPLICATES for the posts they wrote  off
     SEMDUP_FLAG_K              at most this many flags per post (the top k candidates are looked at)          10
     SEMDUP_CALIBRATION         calibration file (threshold, Platt)         <bundle>.calibration.json beside it
-    SEMDUP_TEMPLATES, SEMDUP_TEMPLATE_VARIANT, SEMDUP_SPARSE, SEMDUP_KNN, SEMDUP_K_CANDIDATES,
+    SEMDUP_TEMPLATES, SEMDUP_TEMPLATE_VARIANT, SEMDUP_SPARSE, SEMDUP_KNN (default auto), SEMDUP_K_CANDIDATES,
     SEMDUP_SEARCH_TIMEOUT      the candidate paths, as for ``semdup serve`` (semdup.reranker.settings)
 
 The switch itself is :func:`flag_duplicates_enabled` (kept in :mod:`semdup.core.flagging` so the indexer, a lower
@@ -22,6 +22,11 @@ from semdup.core.settings import parse_bool
 from semdup.reranker.settings import RerankerSettings
 
 __all__ = ["AlertSettings", "flag_duplicates_enabled", "FLAG_DUPLICATES_ENV"]
+
+
+def _auto(name: str, value: str) -> bool | None:
+    """None for ``auto`` (k-NN candidates wherever the index has their field), else the boolean."""
+    return None if value.lower() == "auto" else parse_bool(name, value)
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class AlertSettings:
                 templates=tuple(t.strip() for t in get("SEMDUP_TEMPLATES", "bm25").split(",") if t.strip()),
                 variant=get("SEMDUP_TEMPLATE_VARIANT", "text"),
                 sparse=parse_bool("SEMDUP_SPARSE", get("SEMDUP_SPARSE", "false")),
-                knn=parse_bool("SEMDUP_KNN", get("SEMDUP_KNN", "false")),
+                knn=_auto("SEMDUP_KNN", get("SEMDUP_KNN", "auto")),
                 k_candidates=int(get("SEMDUP_K_CANDIDATES", "100")),
                 search_timeout=float(get("SEMDUP_SEARCH_TIMEOUT", "5")),
             )

@@ -31,7 +31,11 @@ def _templates(value: str) -> tuple[str, ...]:
 @click.option(
     "--sparse", is_flag=True, help="Add learned-sparse candidates (bag-of-words bundles; index made with --sparse)."
 )
-@click.option("--knn", is_flag=True, help="Add k-NN candidates (index made with --knn, mapped as knn_vector).")
+@click.option(
+    "--knn/--no-knn",
+    default=None,
+    help="k-NN candidates on or off (default: on wherever the index was made with --knn).",
+)
 @click.option(
     "--k-candidates",
     type=click.IntRange(1, 1000),
@@ -112,7 +116,9 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
 )
 @click.option("--templates", help=_TEMPLATES_HELP + " (or $SEMDUP_TEMPLATES; default bm25)")
 @click.option("--sparse/--no-sparse", default=None, help="Learned-sparse candidates (or $SEMDUP_SPARSE).")
-@click.option("--knn/--no-knn", default=None, help="k-NN candidates (or $SEMDUP_KNN).")
+@click.option(
+    "--knn/--no-knn", default=None, help="k-NN candidates (or $SEMDUP_KNN; default: wherever the index maps them)."
+)
 @click.option(
     "--config",
     "config_file",

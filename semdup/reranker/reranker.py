@@ -185,7 +185,7 @@ class Reranker:
         templates: Sequence[str] = ("bm25",),
         variant: str = "text",
         sparse: bool = False,
-        knn: bool = False,
+        knn: bool | None = None,
         k_candidates: int = 100,
         search_timeout: float = 5.0,
         calibration: str | Path | None = None,
@@ -230,9 +230,10 @@ class Reranker:
                 f"index {concrete!r} holds vectors of model {other}, but the reranker serves bundle {self.version}; "
                 f"serve bundle {other}, or index the posts with {self.version} into a new index and point an alias"
             )
-        paths = CandidateFields(self.settings.sparse, self.settings.knn)
+        auto_knn = self.settings.knn is None and self.bundle.dimension is not None
+        paths = CandidateFields(self.settings.sparse, bool(self.settings.knn) or auto_knn)
         if paths.sparse or paths.knn:
-            paths = self._searchable(target, paths)
+            paths = self._searchable(target, paths, quiet={"knn"} if auto_knn else set())
         self._ensure_templates()
         with self._lock:
             self._checked[name] = True
@@ -279,12 +280,15 @@ class Reranker:
         )
         return int(resp["count"])
 
-    def _searchable(self, name: str, wanted: CandidateFields) -> CandidateFields:
+    def _searchable(
+        self, name: str, wanted: CandidateFields, quiet: set[str] | frozenset[str] = frozenset()
+    ) -> CandidateFields:
         """Which of the wanted hybrid candidate paths every concrete index behind ``name`` can serve (warn once
-        about the others: the index was created or enabled without ``--sparse`` / ``--knn``)."""
+        about the others: the index was created or enabled without ``--sparse`` / ``--knn``; not about the
+        ``quiet`` ones, wanted only where the index has them)."""
         out = wanted & candidate_fields(self.client, name)
         for path, flag in (("learned-sparse", "sparse"), ("k-NN", "knn")):
-            if getattr(wanted, flag) and not getattr(out, flag):
+            if getattr(wanted, flag) and not getattr(out, flag) and flag not in quiet:
                 logger.warning(
                     "%s candidates are off for %s: its mapping lacks their search structure; add it with "
                     "`semdup enable --index %s --%s` and a backfill, or drop %s",

@@ -8,7 +8,8 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_INDICES              comma-separated indices/aliases requests may name   SEMDUP_INDEX only
     SEMDUP_TEMPLATES            comma-separated lexical models (bm25,lmj,dfr,ib)    bm25
     SEMDUP_TEMPLATE_VARIANT     text (title + body) or title                        text
-    SEMDUP_SPARSE / SEMDUP_KNN  add learned-sparse / k-NN candidates                false
+    SEMDUP_SPARSE               add learned-sparse candidates                       false
+    SEMDUP_KNN                  k-NN candidates: true, false, or auto (where mapped) auto
     SEMDUP_K_CANDIDATES         candidates per retrieval path                       100
     SEMDUP_API_KEY              one key clients send in X-API-Key (every index)     required unless auth off
     SEMDUP_API_KEYS             keys limited to some indices (format below)         none
@@ -67,7 +68,9 @@ class RerankerSettings:
             score that T-SCQA's lexnorm normalises.
         variant: ``text`` (match title + body) or ``title``.
         sparse: add learned-sparse candidates (rank_feature dot product on ``semdup.terms``).
-        knn: add k-NN candidates on ``semdup.vector`` (needs a ``knn_vector`` mapping).
+        knn: add k-NN candidates on ``semdup.vector`` (needs a ``knn_vector`` mapping); None (the default) =
+            wherever the index has that mapping and the bundle a dense encoder (the candidates the demo's figures
+            come from: Travel recall 96.39 with them, 81.53 BM25 alone), quietly off elsewhere.
         k_candidates: candidates per retrieval path (1..1000).
         search_timeout: seconds allowed for each OpenSearch call.
         field_cache: candidates whose stored fields are kept in memory (exact, version-checked; 0 = off).
@@ -76,7 +79,7 @@ class RerankerSettings:
     templates: tuple[str, ...] = ("bm25",)
     variant: str = "text"
     sparse: bool = False
-    knn: bool = False
+    knn: bool | None = None
     k_candidates: int = 100
     search_timeout: float = 5.0
     field_cache: int = 0
@@ -109,6 +112,13 @@ class ApiKey:
 
     def __repr__(self) -> str:
         return f"ApiKey(key='***', indices={self.indices!r})"
+
+
+def _auto_bool(name: str, value: Any) -> bool | None:
+    """None for unset, empty or ``auto``; else the boolean (:func:`parse_bool`)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    return parse_bool(name, value)
 
 
 def usable_cpus() -> int:
@@ -348,7 +358,7 @@ class ServiceSettings:
                 templates=tuple(templates),
                 variant=str(values.get("variant", "text")),
                 sparse=parse_bool("sparse", values.get("sparse", False)),
-                knn=parse_bool("knn", values.get("knn", False)),
+                knn=_auto_bool("knn", values.get("knn")),
                 k_candidates=int(values.get("k_candidates", 100)),
                 search_timeout=float(values.get("search_timeout", 5.0)),
                 field_cache=int(values.get("field_cache", 50_000)),

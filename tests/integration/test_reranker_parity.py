@@ -240,3 +240,22 @@ def test_the_title_term_scores_equal_the_offline_model(
     by_id = {c.id: c for c in ranked}
     assert by_id["untitled-1"].components["cos_title"] == 0.0 and by_id["untitled-1"].complete
     assert any(c.components["cos_title"] for c in ranked)
+
+
+def test_knn_candidates_are_on_by_default_where_the_index_maps_the_vector(
+    opensearch_client: Any, served: tuple[Bundle, str], unique_index: str, real_posts: list[Post], caplog: Any
+) -> None:
+    bundle, index = served
+    if not knn_available(opensearch_client):
+        pytest.skip("this cluster has no k-NN plugin")
+    q = real_posts[5]
+    found = {s for c in Reranker(bundle, opensearch_client, index).rank(q, k=1000, exclude_id=q.id) for s in c.sources}
+    assert "knn" in found
+    off = Reranker(bundle, opensearch_client, index, RerankerSettings(knn=False)).rank(q, k=1000, exclude_id=q.id)
+    assert all("knn" not in c.sources for c in off)
+    # an index made without --knn: BM25 candidates, quietly (no warning about a path nobody asked for)
+    build_index(opensearch_client, unique_index, bundle, real_posts[:20], knn=False)
+    with caplog.at_level("WARNING"):
+        plain = Reranker(bundle, opensearch_client, unique_index).rank(q, k=1000, exclude_id=q.id)
+    assert plain and all("knn" not in c.sources for c in plain)
+    assert "k-NN candidates are off" not in caplog.text
