@@ -15,7 +15,7 @@ written by ``index_batch``) and the same real query posts, interleaved query by 
   ``_source``), so on this freshly written index it sees no traffic (hits and misses are printed).
 
 Reports p50 / p99 latency (ms) and sequential throughput (calls/s) of each, and the ratios rerank / bm25
-(target p99 ≤ 1.5 × bm25). With ``--threads N`` a second pass runs N concurrent callers for the throughput
+(target p99 ≤ 2 × bm25, issue #11). With ``--threads N`` a second pass runs N concurrent callers for the throughput
 under load. With ``--http``, a load pass then runs ``--callers`` (default 1, 8 and 50) concurrent callers
 against the service and, at the same concurrency, against plain BM25: p50, p99 and throughput of each (the
 service started with ``--workers`` / ``--server-threads`` / ``--server-onnx-threads``, default: its own
@@ -45,6 +45,8 @@ import numpy as np
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
 logger = logging.getLogger(__name__)
+
+TARGET = 2.0  # p99 of a rerank call within this many times the plain BM25 search (issue #11)
 
 
 def _percentiles(ms: Sequence[float]) -> dict[str, float]:
@@ -133,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k-candidates", type=int, default=100)
     parser.add_argument("--k", type=int, default=10, help="candidates returned by the rerank call")
     parser.add_argument("--onnx-threads", type=int, default=1, help="onnxruntime intra-op threads")
+    parser.add_argument(
+        "--knn",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the rerank's k-NN candidates: auto (the default: on where the index maps the vector), on, off "
+        "(BM25 candidates alone, searched while the query is encoded)",
+    )
     parser.add_argument("--threads", type=int, default=4, help="concurrent callers for the throughput pass (0 = skip)")
     parser.add_argument(
         "--field-cache",
@@ -205,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     with contextlib.nullcontext(args.index) if args.index else built as index:
         print(f"index: {index}")
-        rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=args.k_candidates, search_timeout=30))
+        knn = {"auto": None, "on": True, "off": False}[args.knn]
+        settings = RerankerSettings(k_candidates=args.k_candidates, search_timeout=30, knn=knn)
+        rr = Reranker(bundle, client, index, settings)
         rr_cached = rr.with_settings(field_cache=args.field_cache) if args.field_cache else None
         tid = template_id("bm25", "text")
 
@@ -297,15 +308,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     p50 = stats["rerank"]["p50"] / stats["bm25"]["p50"]
     p99 = stats["rerank"]["p99"] / stats["bm25"]["p99"]
-    verdict = "met" if p99 <= 1.5 else "NOT met"
-    print(f"ratio rerank / bm25: p50 {p50:.2f}x, p99 {p99:.2f}x (target p99 <= 1.5x: {verdict})")
+    verdict = "met" if p99 <= TARGET else "NOT met"
+    print(f"ratio rerank / bm25: p50 {p50:.2f}x, p99 {p99:.2f}x (target p99 <= {TARGET:g}x: {verdict})")
     if "cached" in stats:
         c50 = stats["cached"]["p50"] / stats["bm25"]["p50"]
         c99 = stats["cached"]["p99"] / stats["bm25"]["p99"]
         hits, misses = cache_stats
         print(
-            f"ratio cached rerank / bm25: p50 {c50:.2f}x, p99 {c99:.2f}x (target p99 <= 1.5x: "
-            f"{'met' if c99 <= 1.5 else 'NOT met'}); field cache hits {hits}, misses {misses} "
+            f"ratio cached rerank / bm25: p50 {c50:.2f}x, p99 {c99:.2f}x (target p99 <= {TARGET:g}x: "
+            f"{'met' if c99 <= TARGET else 'NOT met'}); field cache hits {hits}, misses {misses} "
             f"(it serves only candidates without semdup.packed)"
         )
     if load:
