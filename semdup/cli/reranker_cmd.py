@@ -86,18 +86,21 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
     click.echo(f"model {rr.version}, threshold {rr.threshold}")
     if reason:
         click.echo(f"no candidates: {reason}")
+    titled = rr.bundle.uses_title  # the hybrid default's title term gets a column
     click.echo(
-        f"{'rank':>4}  {'id':<20} {'score':>8} {'cos_bow':>8} {'cos_dense':>9} {'lexnorm':>8} {'P(dup)':>7}  dup"
+        f"{'rank':>4}  {'id':<20} {'score':>8} {'cos_bow':>8} {'cos_dense':>9}{' cos_title' if titled else ''} "
+        f"{'lexnorm':>8} {'P(dup)':>7}  dup"
     )
+
+    def fmt(x: float | None, w: int) -> str:
+        return f"{x:>{w}.4f}" if x is not None else f"{'-':>{w}}"
+
     for i, c in enumerate(cands, 1):
         comp = c.components
-
-        def fmt(x: float | None, w: int) -> str:
-            return f"{x:>{w}.4f}" if x is not None else f"{'-':>{w}}"
-
         flag = "yes" if c.is_duplicate else ("no" if c.is_duplicate is False else "-")
+        title = f" {fmt(comp.get('cos_title'), 9)}" if titled else ""
         click.echo(
-            f"{i:>4}  {c.id:<20} {c.score:>8.4f} {fmt(comp['cos_bow'], 8)} {fmt(comp['cos_dense'], 9)} "
+            f"{i:>4}  {c.id:<20} {c.score:>8.4f} {fmt(comp['cos_bow'], 8)} {fmt(comp['cos_dense'], 9)}{title} "
             f"{fmt(comp['lexnorm'], 8)} {fmt(c.probability, 7)}  {flag}{'' if c.complete else ' (not indexed yet)'}"
         )
 
