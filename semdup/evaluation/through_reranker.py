@@ -124,7 +124,11 @@ def semantic_index(
 
 def _reranker(bundle: Bundle, client: Any, index: str, fusion: Mapping[str, float] | None = None,
               **settings: Any) -> Reranker:
-    """A reranker over ``index``; ``fusion`` replaces the bundle's weights (e.g. :data:`DENSE_ALONE`, the peer)."""
+    """A reranker over ``index``; ``fusion`` replaces the bundle's weights (e.g. :data:`DENSE_ALONE`, the peer).
+
+    The candidate paths are the caller's: k-NN only when asked (``knn=True``), not the service's ``auto``, so a
+    measured configuration (candidate recall's ``bm25`` row, a ranking with ``knn=False``) is what it says."""
+    settings.setdefault("knn", False)
     rr = Reranker(bundle, client, index, RerankerSettings(**settings))
     if fusion is not None:
         rr.fusion = check_fusion(fusion)
