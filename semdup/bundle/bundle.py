@@ -461,7 +461,8 @@ class Bundle:
         return out
 
     def document_fields(self, posts: Sequence[Post], batch_size: int | None = None) -> list[dict[str, Any]]:
-        """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "term_ids", "model"}``.
+        """What goes under each index document's ``semdup`` object: ``{"vector", "terms", "term_ids", "model"}``,
+        and ``"title_vector"`` (None without a title) when the fusion has a title term (:attr:`uses_title`).
 
         ``vector`` is a list of floats (None without a dense encoder), ``terms`` the positive BOW weights
         (``{}`` without a BOW path), ``term_ids`` their vocabulary ids in the same order (what the packed copy
