@@ -18,15 +18,10 @@ from dataclasses import dataclass, field
 
 from semdup.core.errors import ConfigError
 from semdup.core.flagging import FLAG_DUPLICATES_ENV, flag_duplicates_enabled
-from semdup.core.settings import parse_bool
+from semdup.core.settings import parse_auto_bool, parse_bool
 from semdup.reranker.settings import RerankerSettings
 
 __all__ = ["AlertSettings", "flag_duplicates_enabled", "FLAG_DUPLICATES_ENV"]
-
-
-def _auto(name: str, value: str) -> bool | None:
-    """None for ``auto`` (k-NN candidates wherever the index has their field), else the boolean."""
-    return None if value.lower() == "auto" else parse_bool(name, value)
 
 
 @dataclass(frozen=True)
@@ -59,7 +54,7 @@ class AlertSettings:
                 templates=tuple(t.strip() for t in get("SEMDUP_TEMPLATES", "bm25").split(",") if t.strip()),
                 variant=get("SEMDUP_TEMPLATE_VARIANT", "text"),
                 sparse=parse_bool("SEMDUP_SPARSE", get("SEMDUP_SPARSE", "false")),
-                knn=_auto("SEMDUP_KNN", get("SEMDUP_KNN", "auto")),
+                knn=parse_auto_bool("SEMDUP_KNN", env.get("SEMDUP_KNN")),
                 k_candidates=int(get("SEMDUP_K_CANDIDATES", "100")),
                 search_timeout=float(get("SEMDUP_SEARCH_TIMEOUT", "5")),
             )

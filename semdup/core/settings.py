@@ -38,6 +38,7 @@ __all__ = [
     "redact_url",
     "load_config_file",
     "parse_bool",
+    "parse_auto_bool",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,13 @@ def parse_bool(name: str, value: Any) -> bool:
     if text in _FALSE:
         return False
     raise ConfigError(f"{name} must be true or false (1/0, yes/no, on/off), got {value!r}")
+
+
+def parse_auto_bool(name: str, value: Any) -> bool | None:
+    """None for unset, empty or ``auto`` (the setting follows what the index offers); else :func:`parse_bool`."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    return parse_bool(name, value)
 
 
 def _parse_number(name: str, value: Any, kind: type) -> Any:

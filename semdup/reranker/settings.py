@@ -50,7 +50,7 @@ from typing import Any
 
 from semdup.core.errors import BrokerUnavailable, ConfigError
 from semdup.core.index_names import check_index_name
-from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_bool
+from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, parse_bool
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
 
@@ -112,13 +112,6 @@ class ApiKey:
 
     def __repr__(self) -> str:
         return f"ApiKey(key='***', indices={self.indices!r})"
-
-
-def _auto_bool(name: str, value: Any) -> bool | None:
-    """None for unset, empty or ``auto``; else the boolean (:func:`parse_bool`)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
-        return None
-    return parse_bool(name, value)
 
 
 def usable_cpus() -> int:
@@ -358,7 +351,7 @@ class ServiceSettings:
                 templates=tuple(templates),
                 variant=str(values.get("variant", "text")),
                 sparse=parse_bool("sparse", values.get("sparse", False)),
-                knn=_auto_bool("knn", values.get("knn")),
+                knn=parse_auto_bool("knn", values.get("knn")),
                 k_candidates=int(values.get("k_candidates", 100)),
                 search_timeout=float(values.get("search_timeout", 5.0)),
                 field_cache=int(values.get("field_cache", 50_000)),

@@ -12,7 +12,7 @@ import pytest
 
 from semdup.core.clients import aws_auth, check_broker, connect
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
-from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, redact_url
+from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, redact_url
 from semdup.devstack.local_process import any_free_port
 
 
@@ -228,3 +228,10 @@ def test_connect_to_a_closed_port_names_the_url_without_credentials() -> None:
 def test_check_broker_on_a_closed_port() -> None:
     with pytest.raises(BrokerUnavailable, match="no broker at redis://\\*\\*\\*@127.0.0.1"):
         check_broker(f"redis://:pw@127.0.0.1:{any_free_port()}/0", timeout=2)
+
+
+def test_an_auto_boolean_is_none_unless_set_and_else_a_boolean() -> None:
+    assert [parse_auto_bool("knn", v) for v in (None, "", " ", "auto", "AUTO")] == [None] * 5
+    assert [parse_auto_bool("knn", v) for v in ("true", "0", True, "off")] == [True, False, True, False]
+    with pytest.raises(ConfigError, match="knn must be true or false"):
+        parse_auto_bool("knn", "maybe")
