@@ -22,11 +22,24 @@ __all__ = [
     "aws_auth",
     "check_broker",
     "opensearch_errors",
+    "error_reason",
     "orjson_serializer",
     "knn_available",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def error_reason(error: Any) -> str:
+    """What an OpenSearch error body says went wrong: its first root cause's reason, else its own reason, else the
+    error as text (a bare type such as "action_request_validation_exception" says neither which request nor why)."""
+    if isinstance(error, dict):
+        causes = error.get("root_cause")
+        if isinstance(causes, list) and causes and isinstance(causes[0], dict) and causes[0].get("reason"):
+            return str(causes[0]["reason"])
+        if error.get("reason"):
+            return str(error["reason"])
+    return str(error)
 
 
 @contextmanager

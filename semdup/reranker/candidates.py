@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from opensearchpy import exceptions as os_exc
 
+from semdup.core.clients import error_reason
 from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
 from semdup.index_format.packed_fields import unpack_semdup_value
 from semdup.index_format.schema import PACKED_FIELD
@@ -103,15 +104,9 @@ def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
 
 
 def _reason(exc: os_exc.TransportError) -> str:
-    """The error type with OpenSearch's first root-cause reason ("action_request_validation_exception" alone
-    does not say which request was refused or why)."""
-    info = exc.info if isinstance(exc.info, dict) else {}
-    err = info.get("error")
-    causes = err.get("root_cause") if isinstance(err, dict) else None
-    reason = causes[0].get("reason") if isinstance(causes, list) and causes and isinstance(causes[0], dict) else None
-    if reason is None and isinstance(err, dict):
-        reason = err.get("reason")
-    return f"{exc.error}: {str(reason)[:500]}" if reason else str(exc.error)
+    """The error type with OpenSearch's reason (:func:`~semdup.core.clients.error_reason`)."""
+    err = exc.info.get("error") if isinstance(exc.info, dict) else None
+    return f"{exc.error}: {error_reason(err)[:500]}" if isinstance(err, dict) else str(exc.error)
 
 
 def _filters(exclude_id: str | None, restrict_ids: Sequence[str] | None) -> dict[str, Any]:
@@ -208,8 +203,7 @@ def _response_hits(
         err = resp["error"]
         if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
             raise IndexError_(f"index {index!r} does not exist; index posts into it first")
-        reason = err.get("root_cause", [{}])[0].get("reason") if isinstance(err, dict) else err
-        raise SemdupError(f"the {what} candidate search on {index!r} failed: {reason}")
+        raise SemdupError(f"the {what} candidate search on {index!r} failed: {error_reason(err)}")
     hits = resp["hits"]["hits"]
     if fields is not None:
         for h in hits:

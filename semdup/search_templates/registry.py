@@ -11,7 +11,7 @@ import regex
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.clients import opensearch_errors
+from semdup.core.clients import error_reason, opensearch_errors
 from semdup.core.errors import IndexError_, SemdupError
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
@@ -147,10 +147,9 @@ def msearch_templates(
         for r in resp["responses"]:
             if "error" in r:
                 err = r["error"]
-                reason = err.get("root_cause", [{}])[0].get("reason") if isinstance(err, dict) else err
                 if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
                     raise IndexError_(f"index {index!r} does not exist; index posts into it first")
-                raise SemdupError(f"search template request failed: {reason}")
+                raise SemdupError(f"search template request failed: {error_reason(err)}")
             results.append([Hit(h["_id"], float(h["_score"])) for h in r["hits"]["hits"]])
     return results
 
