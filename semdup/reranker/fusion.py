@@ -96,6 +96,21 @@ def _cos_bow(query: Mapping[str, float], docs: Sequence[Mapping[str, float]]) ->
     return out
 
 
+def _stored_cosines(
+    query: np.ndarray | None, stored: Sequence[Mapping[str, Any]], key: str, out: np.ndarray
+) -> np.ndarray:
+    """``out`` with the cosine of ``query`` and each candidate's stored ``key`` vector where it has one (the rest
+    keep ``out``'s value: NaN = missing, or 0 for a title)."""
+    if query is None:
+        return out
+    have = [i for i, s in enumerate(stored) if s.get(key) is not None]
+    if have:
+        docs = np.asarray([stored[i][key] for i in have], dtype=np.float32)  # [M, D], the stored float32s
+        q = np.asarray(query, dtype=np.float32)[None, :]  # [1, D]: broadcast, the same sums as [M, D]
+        out[have] = cosine_rows(q, docs)
+    return out
+
+
 def compute_components(
     query_vector: np.ndarray | None,
     query_terms: Mapping[str, float] | None,
@@ -114,24 +129,13 @@ def compute_components(
         query_title: the query's title vector (a bundle with a title term; None: no title, or no such term).
     """
     n = len(stored)
-    cos_dense = np.full(n, np.nan)
+    cos_dense = _stored_cosines(query_vector, stored, "vector", np.full(n, np.nan))
     cos_bow = np.full(n, np.nan)
-    if query_vector is not None:
-        have = [i for i, s in enumerate(stored) if s.get("vector") is not None]
-        if have:
-            docs = np.asarray([stored[i]["vector"] for i in have], dtype=np.float32)  # [M, D], the stored float32s
-            q = np.asarray(query_vector, dtype=np.float32)[None, :]  # [1, D]: broadcast, the same sums as [M, D]
-            cos_dense[have] = cosine_rows(q, docs)
     if query_terms is not None:
         have = [i for i, s in enumerate(stored) if s.get("model") is not None and "terms" in s]
         if have:
             cos_bow[have] = _cos_bow(query_terms, [stored[i]["terms"] or {} for i in have])
-    cos_title = np.zeros(n)
-    if query_title is not None:
-        have = [i for i, s in enumerate(stored) if s.get("title_vector") is not None]
-        if have:
-            docs = np.asarray([stored[i]["title_vector"] for i in have], dtype=np.float32)
-            cos_title[have] = cosine_rows(np.asarray(query_title, dtype=np.float32)[None, :], docs)
+    cos_title = _stored_cosines(query_title, stored, "title_vector", np.zeros(n))
     lex = np.asarray(lexical, dtype=np.float64)
     return {
         "cos_bow": cos_bow,
