@@ -28,7 +28,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -45,6 +45,7 @@ __all__ = [
     "TITLE_WEIGHT",
     "check_fusion",
     "title_posts",
+    "title_vectors",
     "bow_matrix",
     "cosine_rows",
     "cosine_matrix",
@@ -148,6 +149,16 @@ def minmax_normalise(scores: Sequence[float]) -> np.ndarray:
     return (x - lo) / (hi - lo)
 
 
+def title_vectors(posts: Sequence[Post], encode: Callable[[Sequence[Post]], np.ndarray], dimension: int) -> np.ndarray:
+    """[N, D] float64: ``encode`` of each post's title alone, a zero row for a post without one (its title cosine is
+    then 0, offline as in the reranker)."""
+    out = np.zeros((len(posts), dimension))
+    at, titles = title_posts(posts)
+    if titles:
+        out[at] = encode(titles)
+    return out
+
+
 def fused_scores(
     cos_bow: np.ndarray | None,
     cos_dense: np.ndarray | None,
@@ -185,11 +196,7 @@ class EncodingScorer:
         """Title vectors [N, D] (zero rows for posts without a title) when the fusion has a title term."""
         if dense is None or not self.fusion.get(TITLE_WEIGHT):
             return None
-        out = np.zeros(dense.shape, dtype=np.float64)
-        at, titles = title_posts(posts)
-        if titles:
-            out[at] = self.encode(titles)[0]
-        return out
+        return title_vectors(posts, lambda titles: self.encode(titles)[0], dense.shape[1])
 
     def score(self, query: Post, candidates: Sequence[Post], lexical: Sequence[float] | None = None) -> np.ndarray:
         if not candidates:

@@ -49,7 +49,7 @@ from semdup.core.errors import ConfigError
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.metrics import best_threshold, retrieval_scores, semeval_scores
 from semdup.core.posts import Post
-from semdup.core.scoring import bow_matrix, title_posts
+from semdup.core.scoring import bow_matrix, title_vectors
 from semdup.core.text_pipeline import TextPipeline, Vocabulary
 from semdup.export.default_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 
@@ -148,11 +148,7 @@ def _dense(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.nd
 def _titles(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.ndarray:
     """Unit title vectors [N, D] of the base encoder (zero rows for posts without a title), what the workers
     store and the reranker's query carries for a bundle with a title term."""
-    out = np.zeros((len(posts), base.dimension or 0), dtype=np.float32)
-    at, titles = title_posts(posts)
-    if titles:
-        out[at] = _dense(base, titles, cache_dir)
-    return out
+    return title_vectors(posts, lambda titles: _dense(base, titles, cache_dir), base.dimension or 0)
 
 
 def _title_cos(q: np.ndarray, c: np.ndarray) -> np.ndarray:
