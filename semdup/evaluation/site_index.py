@@ -7,11 +7,12 @@ semdup to. Its own field names (``Title``, ``Body`` as Stack Exchange's HTML, ``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from semdup.core.posts import Post
 
-__all__ = ["SITE_MAPPING", "site_doc", "bulk_or_raise", "make_site_index", "make_site_alias"]
+__all__ = ["SITE_MAPPING", "site_posts", "site_doc", "bulk_or_raise", "make_site_index", "make_site_alias"]
 
 SITE_MAPPING: dict[str, Any] = {
     "properties": {
@@ -23,6 +24,15 @@ SITE_MAPPING: dict[str, Any] = {
     }
 }
 _TIMEOUT = 300
+
+
+def site_posts(data: str | Path | None = None) -> list[Post]:
+    """The posts of a Stack Exchange dump (default: the Travel dump) that have both a title and a body, in the
+    dump's order: what the measurements' site indices hold and write."""
+    from semdup.data.paths import travel_dir
+    from semdup.data.stackexchange import load_stackexchange_dump
+
+    return [p for p in load_stackexchange_dump(data or travel_dir()).posts.values() if p.title and p.body]
 
 
 def site_doc(p: Post, n: int) -> dict[str, Any]:

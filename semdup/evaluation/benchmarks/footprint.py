@@ -47,7 +47,7 @@ from typing import Any
 from semdup.core.posts import Post
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 from semdup.evaluation.benchmarks.report import format_table, human_bytes, ratio, summary
-from semdup.evaluation.site_index import SITE_MAPPING, bulk_or_raise, make_site_index
+from semdup.evaluation.site_index import SITE_MAPPING, bulk_or_raise, make_site_index, site_posts
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
-    from semdup.data.paths import travel_dir
-    from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.indexer.bulk import chunked
     from semdup.indexer.enable import enable_index
     from semdup.indexer.lexical_index import create_index
@@ -186,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_templates import query_text
 
-    every = [p for p in load_stackexchange_dump(args.data or travel_dir()).posts.values() if p.title and p.body]
+    every = site_posts(args.data)
     posts, queries = every[: args.posts], every[args.posts : args.posts + args.queries]
     bundle = Bundle.load(args.bundle, intra_op_threads=args.threads)
     encoder = CachedEncoder(bundle)

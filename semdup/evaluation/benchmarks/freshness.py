@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 from semdup.evaluation.benchmarks.report import format_table, summary
-from semdup.evaluation.site_index import make_site_index, site_doc
+from semdup.evaluation.site_index import make_site_index, site_doc, site_posts
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.core.clients import connect
     from semdup.core.settings import BrokerSettings, OpenSearchSettings
     from semdup.core.task_names import SYNC_POSTS
-    from semdup.data.paths import travel_dir
-    from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.devstack.local_worker import LocalWorker
     from semdup.index_format.companion import source_post
     from semdup.index_format.documents import content_hash
@@ -151,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.indexer.reconcile import enqueue_sync
     from semdup.reranker.ingest import CelerySender
 
-    every = [p for p in load_stackexchange_dump(args.data or travel_dir()).posts.values() if p.title and p.body]
+    every = site_posts(args.data)
     posts = every[: args.posts]
     fresh = iter(every[args.posts :])  # new posts the site writes
     edits = iter(posts)  # existing posts the site edits, each once
