@@ -23,19 +23,17 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_services import throwaway
 
 from semdup.core.clients import connect
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
-from semdup.devstack.local_process import any_free_port
 from semdup.devstack.local_redis import LocalRedis
 
 logger = logging.getLogger(__name__)
@@ -116,14 +114,8 @@ def embedded_opensearch() -> Iterator[LocalOpenSearch | None]:
         logger.info("reusing the embedded OpenSearch at %s", running_url())
         yield LocalOpenSearch()
         return
-    state_dir = Path(tempfile.mkdtemp(prefix="semdup-test-opensearch-"))
-    node = LocalOpenSearch(state_dir=state_dir, port=any_free_port())
-    try:
-        node.start(timeout=300)
+    with throwaway(LocalOpenSearch, "semdup-test-opensearch-", timeout=300) as node:
         yield node
-    finally:
-        node.stop()
-        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -181,10 +173,6 @@ def redis_url() -> Iterator[str]:
     if url:
         yield url
         return
-    state_dir = Path(tempfile.mkdtemp(prefix="semdup-test-redis-"))
-    broker = LocalRedis(state_dir=state_dir, port=any_free_port())
-    try:
-        yield broker.start()
-    finally:
-        broker.stop()
-        shutil.rmtree(state_dir, ignore_errors=True)
+    with throwaway(LocalRedis, "semdup-test-redis-", timeout=30.0) as broker:
+        assert broker.url, "the throwaway Redis stopped"
+        yield broker.url

@@ -13,18 +13,15 @@ other OpenSearch integration tests against it (README, "Supported OpenSearch ver
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from local_services import throwaway
 
 from semdup.core.clients import connect, knn_available
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, default_state_dir
-from semdup.devstack.local_process import any_free_port
 from semdup.devstack.opensearch_distribution import DEFAULT_VERSION, NEWEST_3X_VERSION
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.opensearch3]
@@ -43,14 +40,8 @@ def node() -> Iterator[LocalOpenSearch | None]:
         return
     if wanted.lower() not in ("start", "1", "true", "yes"):
         raise pytest.UsageError(f"SEMDUP_TEST_OPENSEARCH3 must be a URL or 'start', got {wanted!r}")
-    state_dir = Path(tempfile.mkdtemp(prefix="semdup-test-opensearch3-"))
-    started = LocalOpenSearch(version=NEWEST_3X_VERSION, state_dir=state_dir, port=any_free_port())
-    try:
-        started.start(timeout=300)
+    with throwaway(LocalOpenSearch, "semdup-test-opensearch3-", timeout=300, version=NEWEST_3X_VERSION) as started:
         yield started
-    finally:
-        started.stop()
-        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
