@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from semdup.cli.job_wait import finish_job, sweep_settings, wait_job
 from semdup.core.errors import DataError
 
 __all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
@@ -134,43 +135,6 @@ def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool)
         )
 
 
-def _finish(client: Any, done: Any, *, timeout: float, follow: str, again: str) -> None:
-    """Print a job's result; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
-    from semdup.indexer.celery_app import visibility_timeout_from_env
-    from semdup.indexer.jobs import queued_posts
-
-    job = done.job
-    gone = f", {done.skipped} gone before the backfill reached them" if done.skipped else ""
-    click.echo(
-        f"{done.written} posts written to {job.index} with model {job.model_version}, {done.parked} parked{gone}"
-    )
-    if done.parked:
-        _show_parked(client, job.index)
-    if not done.finished:
-        queued = queued_posts(job)
-        if queued is None:
-            where = "the broker cannot tell how many of them are still queued"
-        else:
-            lost = max(0, done.pending - queued)
-            where = f"{done.pending - lost} still queued on the broker, {lost} neither queued nor done"
-        advice = (
-            "Queued posts are written as soon as a worker takes them: keep a worker running (`semdup worker`); a "
-            f"batch whose worker was killed is handed out again after the visibility timeout "
-            f"({visibility_timeout_from_env()} s), and one retried while OpenSearch is unreachable is parked after "
-            f"the retry budget. Follow the job with `{follow} --job {job.id}`"
-        )
-        if queued is None or queued < done.pending:
-            advice += f"; posts that are not queued were lost on the way: {again} (writes are idempotent)"
-        raise click.ClickException(
-            f"{done.pending} of {job.total} posts not done after {timeout:.0f} s ({where}). {advice}"
-        )
-    if done.parked:
-        raise click.ClickException(
-            f"{done.parked} posts parked (above); fix what parked them, then "
-            f"`semdup index-posts --index {job.index} --replay-parked`"
-        )
-
-
 @click.command("index-posts")
 @click.option(
     "--input",
@@ -233,8 +197,8 @@ def index_posts(
         job = read_job(client, job_id)
         if job.index != index:
             raise click.UsageError(f"job {job_id} indexes {job.index!r}, not {index!r}")
-        done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
-        _finish(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
+        done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
+        finish_job(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
@@ -257,8 +221,8 @@ def index_posts(
         again = "run the same command again"
     if not wait or not job.total:
         return
-    done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
-    _finish(client, done, timeout=timeout, follow=follow, again=again)
+    done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
+    finish_job(client, done, timeout=timeout, follow=follow, again=again)
 
 
 def _index_version(client: Any, index: str, bundle: str | None) -> str:
@@ -296,10 +260,8 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {version})")
     if not wait or not job.total:
         return
-    from semdup.indexer.jobs import wait_for
-
-    done = wait_for(client, job, timeout=timeout, label=f"backfill {index}")
-    _finish(
+    done = wait_job(client, job, timeout=timeout, label=f"backfill {index}")
+    finish_job(
         client,
         done,
         timeout=timeout,
@@ -333,7 +295,7 @@ def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -
             click.echo(f"job {job.id}: enqueued {job.total} new, edited or deleted posts of {index}")
 
     try:
-        watch_index(client, index, version, interval=interval, rounds=rounds, on_round=report)
+        watch_index(client, index, version, interval=interval, rounds=rounds, on_round=report, sweep=sweep_settings())
     except KeyboardInterrupt:
         click.echo("stopped")
 
