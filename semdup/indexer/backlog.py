@@ -35,7 +35,7 @@ from celery import Celery
 from semdup.core.errors import BrokerUnavailable
 from semdup.indexer.celery_app import QUEUE
 
-__all__ = ["QueuedTask", "queued_tasks", "queued_task_ids", "queued_post_ids", "decode_message", "broker_readable"]
+__all__ = ["QueuedTask", "queued_tasks", "queued_task_ids", "queued_post_ids", "decode_message", "check_broker"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +135,17 @@ def _snapshot(app: Celery, mode: str) -> list[tuple[bool, str | bytes]] | None:
     return [(flat[i] in (b"u", "u"), flat[i + 1]) for i in range(0, len(flat), 2)]
 
 
-def broker_readable(app: Celery) -> bool:
-    """Whether the broker's queue can be read without consuming it (Redis: yes; RabbitMQ: no). Connects."""
-    with app.connection_for_read() as conn:
-        return getattr(conn.transport, "driver_type", "") == "redis"
+def check_broker(app: Celery, timeout: float = 5.0) -> None:
+    """Connect to the broker once (a broker whose queue cannot be read still says whether it answers).
+
+    Raises:
+        BrokerUnavailable: it did not answer within ``timeout`` seconds.
+    """
+    try:
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
+    except Exception as exc:  # kombu raises transport-specific errors
+        raise BrokerUnavailable(f"the broker did not answer: {type(exc).__name__}: {exc}") from exc
 
 
 def queued_tasks(app: Celery) -> list[QueuedTask] | None:

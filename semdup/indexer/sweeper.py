@@ -48,7 +48,7 @@ from opensearchpy import OpenSearch
 
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
 from semdup.indexer import ledger
-from semdup.indexer.backlog import queued_task_ids
+from semdup.indexer.backlog import check_broker, queued_task_ids
 from semdup.indexer.outcomes import Job
 
 __all__ = ["DEFAULT_SWEEP_AFTER", "SweepSettings", "Sweep", "Sweeper"]
@@ -138,8 +138,13 @@ class Sweeper:
         self.resent_total = 0
 
     def _broker(self) -> tuple[dict[str, bool] | None, str | None]:
+        """The broker's task ids (None: it cannot be read), or the error it gave; an unreadable broker (RabbitMQ)
+        is still asked whether it answers, so an outage of it is reported too."""
         try:
-            return queued_task_ids(self.app), None
+            ids = queued_task_ids(self.app)
+            if ids is None:
+                check_broker(self.app)
+            return ids, None
         except BrokerUnavailable as exc:
             return None, str(exc)
 

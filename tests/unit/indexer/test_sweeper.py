@@ -33,6 +33,7 @@ class World:
         self.done: set[str] = set()
         self.broker: dict[str, bool] | None = {task_id("j1", str(k)): False for k in range(4)}
         self.broker_error: Exception | None = None
+        self.rabbit_down = False  # an unreadable broker (RabbitMQ) that does not answer either
         self.opensearch_error: Exception | None = None
         self.mark: SentMark | None = SentMark(4, 0.0)
         self.now = 1000.0
@@ -43,11 +44,16 @@ class World:
             ledger, "read_calls", lambda c, j, keys: [(k, "semdup.indexer.index_posts", ["travel", [k]]) for k in keys]
         )
         monkeypatch.setattr(sweeper, "queued_task_ids", self._broker)
+        monkeypatch.setattr(sweeper, "check_broker", self._answer)
 
     def _os(self, value: Any) -> Any:
         if self.opensearch_error is not None:
             raise self.opensearch_error
         return value
+
+    def _answer(self, app: Any) -> None:
+        if self.rabbit_down:
+            raise BrokerUnavailable("connection refused")
 
     def _broker(self, app: Any) -> dict[str, bool] | None:
         if self.broker_error is not None:
@@ -132,6 +138,11 @@ def test_on_rabbitmq_only_batches_the_producer_never_published_are_sent_again(mo
     assert s.sweep().resent == ("2", "3")  # "1" is on the broker (published, confirmed): left to it
     world.now += 100
     assert s.sweep().resent == () and [m["task_id"] for m in app.sent] == ["j1-2", "j1-3"]
+    world.rabbit_down = True  # stopped: said so, and nothing decided meanwhile
+    world.now += 100
+    down = s.sweep()
+    assert down.broker_error == "connection refused" and down.resent == ()
+    world.rabbit_down = False
     world.mark = None  # a job recorded before the ledger: nothing to go by, nothing sent
     s2, app2 = world.sweeper(after=1)
     s2.sweep()
