@@ -273,9 +273,10 @@ def _send(app: TestClient, path: str, body: dict[str, Any]) -> Any:
     return app.post(path, content=json.dumps(body).encode("ascii"), headers=headers)
 
 
-def test_the_http_models_the_cli_reader_and_the_schema_take_exactly_the_same_ids(tmp_path) -> None:
+def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_the_same_ids(tmp_path) -> None:
     from semdup.core.post_rules import id_problem
     from semdup.data.posts_input import read_post_input
+    from semdup.indexer.semantic import BatchResult, _parse_posts
 
     sender = FakeSender()
     app = client(sender)
@@ -294,7 +295,9 @@ def test_the_http_models_the_cli_reader_and_the_schema_take_exactly_the_same_ids
         deleted = _send(app, "/v1/posts/delete", {"ids": [post_id]})
         http_took = posted.status_code == 202
         assert (deleted.status_code == 202) == http_took, (post_id, deleted.text)
-        assert http_took == (post_id in cli_took) == _schema_takes(schema, post_id) == (rule is None), (
+        parked = BatchResult()  # a producer that bypasses both: the worker parks what the rules refuse
+        worker_took = bool(_parse_posts([json.loads(json.dumps({"id": post_id, "title": "Visa?"}))], parked))
+        assert http_took == (post_id in cli_took) == worker_took == _schema_takes(schema, post_id) == (rule is None), (
             post_id[:20],
             posted.text[:300],
             cli_reason.get(n),
@@ -304,7 +307,8 @@ def test_the_http_models_the_cli_reader_and_the_schema_take_exactly_the_same_ids
             if "surrogate" not in rule:  # pydantic refuses a lone surrogate before the rules: not valid Unicode
                 assert rule in posted.json()["error"]["message"], posted.text
                 assert posted.json()["detail"][0]["loc"] == ["body", "posts", 0, "id"]
-            assert cli_reason[n] == rule  # the same words from both paths
+            assert cli_reason[n] == rule  # the same words from every path
+            assert parked.failed[0][1].endswith(f": {rule}"), parked.failed
     assert len(sender.sent) == 2 * sum(id_problem(i) is None for i in ID_CASES)
 
 
