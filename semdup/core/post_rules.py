@@ -61,6 +61,7 @@ __all__ = [
     "id_problem",
     "opensearch_id_problem",
     "text_problem",
+    "blank_problem",
     "visible_problem",
     "post_problem",
     "check_post_input",
@@ -138,13 +139,19 @@ def text_problem(field: str, text: str, max_chars: int | None = MAX_TEXT_CHARS) 
     return None
 
 
+def blank_problem(title: str, body: str) -> str | None:
+    """None when the title or the body holds a visible character (:data:`VISIBLE_PATTERN`, what the schema says)."""
+    if _VISIBLE.search(title) is None and _VISIBLE.search(body) is None:
+        return "neither title nor body (both empty or white space)"
+    return None
+
+
 def visible_problem(title: str, body: str) -> str | None:
     """None when the title or the body holds visible text (markup, entities and white space do not count)."""
-    if not title.strip() and not body.strip():
-        return "neither title nor body (both empty or white space)"
-    if not has_visible_text(title) and not has_visible_text(body):
-        return "no visible text (title and body hold only markup or white space)"
-    return None
+    problem = blank_problem(title, body)
+    if problem is None and not has_visible_text(title) and not has_visible_text(body):
+        problem = "no visible text (title and body hold only markup or white space)"
+    return problem
 
 
 def post_problem(post: Post, max_text_chars: int = MAX_TEXT_CHARS) -> str | None:

@@ -113,13 +113,14 @@ def clean_text(text: str, settings: TextPipelineSettings) -> str:
 
 
 def has_visible_text(text: str) -> bool:
-    """Whether ``text`` holds anything but white space, HTML tags, entities and control characters."""
+    """Whether ``text`` holds anything but white space (U+FEFF included), HTML tags, entities and control
+    characters."""
     text = text[: MAX_FIELD_CHARS * 4]  # what clean_text reads, too
     if "<" in text:
         text = _TAG.sub(" ", text)
     if "&" in text:
         text = html.unescape(text)
-    return bool(_CONTROL.sub(" ", text).strip())
+    return bool(_CONTROL.sub(" ", text).replace("\ufeff", " ").strip())
 
 
 def check_post(post: Post) -> None:

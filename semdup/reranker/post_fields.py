@@ -26,6 +26,7 @@ from semdup.core.post_rules import (
     MAX_ID_BYTES,
     TEXT_PATTERN,
     VISIBLE_PATTERN,
+    blank_problem,
     id_problem,
     text_problem,
     visible_problem,
@@ -71,13 +72,16 @@ def text_field(limit: int, description: str) -> Any:
     return Field("", max_length=limit, description=description, json_schema_extra={"pattern": TEXT_PATTERN})
 
 
-def check_visible(title: str, body: str, post_id: str | None = None) -> None:
+def check_visible(title: str, body: str, post_id: str | None = None, *, markup: bool = True) -> None:
     """Refuse a post whose title and body hold no visible text (markup, entities and white space do not count).
+
+    ``markup`` False checks only what the schema states (a visible character), for ``/v1/rerank``, whose
+    markup-only queries the reranker refuses itself (``PostError``, 422), as it did before these rules were shared.
 
     Raises:
         ValueError: the rule's reason, with the post's id (cut to 80 characters) when it has one.
     """
-    problem = visible_problem(title, body)
+    problem = visible_problem(title, body) if markup else blank_problem(title, body)
     if problem is not None:
         raise ValueError(problem if post_id is None else f"post {post_id[:80]!r}: {problem}")
 

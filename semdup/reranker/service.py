@@ -128,7 +128,7 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         @model_validator(mode="after")
         def _has_text(self) -> RerankRequest:
-            check_visible(self.title, self.body)
+            check_visible(self.title, self.body, markup=False)  # markup-only: the reranker's PostError, as before
             return self
 
     return RerankRequest

@@ -123,3 +123,9 @@ def test_a_post_is_checked_id_first_and_refused_with_its_id() -> None:
     with pytest.raises(PostError, match=r"^post 'q{80}': id is 600 bytes of UTF-8"):
         check_post_input(Post("q" * 600, "A valid post", ""))
     check_post_input(Post("1", "Visa?", ""))  # no error
+
+
+def test_a_byte_order_mark_is_no_visible_text_anywhere() -> None:
+    """U+FEFF is white space to JSON Schema's regular expressions; the rules agree, markup or not."""
+    assert visible_problem("\ufeff", "") == "neither title nor body (both empty or white space)"
+    assert visible_problem("<p>\ufeff</p>", "").startswith("no visible text")
