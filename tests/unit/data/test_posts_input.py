@@ -220,3 +220,21 @@ def test_semeval_xml_with_bad_questions_gives_the_others(tmp_path: Path) -> None
         "OrgQuestion Q2: neither title nor body (both empty or white space)",
     ]
     assert read.units(2) == "2 questions"
+
+
+def test_skipped_records_are_logged_with_ids_never_text(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    f = tmp_path / "posts.jsonl"
+    f.write_text(
+        '{"id": "1", "title": "PRIVATE-TITLE-1"}\n{"id": "2", "title": "PRIVATE-\\u0001-TITLE"}\n{"id": ""}\n',
+        encoding="utf-8",
+    )
+    with caplog.at_level("INFO", logger="semdup.data.posts_input"):
+        read_post_input(f)
+    assert "PRIVATE" not in caplog.text
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert infos == [
+        f"{f}: line 2 skipped (post id '2'): title holds control character U+0001 at character 9",
+        f"{f}: line 3 skipped (post id ''): empty id",
+    ]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith(f"{f}: 2 lines skipped, 1 posts read (first skipped: line 2: title holds")
