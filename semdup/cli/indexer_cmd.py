@@ -170,58 +170,6 @@ def _finish(client: Any, done: Any, *, timeout: float, follow: str, again: str) 
         )
 
 
-_SKIPPED_SHOWN = 20  # skipped input records listed one by one; the rest are counted (and logged with -v)
-
-
-def _read_input(path: Path) -> Any:
-    """Read ``--input`` record by record and print how many posts were read and each record skipped (the first
-    20): one bad line costs that line only. Exits 1 before anything is sent when no record can be indexed."""
-    from semdup.data.posts_input import read_post_input
-
-    read = read_post_input(path)
-    repeats = f", {read.repeats} exact repeats kept once" if read.repeats else ""
-    skipped = f", skipped {read.units(len(read.skipped))}:" if read.skipped else ""
-    click.echo(f"read {len(read.posts)} posts from {path} ({read.fmt}){repeats}{skipped}")
-    for record in read.skipped[:_SKIPPED_SHOWN]:
-        click.echo(f"  {record}")
-    if len(read.skipped) > _SKIPPED_SHOWN:
-        click.echo(f"  ... and {len(read.skipped) - _SKIPPED_SHOWN} more (`semdup -v index-posts ...` logs each)")
-    if not read.posts:
-        raise click.ClickException(
-            f"none of the {read.units(len(read.skipped))} of {path} can be indexed (listed above); nothing was "
-            "enqueued: fix them and run the command again"
-        )
-    return read
-
-
-def _end_input(read: Any, verb: str, finish: Callable[[], None]) -> None:
-    """End a run: ``finish`` (the job's own ending, which exits 1 for parked or unfinished posts), then exit 1 as
-    well when records of ``--input`` were skipped (``read`` None: the run read no input), saying so in the same
-    ``Error:`` line.
-
-    Exit 1, like a parked post: a skipped record is a post that was not written, so a script must notice, and the
-    message says that the other posts were ``verb`` (written or enqueued), so nobody runs the whole file again
-    for fear of a half-done job (running it again is harmless all the same: every write is idempotent).
-    """
-    if read is None or not read.skipped:
-        finish()
-        return
-
-    def note(done: str) -> str:
-        return (
-            f"{read.units(len(read.skipped))} of {read.path} skipped (listed above) and not indexed; the other "
-            f"{len(read.posts)} posts were {done}. Fix those records and index them again (writing a post twice is "
-            "harmless)"
-        )
-
-    try:
-        finish()
-    except click.ClickException as exc:
-        exc.message = f"{exc.message}. Also {note('enqueued')}"
-        raise
-    raise click.ClickException(note(verb))
-
-
 @click.command("index-posts")
 @click.option(
     "--input",
@@ -291,6 +239,8 @@ def index_posts(
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
+    from semdup.cli.input_report import end_input, read_input
+
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     _broker()
@@ -300,16 +250,16 @@ def index_posts(
         click.echo(f"job {job.id}: replayed {job.total} parked posts of {index}")
         again = "run the replay again"
     else:
-        read = _read_input(input_path)
+        read = read_input(input_path)
         _ensure_index(client, index, b, sparse, knn)
         job = jobs.enqueue_posts(client, index, read.posts, b.version, batch_size=batch_size)
         click.echo(f"job {job.id}: enqueued {job.total} posts for {index} (model {b.version})")
         again = "run the same command again"
     if not wait or not job.total:
-        _end_input(read, "enqueued", lambda: None)
+        end_input(read, "enqueued", lambda: None)
         return
     done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
-    _end_input(read, "written", partial(_finish, client, done, timeout=timeout, follow=follow, again=again))
+    end_input(read, "written", partial(_finish, client, done, timeout=timeout, follow=follow, again=again))
 
 
 def _index_version(client: Any, index: str, bundle: str | None) -> str:

@@ -64,7 +64,7 @@ def sniff_format(path: str | Path) -> str:
         root = _XML_ROOT.search(text)
         if root is not None and root.group(1) == b"posts":
             raise DataError(
-                f"{p}: a Stack Exchange Posts.xml; pass the dump folder that holds it and PostLinks.xml ({p.parent})"
+                f"{p}: a Stack Exchange Posts.xml; pass the dump folder that holds it ({p.parent})"
             )
         return "semeval"
     if text.startswith(b"{"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import pytest
 
-from semdup.cli import indexer_cmd
+from semdup.cli import input_report
 
 
 def _file(tmp_path: Path, bad: int) -> Path:
@@ -25,7 +25,7 @@ def _file(tmp_path: Path, bad: int) -> Path:
 
 def test_the_read_is_counted_and_each_skipped_line_named(tmp_path: Path, capsys) -> None:
     path = _file(tmp_path, bad=1)
-    read = indexer_cmd._read_input(path)
+    read = input_report.read_input(path)
     out = capsys.readouterr().out.splitlines()
     assert out == [
         f"read 28 posts from {path} (jsonl), skipped 2 lines:",
@@ -36,7 +36,7 @@ def test_the_read_is_counted_and_each_skipped_line_named(tmp_path: Path, capsys)
 
 
 def test_past_twenty_skipped_lines_the_rest_are_counted(tmp_path: Path, capsys) -> None:
-    indexer_cmd._read_input(_file(tmp_path, bad=25))
+    input_report.read_input(_file(tmp_path, bad=25))
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("(jsonl), skipped 26 lines:") and len(out) == 22
     assert out[20] == "  line 20: empty id"
@@ -48,15 +48,15 @@ def test_a_file_whose_every_line_is_refused_stops_before_anything_is_sent(tmp_pa
     path.write_text('{"id": " ", "title": "a"}\n{"id": "2", "title": "<p></p>"}\n')
     refused = r"none of the 2 lines of .* can be indexed .* nothing was enqueued"
     with pytest.raises(click.ClickException, match=refused):
-        indexer_cmd._read_input(path)
+        input_report.read_input(path)
     assert "  line 2: no visible text" in capsys.readouterr().out
 
 
 def test_skipped_lines_end_the_run_with_exit_1_saying_the_rest_was_written(tmp_path: Path) -> None:
-    read = indexer_cmd._read_input(_file(tmp_path, bad=1))
+    read = input_report.read_input(_file(tmp_path, bad=1))
     finished: list[bool] = []
     with pytest.raises(click.ClickException) as caught:
-        indexer_cmd._end_input(read, "written", lambda: finished.append(True))
+        input_report.end_input(read, "written", lambda: finished.append(True))
     assert finished == [True] and caught.value.exit_code == 1
     assert caught.value.message.startswith(
         f"2 lines of {read.path} skipped (listed above) and not indexed; the other 28 posts were written."
@@ -64,13 +64,13 @@ def test_skipped_lines_end_the_run_with_exit_1_saying_the_rest_was_written(tmp_p
 
 
 def test_parked_posts_and_skipped_lines_make_one_error_line(tmp_path: Path) -> None:
-    read = indexer_cmd._read_input(_file(tmp_path, bad=1))
+    read = input_report.read_input(_file(tmp_path, bad=1))
 
     def parked() -> None:
         raise click.ClickException("1 posts parked (above); fix what parked them, then replay")
 
     with pytest.raises(click.ClickException) as caught:
-        indexer_cmd._end_input(read, "written", parked)
+        input_report.end_input(read, "written", parked)
     message = caught.value.message
     assert message.startswith("1 posts parked (above); fix what parked them, then replay. Also 2 lines of ")
     assert "the other 28 posts were enqueued" in message and "\n" not in message
@@ -80,6 +80,6 @@ def test_a_run_without_skipped_lines_ends_as_the_job_does(tmp_path: Path) -> Non
     path = tmp_path / "posts.jsonl"
     path.write_text('{"id": "1", "title": "Visa?"}\n')
     finished: list[bool] = []
-    indexer_cmd._end_input(indexer_cmd._read_input(path), "written", lambda: finished.append(True))
-    indexer_cmd._end_input(None, "written", lambda: finished.append(True))  # --replay-parked, --job: no input
+    input_report.end_input(input_report.read_input(path), "written", lambda: finished.append(True))
+    input_report.end_input(None, "written", lambda: finished.append(True))  # --replay-parked, --job: no input
     assert finished == [True, True]
