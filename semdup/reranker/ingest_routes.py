@@ -59,8 +59,8 @@ def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[Base
     )
 
     class PostIn(BaseModel):
-        """A new or edited post: an id and a title or a body (or both) holding visible text; the rules every post
-        meets (:mod:`semdup.reranker.post_fields`), as ``semdup index-posts --input`` applies them."""
+        """A new or edited post: an id and a title or a body (or both) holding visible text, by the rules that
+        `semdup index-posts --input` and the workers apply too."""
 
         model_config = POST_TEXT_CONFIG
 
