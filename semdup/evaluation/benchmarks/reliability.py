@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
     posts = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())[: args.posts]
+    load_before = os.getloadavg()[0]
     workdir = Path(tempfile.mkdtemp(prefix="semdup-reliability-"))
     rows: list[Row] = []
     versions: list[str] = []
@@ -208,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
 
     module = __spec__.name if __spec__ else __name__
     print(f"command:   python -m {module} {shlex.join(argv if argv is not None else sys.argv[1:])}")
-    print(f"hardware:  {_hardware()}")
+    print(
+        f"hardware:  {_hardware()}; load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
+    )
     opensearch = stack.client.info()["version"]["number"] if stack else "?"
     print(f"versions:  {_versions()}; OpenSearch {opensearch}; {', '.join(versions)}")
     print(
