@@ -156,9 +156,9 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     """
     from semdup.core.errors import ConfigError
     from semdup.core.logs import LOG_FORMAT_ENV
-    from semdup.reranker.service import configure_service_logging, load_reranker
+    from semdup.reranker.service import configure_service_logging
     from semdup.reranker.settings import ServiceSettings, default_workers
-    from semdup.reranker.workers import run_workers
+    from semdup.reranker.workers import preflight, run_workers
 
     log_format = configure_service_logging("json" if log_json else None)
     if workers is None:
@@ -170,10 +170,9 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     if url:
         os.environ["SEMDUP_OPENSEARCH_URL"] = url
     settings = ServiceSettings.from_env(config_file, **overrides)  # fails here, before any worker starts
-    # The workers' own load, once, here: a bad bundle is one Error line, not workers dying one after the other.
-    # Nothing is kept: the workers are spawned processes that load their own, so a session kept here would only
-    # hold this supervisor's memory for the service's lifetime.
-    version = load_reranker(settings).version
+    # The workers' own load, once, before any starts (in a process of its own, so this supervisor keeps none of
+    # its memory): a bad bundle is one Error line, not workers dying one after the other.
+    version = preflight(settings, log_format)
     # Workers build their app from the environment (uvicorn --factory), so the CLI's choices travel there.
     env_names = {
         "bundle": "SEMDUP_BUNDLE",

@@ -19,7 +19,7 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_MAX_K                most candidates a request may ask for               100
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
     SEMDUP_THREADS              request threads per worker process                  16
-    SEMDUP_MAX_IN_FLIGHT        requests in flight per worker; past it 503 (0 = off) 8
+    SEMDUP_MAX_IN_FLIGHT        requests in flight per worker; past it 503 (0 = off) 4
     SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
     SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
@@ -202,7 +202,7 @@ class ServiceSettings:
     broker: BrokerSettings | None = None
     ingest: bool | None = None  # None: on exactly when a broker is set
     max_ingest_posts: int = 1000
-    max_in_flight: int = 8
+    max_in_flight: int = 4
 
     def __post_init__(self) -> None:
         check_index_name(self.index, "SEMDUP_INDEX")

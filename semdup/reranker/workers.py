@@ -10,23 +10,58 @@ and :func:`run_workers` runs the supervisor itself and looks at its workers' exi
     run_workers("semdup.reranker.service:app_from_env", host="127.0.0.1", port=8080, workers=2)
     # returns after SIGTERM/SIGINT; raises ConfigError when a worker could not start
 
-``semdup serve`` loads and verifies the bundle before this (:func:`semdup.reranker.service.load_reranker`), so a
-broken bundle never gets here; this is what still catches a worker that fails on its own (the bundle changed on
-disk since, a worker restarted later that cannot load it, a setting only the worker process reads).
+``semdup serve`` first runs the workers' own load once (:func:`preflight`), so a broken bundle never gets that far;
+:func:`run_workers` is what still catches a worker that fails on its own (the bundle changed on disk since, a worker
+restarted later that cannot load it).
+
+The preflight runs in a spawned process of its own, not in the supervisor: the supervisor lives as long as the
+service and serves nothing, and a bundle loaded there and dropped again still left it holding memory (MiniLM
+hybrid: 178 MiB resident afterwards instead of 92, 394 MiB at the peak; measured with ``/proc/PID/status``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from semdup.core.errors import ConfigError
 
-__all__ = ["run_workers", "STARTUP_FAILURE"]
+if TYPE_CHECKING:
+    from semdup.reranker.settings import ServiceSettings
+
+__all__ = ["preflight", "run_workers", "STARTUP_FAILURE"]
 
 logger = logging.getLogger(__name__)
 
 STARTUP_FAILURE = 3  # uvicorn.config.STARTUP_FAILURE: "this worker cannot start, do not restart it"
+
+
+def _load_version(settings: ServiceSettings) -> str:
+    from semdup.reranker.service import load_reranker
+
+    return load_reranker(settings).version
+
+
+def preflight(settings: ServiceSettings, log_format: str) -> str:
+    """Load and verify what a worker will serve (:func:`semdup.reranker.service.load_reranker`: the bundle's hashes,
+    manifest, onnxruntime session and its probes, the calibration) in a spawned process, and return the model
+    version; the process and its memory are gone when this returns.
+
+    Raises:
+        BundleError, ConfigError: what the load raised in that process (a broken bundle, a setting it cannot serve).
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from semdup.reranker.service import configure_service_logging
+
+    with ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=configure_service_logging,
+        initargs=(log_format,),
+    ) as child:
+        return child.submit(_load_version, settings).result()
 
 
 def _failed(count: int, workers: int) -> ConfigError:
