@@ -12,7 +12,7 @@ against each service in turn (so the rows compared run one right after the other
   callers' own CPU stays small beside the service's). A call answered 503 is sent again after the
   ``Retry-After`` it was given plus a random share of it (a well-behaved client's backoff, seeded per caller),
   until ``--give-up`` seconds after the call began. Every request is bounded by ``--timeout``;
-* meanwhile a prober thread asks ``GET /healthz`` every ``--probe-every`` seconds on a fresh connection each time
+* meanwhile a prober process asks ``GET /healthz`` every ``--probe-every`` seconds on a fresh connection each time
   (as the kubelet does), bounded by ``--probe-timeout``.
 
 Per row it prints the requests sent and their answers, 200 / 503 / other (another status, a timeout or a refused
@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import os
 import random
 import secrets
@@ -42,7 +43,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -204,10 +204,12 @@ async def _callers(base: str, key: str, payloads: Sequence[dict[str, Any]], call
     return out
 
 
-def _probe(base: str, every: float, timeout: float, stop: threading.Event, out: Outcomes) -> None:
-    """``GET /healthz`` every ``every`` seconds, a new connection each time, until ``stop`` is set."""
+def _probe(base: str, every: float, timeout: float, stop: Any, started: Any, results: Any) -> None:
+    """``GET /healthz`` every ``every`` seconds, a new connection each time, until ``stop`` is set; ``started`` is set
+    after the first answer, and (seconds of each probe, failures) go back through ``results`` at the end."""
     import httpx
 
+    out = Outcomes()
     while not stop.is_set():
         t0 = time.perf_counter()
         try:
@@ -217,7 +219,9 @@ def _probe(base: str, every: float, timeout: float, stop: threading.Event, out: 
         took = time.perf_counter() - t0
         out.probe_s.append(took if ok else max(took, timeout))
         out.probe_failures += not ok
+        started.set()
         stop.wait(max(0.0, every - took))
+    results.send((out.probe_s, out.probe_failures))
 
 
 def served_ms(log: Path, offset: int) -> list[float]:
@@ -238,19 +242,26 @@ def served_ms(log: Path, offset: int) -> list[float]:
 
 
 def run_row(base: str, key: str, payloads: Sequence[dict[str, Any]], callers: int, args: Any) -> Outcomes:
-    """One burst of ``callers`` callers with the prober running from before the first call to after the last."""
-    probed = Outcomes()
-    stop = threading.Event()
-    prober = threading.Thread(
-        target=_probe, args=(base, args.probe_every, args.probe_timeout, stop, probed), daemon=True
+    """One burst of ``callers`` callers with the prober running from before the first call to after the last.
+
+    The prober is a process of its own: as a thread beside the callers' event loop it would wait for that loop's
+    GIL, and the callers' own stalls would be counted as the service's."""
+    ctx = multiprocessing.get_context("spawn")
+    stop, started = ctx.Event(), ctx.Event()
+    results, sender = ctx.Pipe(duplex=False)
+    prober = ctx.Process(
+        target=_probe, args=(base, args.probe_every, args.probe_timeout, stop, started, sender), daemon=True
     )
     prober.start()
     try:
+        if not started.wait(_START_S):
+            raise RuntimeError(f"the /healthz prober got no answer within {_START_S} s")
         out = asyncio.run(_callers(base, key, payloads, callers, args))
     finally:
         stop.set()
-        prober.join(timeout=args.probe_timeout + 5)
-    out.probe_s, out.probe_failures = probed.probe_s, probed.probe_failures
+        probed = results.recv() if results.poll(args.probe_timeout + 30) else ([], 0)
+        prober.join(timeout=30)
+    out.probe_s, out.probe_failures = probed
     return out
 
 
