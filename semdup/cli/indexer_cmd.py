@@ -9,12 +9,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
-
-from semdup.core.errors import DataError
 
 __all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
 
@@ -204,8 +203,10 @@ def index_posts(
 
     A missing index is created with semdup's schema: the lexical fields and the packed vector and term weights
     the reranker's fusion reads; --sparse / --knn add the search structures of its hybrid candidate paths.
-    Counts are those of the job's own tasks. Exits 1 when any post is parked or not done in --timeout (the
-    message says how many are still queued, and what to do).
+    Counts are those of the job's own tasks. A record of --input that cannot be indexed (a line that is not UTF-8
+    or not JSON, an empty id, no visible text...) is skipped and listed with its line (or row) and why; the other
+    posts are still indexed. Exits 1 when any post is parked or not done in --timeout (the message says how many
+    are still queued, and what to do), or when any input record was skipped.
 
     \b
     Example:
@@ -238,27 +239,27 @@ def index_posts(
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
+    from semdup.cli.input_report import end_input, read_input
+
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     _broker()
+    read = None
     if replay_parked:
         job = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
         click.echo(f"job {job.id}: replayed {job.total} parked posts of {index}")
         again = "run the replay again"
     else:
-        from semdup.data.posts_input import read_posts
-
-        posts = read_posts(input_path)
-        if not posts:
-            raise DataError(f"{input_path} holds no posts")
+        read = read_input(input_path)
         _ensure_index(client, index, b, sparse, knn)
-        job = jobs.enqueue_posts(client, index, posts, b.version, batch_size=batch_size)
+        job = jobs.enqueue_posts(client, index, read.posts, b.version, batch_size=batch_size)
         click.echo(f"job {job.id}: enqueued {job.total} posts for {index} (model {b.version})")
         again = "run the same command again"
     if not wait or not job.total:
+        end_input(read, "enqueued", lambda: None)
         return
     done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
-    _finish(client, done, timeout=timeout, follow=follow, again=again)
+    end_input(read, "written", partial(_finish, client, done, timeout=timeout, follow=follow, again=again))
 
 
 def _index_version(client: Any, index: str, bundle: str | None) -> str:

@@ -16,26 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import Depends, FastAPI
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from semdup.core.errors import BrokerUnavailable, IndexError_
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import NotASiteIndex, TaskSender, enqueue_batches
+from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostId, PostText, check_visible, text_field
 from semdup.reranker.reranker import ModelMismatch
-from semdup.reranker.service import (
-    _NOT_SERVED,
-    _TEXT_PATTERN,
-    MAX_ID_CHARS,
-    MAX_INDEX_CHARS,
-    POST_TEXT_CONFIG,
-    RETRY_AFTER_HEADER,
-    ErrorBody,
-    _responses,
-    has_visible_text,
-)
+from semdup.reranker.service import _NOT_SERVED, MAX_INDEX_CHARS, RETRY_AFTER_HEADER, ErrorBody, _responses
 from semdup.reranker.settings import ServiceSettings
 
 __all__ = ["INGEST_PATHS", "add_ingest_routes", "ingest_models", "IngestAccepted", "IngestErrorResponse"]
@@ -43,21 +34,6 @@ __all__ = ["INGEST_PATHS", "add_ingest_routes", "ingest_models", "IngestAccepted
 logger = logging.getLogger(__name__)
 
 INGEST_PATHS = ("/v1/posts", "/v1/posts/sync", "/v1/posts/delete")
-
-
-def _id_bytes(value: str) -> str:
-    """OpenSearch refuses an ``_id`` over 512 bytes of UTF-8 (and with it a whole bulk request)."""
-    size = len(value.encode("utf-8"))
-    if size > MAX_ID_CHARS:
-        raise ValueError(f"an id may hold at most {MAX_ID_CHARS} bytes of UTF-8, this one holds {size}")
-    return value
-
-
-PostId = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_ID_CHARS, pattern=_TEXT_PATTERN, description="At most 512 bytes of UTF-8."),
-    AfterValidator(_id_bytes),
-]
 
 
 class IngestAccepted(BaseModel):
@@ -89,18 +65,18 @@ def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[Base
     )
 
     class PostIn(BaseModel):
-        """A new or edited post: an id and a title or a body (or both) holding visible text."""
+        """A new or edited post: an id and a title or a body (or both) holding visible text, by the rules that
+        `semdup index-posts --input` and the workers apply too."""
 
         model_config = POST_TEXT_CONFIG
 
         id: PostId
-        title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN)
-        body: str = Field("", max_length=limit, pattern=_TEXT_PATTERN, description="HTML allowed.")
+        title: PostText = text_field(limit, "The post's title.")
+        body: PostText = text_field(limit, "The post's body (HTML allowed).")
 
         @model_validator(mode="after")
         def _has_text(self) -> PostIn:
-            if not has_visible_text(self.title, self.body):
-                raise ValueError(f"post {self.id[:80]!r} has no visible text; give it a title or a body")
+            check_visible(self.title, self.body, self.id)
             return self
 
     class IngestPosts(BaseModel):

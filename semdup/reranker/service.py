@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +41,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from semdup.core.errors import (
@@ -54,10 +53,12 @@ from semdup.core.errors import (
     SemdupError,
 )
 from semdup.core.logs import active_format, configure_logging, log_format_from_env, scrub
+from semdup.core.post_rules import MAX_ID_BYTES
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.admission import OVERLOADED, RETRY_AFTER_S, Admission, Gate
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.ingest import NotASiteIndex, TaskSender
+from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostText, check_visible, text_field
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.workers import STARTUP_FAILURE  # uvicorn's "cannot start": its supervisor stops, not restarts
@@ -80,31 +81,8 @@ PROBE_THREADS = 2  # /readyz's own threads: it calls OpenSearch, and must not qu
 READY_TIMEOUT_S = 3.0  # /readyz answers within this (503 with the reason past it): under a probe's timeout
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
 _KEYED_PATHS = {"/v1/rerank", "/v1/posts", "/v1/posts/sync", "/v1/posts/delete"}  # metrics' path label
-MAX_ID_CHARS = 512  # OpenSearch's limit on an _id (in bytes)
 MAX_INDEX_CHARS = 255
-# Text the service refuses whatever the rest holds: C0 control characters but tab / newline / return, DEL and
-# U+FFFD (what undecodable bytes become). Stated in the schema, so a generated request never carries them.
-_TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]*$"
 _NOT_SERVED = "index {name!r} is not one this API key may search, or it does not exist; name one of your indices"
-# A visible character: not white space by either JSON Schema's (ECMA) or Python's rules, which differ on U+0085
-# and U+FEFF, so the schema and the service refuse the same posts.
-_VISIBLE = r"[^\s\x85\ufeff]"
-# A request body carrying a post (rerank, ingest): nothing unknown, no coercion, and a title or a body with visible
-# text, stated in the schema as well (``has_visible_text`` checks it, since the schema's patterns cannot see markup).
-POST_TEXT_CONFIG = ConfigDict(
-    extra="forbid",
-    strict=True,
-    json_schema_extra={
-        "anyOf": [
-            {"required": ["title"], "properties": {"title": {"pattern": _VISIBLE}}},
-            {"required": ["body"], "properties": {"body": {"pattern": _VISIBLE}}},
-        ]
-    },
-)
-
-
-def has_visible_text(title: str, body: str) -> bool:
-    return bool(re.search(_VISIBLE, title) or re.search(_VISIBLE, body))
 
 
 def _whole_number(value: Any) -> Any:
@@ -129,7 +107,8 @@ def error_status(exc: BaseException) -> int:
 
 def request_model(settings: ServiceSettings) -> type[BaseModel]:
     """The ``/v1/rerank`` body, with this server's bounds in its schema: what the schema allows is what the
-    service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart)."""
+    service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart). The
+    title and body meet the rules every post meets (:mod:`semdup.reranker.post_fields`)."""
     limit = settings.max_text_chars
 
     class RerankRequest(BaseModel):
@@ -137,18 +116,13 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         model_config = POST_TEXT_CONFIG
 
-        title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN, description="The new post's title.")
-        body: str = Field(
-            "",
-            max_length=limit,
-            pattern=_TEXT_PATTERN,
-            description="The new post's body (HTML allowed; cleaned like indexed posts).",
-        )
+        title: PostText = text_field(limit, "The new post's title.")
+        body: PostText = text_field(limit, "The new post's body (HTML allowed; cleaned like indexed posts).")
         k: Annotated[int, BeforeValidator(_whole_number)] = Field(
             10, ge=1, le=settings.max_k, description="How many candidates to return."
         )
         exclude_id: str | None = Field(
-            None, min_length=1, max_length=MAX_ID_CHARS, description="Leave this post out (the query itself)."
+            None, min_length=1, max_length=MAX_ID_BYTES, description="Leave this post out (the query itself)."
         )
         index: str | None = Field(
             None,
@@ -165,8 +139,7 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         @model_validator(mode="after")
         def _has_text(self) -> RerankRequest:
-            if not has_visible_text(self.title, self.body):
-                raise ValueError("give a title or a body with visible text")
+            check_visible(self.title, self.body, markup=False)  # markup-only: the reranker's PostError, as before
             return self
 
     return RerankRequest

@@ -51,6 +51,7 @@ from typing import Any
 
 from semdup.core.errors import BrokerUnavailable, ConfigError
 from semdup.core.index_names import check_index_name
+from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, parse_bool
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
@@ -192,7 +193,7 @@ class ServiceSettings:
     api_key: str | None = field(default=None, repr=False)
     auth: bool = True
     max_body_bytes: int = 1 << 20
-    max_text_chars: int = 100_000
+    max_text_chars: int = MAX_TEXT_CHARS  # per title or body; the default is the limit every other path applies
     max_k: int = 100
     threads: int = 16
     calibration: str | None = None
@@ -373,7 +374,7 @@ class ServiceSettings:
                 api_key=str(values["api_key"]) if values.get("api_key") else None,
                 auth=parse_bool("auth", auth_value),
                 max_body_bytes=int(values.get("max_body_bytes", 1 << 20)),
-                max_text_chars=int(values.get("max_text_chars", 100_000)),
+                max_text_chars=int(values.get("max_text_chars", MAX_TEXT_CHARS)),
                 max_k=int(values.get("max_k", 100)),
                 threads=int(values.get("threads", 16)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,

@@ -7,6 +7,7 @@ Every post ends written, parked, or still queued on the broker, and the CLI coun
 * a post whose id OpenSearch refuses (600 bytes): parked alone, with a record whose ``_id`` is a hash;
 * a write-blocked index holding old copies of the posts: every post parked, ``index-posts`` says so and exits 1;
 * no worker running: ``index-posts`` says the posts are still queued, exits 1, and ``--job`` follows them later;
+* a file with an empty id and a line that is not UTF-8 (issue #17): both lines named, every other post written;
 * a worker SIGKILLed whole: its batches come back after the visibility timeout (10 s here) and are written.
 
 Each test stays well under a minute; the retry budget is 3 s here (``SEMDUP_RETRY_BUDGET``), 30 minutes by default.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from indexer_stack import count, create, wait_until, worker_env
+from indexer_stack import all_docs, count, create, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 
 from semdup.core.posts import Post
@@ -167,6 +168,35 @@ def test_a_write_blocked_index_parks_every_post_and_the_cli_exits_1(
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     assert f"30 posts written to {unique_index} with model {bundle.version}, 0 parked" in replayed.stdout
     assert count_parked(opensearch_client, unique_index) == 0
+
+
+def test_an_empty_id_and_a_non_utf8_line_cost_those_lines_only(
+    opensearch_client, unique_index, worker, env, bundle, posts, tmp_path
+):
+    """Issue #17: one bad line used to refuse all 68 posts of a file. Now the CLI names both lines, sends the other
+    66, the worker writes every one of them, and the command exits 1 saying that lines were skipped."""
+    sent = posts[:68]
+    lines = [json.dumps(p.to_json()).encode("utf-8") for p in sent]
+    lines[16] = json.dumps({**sent[16].to_json(), "id": ""}).encode("utf-8")  # line 17
+    lines[41] = b'{"id": "\xff' + lines[41][len(b'{"id": "') :]  # line 42: a byte that is not UTF-8, column 9
+    source = tmp_path / "posts.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    worker.start()
+    out = _cli(env, "--input", str(source), "--index", unique_index, "--batch-size", "10")
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert (
+        f"read 66 posts from {source} (jsonl), skipped 2 lines:\n"
+        "  line 17: empty id\n"
+        "  line 42: not UTF-8 (byte 0xff at column 9)\n"
+    ) in out.stdout
+    assert f"66 posts written to {unique_index} with model {bundle.version}, 0 parked" in out.stdout
+    assert out.stderr.strip().endswith(
+        f"Error: 2 lines of {source} skipped (listed above) and not indexed; the other 66 posts were written. "
+        "Fix those records and index them again (writing a post twice is harmless)"
+    ), out.stderr[-2000:]
+    expected = {p.id for n, p in enumerate(sent) if n not in (16, 41)}
+    assert set(all_docs(opensearch_client, unique_index)) == expected and len(expected) == 66
+    assert count(opensearch_client, unique_index, bundle.version) == 66
 
 
 def test_with_no_worker_the_cli_says_the_posts_are_queued_and_follows_the_job_later(
