@@ -19,6 +19,7 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_MAX_K                most candidates a request may ask for               100
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
     SEMDUP_THREADS              request threads per worker process                  16
+    SEMDUP_MAX_IN_FLIGHT        requests in flight per worker; past it 503 (0 = off) 4
     SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
     SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
@@ -202,6 +203,7 @@ class ServiceSettings:
     broker: BrokerSettings | None = None
     ingest: bool | None = None  # None: on exactly when a broker is set
     max_ingest_posts: int = 1000
+    max_in_flight: int = 4
 
     def __post_init__(self) -> None:
         check_index_name(self.index, "SEMDUP_INDEX")
@@ -211,6 +213,11 @@ class ServiceSettings:
             raise ConfigError(
                 "SEMDUP_INGEST is on but no broker is set: set SEMDUP_BROKER_URL (the indexer's Celery broker) "
                 "or SEMDUP_INGEST=0"
+            )
+        if self.max_in_flight < 0:
+            raise ConfigError(
+                f"SEMDUP_MAX_IN_FLIGHT must be >= 0 requests per worker process (0 = no bound), got "
+                f"{self.max_in_flight}"
             )
         if not 1 <= self.max_ingest_posts <= 100_000:
             raise ConfigError(f"max_ingest_posts must be within 1..100000, got {self.max_ingest_posts}")
@@ -311,6 +318,7 @@ class ServiceSettings:
             "field_cache": "SEMDUP_FIELD_CACHE",
             "ingest": "SEMDUP_INGEST",
             "max_ingest_posts": "SEMDUP_MAX_INGEST_POSTS",
+            "max_in_flight": "SEMDUP_MAX_IN_FLIGHT",
         }
         for key, var in env_names.items():
             if env.get(var):
@@ -376,6 +384,7 @@ class ServiceSettings:
                 broker=broker,
                 ingest=None if values.get("ingest") in (None, "") else parse_bool("ingest", values["ingest"]),
                 max_ingest_posts=int(values.get("max_ingest_posts", 1000)),
+                max_in_flight=int(values.get("max_in_flight", cls.max_in_flight)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"a reranker setting is not a number where one is needed ({source}): {exc}") from exc

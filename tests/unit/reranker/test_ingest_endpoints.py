@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from semdup.core.errors import ConfigError
+from semdup.core.errors import ConfigError, IndexError_
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import CelerySender
@@ -26,7 +26,18 @@ VERSION = "bow-cnn-0123abcd"
 
 
 class FakeReranker:
+    """``target``: a site's index (travel, cooking) is searched through its companion; ``own`` are indices semdup
+    created (searched themselves), ``missing`` do not exist."""
+
     version = VERSION
+
+    def __init__(self, own: tuple[str, ...] = (), missing: tuple[str, ...] = ()) -> None:
+        self.own, self.missing = own, missing
+
+    def target(self, index: str) -> str:
+        if index in self.missing:
+            raise IndexError_(f"index {index!r} does not exist")
+        return index if index in self.own else f"{index}.semdup-0123456789"
 
 
 class FakeSender:
@@ -54,8 +65,9 @@ def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSe
     return ServiceSettings.from_mapping(config, OS, broker=broker)
 
 
-def client(sender: Any = None, **kw: Any) -> TestClient:
-    return TestClient(create_app(settings(**kw), reranker=FakeReranker(), sender=sender))  # type: ignore[arg-type]
+def client(sender: Any = None, reranker: FakeReranker | None = None, **kw: Any) -> TestClient:
+    app = create_app(settings(**kw), reranker=reranker or FakeReranker(), sender=sender)  # type: ignore[arg-type]
+    return TestClient(app)
 
 
 def posts(n: int, start: int = 0) -> list[dict[str, str]]:
@@ -83,6 +95,23 @@ def test_sync_and_delete_send_distinct_ids_in_order() -> None:
     r = app.post("/v1/posts/delete", json={"ids": ["7"]}, headers={"X-API-Key": KEY})
     assert r.status_code == 202 and r.json()["model"] is None, r.text
     assert sender.sent == [(SYNC_POSTS, ["cooking", ["7", "3", "10"], VERSION]), (DELETE_POSTS, ["travel", ["7"]])]
+
+
+def test_sync_into_an_index_semdup_created_is_refused_up_front_and_nothing_is_sent() -> None:
+    """Such an index has no site's index behind it: the workers would park every id as "has no semdup companion"
+    after a 202. A served index that does not exist gets rerank's 404."""
+    sender = FakeSender()
+    app = client(sender, reranker=FakeReranker(own=("travel",), missing=("cooking",)))
+    r = app.post("/v1/posts/sync", json={"ids": ["1", "2"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 409 and r.json()["error"]["type"] == "NotASiteIndex", r.text
+    assert "POST /v1/posts" in r.json()["error"]["message"]
+    r = app.post("/v1/posts/sync", json={"index": "cooking", "ids": ["1"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 404 and "not one this API key may search" in r.json()["error"]["message"], r.text
+    assert sender.sent == []
+    r = app.post("/v1/posts", json={"posts": posts(1)}, headers={"X-API-Key": KEY})  # the way in for such an index
+    assert r.status_code == 202 and sender.sent[0][0] == INDEX_POSTS, r.text
+    doc = app.get("/openapi.json").json()["paths"]
+    assert "409" in doc["/v1/posts/sync"]["post"]["responses"] and "409" not in doc["/v1/posts"]["post"]["responses"]
 
 
 @pytest.mark.parametrize("path", ["/v1/posts", "/v1/posts/sync", "/v1/posts/delete"])
