@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyHeader
@@ -274,9 +274,17 @@ def _validation_items(errors: Any) -> list[dict[str, Any]]:
     ]
 
 
-def create_app(settings: ServiceSettings, reranker: Reranker | None = None, sender: TaskSender | None = None) -> Any:
+def create_app(
+    settings: ServiceSettings,
+    reranker: Reranker | None = None,
+    sender: TaskSender | None = None,
+    routers: Sequence[APIRouter] = (),
+) -> Any:
     """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``. ``sender``
     takes the ingest endpoints' tasks (tests); else a Celery client on ``settings.broker`` when ingest is on.
+    ``routers`` are features from layers above this one (the review page, :mod:`semdup.review`), included as they
+    are; each reads what it needs from ``app.state`` (``settings``, ``reranker``, ``registry``: the Prometheus
+    registry ``/metrics`` serves).
 
     Raises:
         ConfigError: no API key while auth is on (raised by ``ServiceSettings``), a bad bundle or setting.
@@ -341,6 +349,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
     )
     app.state.reranker = reranker
     app.state.settings = settings
+    app.state.registry = registry
 
     def _path(request: Request) -> str:
         return request.url.path if request.url.path in _OPEN_PATHS | _KEYED_PATHS else "other"
@@ -499,6 +508,8 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
 
         sender = CelerySender(settings.broker.url)  # connects on the first request, not here
     add_ingest_routes(app, settings, access, reranker.version, sender if settings.ingest else None)
+    for router in routers:
+        app.include_router(router)
 
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # outermost: before any parsing
     return app
@@ -521,16 +532,18 @@ def configure_service_logging(fmt: str | None = None) -> str:
     return configure_logging(level, chosen)
 
 
-def app_from_env() -> Any:
+def app_from_env(build: Callable[[ServiceSettings], Any] = create_app) -> Any:
     """uvicorn factory (``--factory``): settings from the environment / ``$SEMDUP_CONFIG``, one app per worker.
 
-    In JSON mode a failure to start is logged as one record (with its traceback) and the worker exits with
-    :data:`STARTUP_FAILURE`, instead of a traceback printed beside the JSON lines.
+    ``build`` makes the app from the settings (a layer above composes more features in:
+    :func:`semdup.review.app.app_from_env`, what ``semdup serve`` runs). In JSON mode a failure to start is logged
+    as one record (with its traceback) and the worker exits with :data:`STARTUP_FAILURE`, instead of a traceback
+    printed beside the JSON lines.
     """
     fmt = configure_service_logging()
     try:
         settings = ServiceSettings.from_env()
-        app = create_app(settings)
+        app = build(settings)
     except Exception as exc:
         if fmt != "json":
             raise
