@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything semdup needs on a fresh Debian machine, cached outside the clone so a second run is fast:
 #   - redis-server (Debian package) for the Celery broker
+#   - chromium + chromium-driver (Debian packages) for the review page's browser tests (headless, via selenium)
 #   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV), on CPU onnxruntime:
 #     train and serve bring `semdup[cpu]`; a GPU worker installs "semdup[gpu]" alone instead (never both)
 #   - OpenSearch 2.19.1 + k-NN from Maven Central (fetched on first `semdup opensearch start`, into ~/.m2)
@@ -20,6 +21,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get install -y -q redis-server >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q redis-server >/dev/null; }
   # Debian starts a system redis on 6379; semdup runs its own on a free port, so the system one may stay.
+fi
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "bootstrap: installing chromium and chromium-driver (Debian packages, for the review page's browser tests)" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q chromium chromium-driver >/dev/null; }
 fi
 
 stamp_want="$(cat "$_root/pyproject.toml" "$_root/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
