@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 from semdup.alerts.flag import read_posts
 from semdup.alerts.store import Flag, flag_id
 from semdup.core.posts import Post
+from semdup.index_format.companion import companion_of
 from semdup.reranker.settings import ApiKey
 from semdup.review.chart import Chart, chart
 from semdup.review.context import ReviewContext
@@ -64,15 +65,19 @@ def post_url(template: str | None, index: str, post_id: str) -> str | None:
     return template.format(id=quote(post_id, safe=""), index=quote(index, safe=""))
 
 
-def _posts(ctx: ReviewContext, flags: list[Flag]) -> dict[tuple[str, str], Post]:
+def _posts(ctx: ReviewContext, flags: list[Flag]) -> tuple[dict[tuple[str, str], Post], set[str]]:
+    """The flagged posts by (index, id), and the indices whose text is the site's HTML (connected ones)."""
     wanted: dict[str, list[str]] = {}
     for f in flags:
         wanted.setdefault(f.index, []).extend((f.post_id, f.candidate_id))
     out: dict[tuple[str, str], Post] = {}
+    html: set[str] = set()
     for index, ids in wanted.items():
         found, _ = read_posts(ctx.client, index, list(dict.fromkeys(ids)))
         out.update({(index, p.id): p for p in found})
-    return out
+        if companion_of(ctx.client, index) is not None:
+            html.add(index)
+    return out, html
 
 
 def _chart(ctx: ReviewContext, indices: tuple[str, ...]) -> tuple[Chart | None, float | None, int]:
@@ -104,7 +109,7 @@ def page_view(ctx: ReviewContext, key: ApiKey, filters: Filters) -> dict[str, An
         size=filters.size,
         store=ctx.flags_store,
     )
-    posts = _posts(ctx, fp.flags)
+    posts, html = _posts(ctx, fp.flags)
     pair_ids = [flag_id(f.index, f.post_id, f.candidate_id) for f in fp.flags]
     votes = verdicts_of_pairs(ctx.client, pair_ids, store=ctx.verdicts_store)
     pairs = []
@@ -117,8 +122,10 @@ def page_view(ctx: ReviewContext, key: ApiKey, filters: Filters) -> dict[str, An
             PairView(
                 n=n,
                 flag=f,
-                post=show_post(ctx.pipeline, a, f.post_id, terms, post_url(url, f.index, f.post_id)),
-                candidate=show_post(ctx.pipeline, b, f.candidate_id, terms, post_url(url, f.index, f.candidate_id)),
+                post=show_post(ctx.pipeline, a, f.post_id, terms, post_url(url, f.index, f.post_id), f.index in html),
+                candidate=show_post(
+                    ctx.pipeline, b, f.candidate_id, terms, post_url(url, f.index, f.candidate_id), f.index in html
+                ),
                 mine=next((v.verdict for v in vs if v.who == key.who), None),
                 duplicate_votes=sum(v.verdict == DUPLICATE for v in vs),
                 other_votes=sum(v.verdict != DUPLICATE for v in vs),

@@ -1,10 +1,13 @@
 """A flagged pair as the review page shows it: posts as plain text in paragraphs, the shared terms marked.
 
-Posts are user HTML, and none of it reaches the page as markup: :func:`paragraphs` keeps only the text (every
-character data node, a ``<script>``'s included, so an attack shows as the text it is), split into paragraphs at
-block elements, ``<pre>`` blocks kept apart with their line breaks. What the template gets are strings and
-``(text, marked)`` segments; Jinja2 escapes every one of them (autoescape on), and the templates never mark
-anything safe.
+Posts are user HTML, and none of it reaches the page as markup. A site's own index (one connected by ``semdup
+enable``) holds that HTML: :func:`paragraphs` keeps only its text (every character data node, a ``<script>``'s
+included, so an attack shows as the text it is), split into paragraphs at block elements, ``<pre>`` blocks kept
+apart with their line breaks. An index semdup created holds the text already cleaned
+(:func:`semdup.index_format.documents.lexical_document`: tags stripped, entities decoded, code blocks dropped,
+URLs as one token), where a ``<`` is a character the author wrote: it is shown as it is, never parsed again. What
+the template gets are strings and ``(text, marked)`` segments; Jinja2 escapes every one of them (autoescape on),
+and the templates never mark anything safe.
 
 The shared terms are found by semdup's one text pipeline (:class:`~semdup.core.text_pipeline.TextPipeline`): the
 tokens both posts hold, once cleaned as the models read them, less punctuation, one-letter tokens and common
@@ -19,9 +22,19 @@ from html.parser import HTMLParser
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 
-__all__ = ["paragraphs", "shared_terms", "segments", "ShownPost", "show_post", "display_pipeline", "STOP_WORDS"]
+__all__ = [
+    "paragraphs",
+    "plain_paragraphs",
+    "shared_terms",
+    "segments",
+    "ShownPost",
+    "show_post",
+    "display_pipeline",
+    "STOP_WORDS",
+]
 
 MAX_SHOWN_CHARS = 20_000  # of a body; the rest is cut with a note (the post's link shows it all)
+MAX_TERMS_SHOWN = 30  # in the list under a pair (all of them are marked in the text)
 
 _BLOCKS = {
     "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "figcaption", "figure", "footer",
@@ -129,20 +142,40 @@ class ShownPost:
     url: str | None = None
     missing: bool = False
     marked: list[str] = field(default_factory=list)
+    more_terms: int = 0
+
+
+def plain_paragraphs(text: str, limit: int = MAX_SHOWN_CHARS) -> tuple[list[tuple[str, str]], bool]:
+    """``([("p", text)], cut)``: text that is not HTML, by its blank-line or line breaks, never parsed."""
+    cut = len(text) > limit
+    parts = [" ".join(line.split()) for line in text[:limit].splitlines()]
+    return [("p", part) for part in parts if part], cut
 
 
 def show_post(
-    pipeline: TextPipeline, post: Post | None, post_id: str, terms: frozenset[str], url: str | None
+    pipeline: TextPipeline,
+    post: Post | None,
+    post_id: str,
+    terms: frozenset[str],
+    url: str | None,
+    html: bool = True,
 ) -> ShownPost:
-    """``post`` as shown beside its pair (``None``: deleted since it was flagged)."""
+    """``post`` as shown beside its pair (``None``: deleted since it was flagged); ``html``: its body is the site's
+    HTML (else text semdup cleaned already, shown as it is)."""
     if post is None:
         return ShownPost(post_id, [], [], url=url, missing=True)
-    paras, cut = paragraphs(post.body or "")
+    if html:
+        paras, cut = paragraphs(post.body or "")
+    else:  # a link's address is gone from cleaned text: say where one was
+        paras, cut = plain_paragraphs(post.body or "")
+        token = pipeline.settings.url_token
+        paras = [(kind, " ".join("[link]" if w == token else w for w in text.split(" "))) for kind, text in paras]
     return ShownPost(
         id=post_id,
         title=segments(pipeline, post.title or "", terms),
         body=[(kind, segments(pipeline, text, terms)) for kind, text in paras],
         cut=cut,
         url=url,
-        marked=sorted(terms),
+        marked=sorted(terms)[:MAX_TERMS_SHOWN],
+        more_terms=max(0, len(terms) - MAX_TERMS_SHOWN),
     )

@@ -51,3 +51,11 @@ def test_a_post_side_keeps_its_segments_and_a_deleted_post_shows_as_gone() -> No
     assert shown.body == [("p", [("a ", False), ("visa", True)])]
     gone = show_post(PIPE, None, "8", frozenset(), None)
     assert gone.missing and gone.body == []
+
+
+def test_text_semdup_cleaned_already_is_shown_as_it_is_never_parsed_again() -> None:
+    """A semdup index stores cleaned text: a '<' there is a character the author wrote (an entity once)."""
+    stored = 'Is <script>window.__pwned = 3</script> or <img src=x onerror="window.__pwned = 4"> dangerous?'
+    shown = show_post(PIPE, Post("9", "t", stored), "9", frozenset(), None, html=False)
+    assert shown.body == [("p", [(stored, False)])]
+    assert show_post(PIPE, Post("9", "t", stored), "9", frozenset(), None, html=True).body != shown.body
