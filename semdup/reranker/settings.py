@@ -353,9 +353,10 @@ class ServiceSettings:
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        for secret in ("api_key", "session_secret"):
-            if shown[secret]:
-                shown[secret] = "***"
+        if shown["api_key"]:
+            shown["api_key"] = "***"
+        if shown.pop("session_secret"):  # named only when set, and never shown
+            shown["session_secret"] = "***"
         return "ServiceSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     __str__ = __repr__
