@@ -145,3 +145,44 @@ def test_verdicts_calibrate_the_threshold_that_the_next_flags_use(
             index=VERDICTS_INDEX, body={"query": {"term": {"index": index}}}, ignore=[404], refresh=True
         )
         opensearch_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def test_calibrate_fits_the_sites_duplicate_links_without_any_verdict(
+    opensearch_client: Any, opensearch_url: str, bundle_dir: Path, bundle: Any, tmp_path: Path
+) -> None:
+    """`semdup calibrate --links PostLinks.xml` on the Travel dev clusters: each linked post in the index ranked, its
+    top 10 labelled by the links (the pairs counted here by the in-process reranker, the way the command says)."""
+    from indexer_stack import TRAVEL
+
+    from semdup.data.stackexchange import load_duplicate_links, load_stackexchange_dump
+
+    dump = load_stackexchange_dump(TRAVEL)
+    posts = [p for p in dump.posts.values() if dump.splits.get(p.id) == "dev"]
+    index = f"semdup-test-links-{uuid.uuid4().hex[:8]}"
+    build_index(opensearch_client, index, bundle, posts)
+    try:
+        links = TRAVEL / "PostLinks.xml"
+        positives: dict[str, set[str]] = {}
+        for a, b in load_duplicate_links(links):
+            positives.setdefault(a, set()).add(b)
+        rr = Reranker(bundle, opensearch_client, index)
+        stored, missing = read_posts(opensearch_client, index, list(positives))
+        labels = [c.id in positives[p.id] for p in stored for c in rr.rank(p, k=10, exclude_id=p.id) if c.complete]
+        out = tmp_path / "links.calibration.json"
+        cli = subprocess.run(
+            [sys.executable, "-m", "semdup", "calibrate", "--index", index, "--bundle", str(bundle_dir)]
+            + ["--links", str(links), "--out", str(out)],
+            env={**worker_env(opensearch_url, "redis://unused:1/0", bundle_dir)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert cli.returncode == 0, cli.stderr
+        pos = sum(labels)
+        assert f"links PostLinks.xml: {len(labels)} pairs ({pos} duplicates, {len(labels) - pos} not)" in cli.stdout
+        assert f"{len(missing)} posts not in the index" in cli.stdout
+        assert "verdicts on " + index + ": 0 pairs" in cli.stdout
+        cal = load_calibration(out, bundle.version)
+        assert cal is not None and cal.n == len(labels) and cal.positives == pos and cal.threshold is not None
+    finally:
+        opensearch_client.indices.delete(index=index, ignore_unavailable=True)
