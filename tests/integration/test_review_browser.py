@@ -13,7 +13,10 @@ scope gets 403, CSRF and ``next=`` are checked through the real server too.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,7 +176,7 @@ def test_a_post_holding_script_and_onerror_is_shown_inert_as_text(
 
 
 def test_scripts_use_the_api_with_a_key_and_a_replay_changes_nothing(
-    flagged: dict[str, Any], served: str, opensearch_client: Any, tmp_path: Path
+    flagged: dict[str, Any], served: str, opensearch_client: Any, opensearch_url: str, tmp_path: Path
 ) -> None:
     index = flagged["index"]
     copy = flagged["copies"][0]
@@ -198,6 +201,15 @@ def test_scripts_use_the_api_with_a_key_and_a_replay_changes_nothing(
     (tmp_path / "verdicts.jsonl").write_text(export.text, encoding="utf-8")
     pairs = {(p.query.id, p.candidate.id): p.duplicate for p in load_pairs_jsonl(tmp_path / "verdicts.jsonl")}
     assert pairs[(copy.id, copy.id[8:])] is True
+    cli = subprocess.run(  # the same export from the command line
+        [sys.executable, "-m", "semdup", "verdicts", "--index", index, "--out", str(tmp_path / "cli.jsonl")],
+        env={**os.environ, "SEMDUP_OPENSEARCH_URL": opensearch_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0 and f"{len(pairs)} judged pairs written" in cli.stderr, cli.stderr
+    assert (tmp_path / "cli.jsonl").read_text(encoding="utf-8") == export.text
 
     metrics = httpx.get(f"{served}/metrics").text
     assert f'semdup_review_flags{{index="{index}"}} 4.0' in metrics
