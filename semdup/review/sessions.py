@@ -120,6 +120,6 @@ def safe_next(value: str | None) -> str:
     path = parts.path
     if path != REVIEW_ROOT and not path.startswith(REVIEW_ROOT + "/") and not path.startswith(REVIEW_ROOT + "?"):
         return REVIEW_ROOT
-    if "/.." in path or "/./" in path:
+    if "/.." in path or "/./" in path or "%2e" in path.lower() or "%2f" in path.lower():  # no way out by dots
         return REVIEW_ROOT
     return path + (f"?{parts.query}" if parts.query else "")

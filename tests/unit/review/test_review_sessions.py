@@ -55,6 +55,8 @@ def test_csrf_tokens_are_random_and_compared_whole() -> None:
         ("/v1/rerank", "/review"),
         ("/reviewer", "/review"),
         ("/review/../v1/posts", "/review"),
+        ("/review/%2e%2e/v1/posts", "/review"),
+        ("/review%2F..%2Fv1", "/review"),
         ("review", "/review"),
         ("", "/review"),
         (None, "/review"),
