@@ -38,6 +38,7 @@ from semdup.bundle.bundle import Bundle
 from semdup.core.errors import DataError, PostError
 from semdup.core.metrics import best_threshold, precision_recall_f1_accuracy
 from semdup.core.posts import Post
+from semdup.core.progress import progress
 from semdup.data.pairs import PAIR_LABELS, iter_pair_records
 from semdup.data.stackexchange import load_duplicate_links
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
@@ -157,7 +158,7 @@ def link_samples(reranker: Reranker, client: Any, index: str, links: Links, k: i
         found, missing = read_posts(client, index, ids[i : i + 100])
         texts.update({p.id: p for p in found})
         out.left_out["posts not in the index"] += len(missing)
-    for qid, positives in links.positives.items():
+    for qid, positives in progress(links.positives.items(), desc="ranking linked posts", total=len(links.positives)):
         post = texts.get(qid)
         if post is None:
             continue
