@@ -54,8 +54,9 @@ def _stop(proc: subprocess.Popen, name: str) -> None:
         proc.wait(timeout=30)
 
 
-def review_step(client: Any, travel: Any, bundle: Path, index: str, workdir: Path, env: dict[str, str],
-                port: int, run: Any) -> None:
+def review_step(
+    client: Any, travel: Any, bundle: Path, index: str, workdir: Path, env: dict[str, str], port: int, run: Any
+) -> None:
     """Calibrate from the links, flag the test questions with a real worker, serve /review until Ctrl-C.
 
     ``run(*args, env=...)`` runs one semdup step as its own process (the demo's ``_semdup``).
@@ -64,14 +65,27 @@ def review_step(client: Any, travel: Any, bundle: Path, index: str, workdir: Pat
     from semdup.data.paths import travel_dir
 
     cal = workdir / "review.calibration.json"
-    run("calibrate", "--index", index, "--bundle", str(bundle), "--links", str(travel_dir() / "PostLinks.xml"),
-        "--out", str(cal), env=env)
+    run(
+        "calibrate",
+        "--index",
+        index,
+        "--bundle",
+        str(bundle),
+        "--links",
+        str(travel_dir() / "PostLinks.xml"),
+        "--out",
+        str(cal),
+        env=env,
+    )
     posts = workdir / "review-posts.jsonl"
     posts.write_text("".join(json.dumps(q.post.to_json()) + "\n" for q in travel.queries("test")), encoding="utf-8")
     flag_env = {**env, "SEMDUP_FLAG_DUPLICATES": "1", "SEMDUP_CALIBRATION": str(cal)}
     click.echo(f"$ SEMDUP_FLAG_DUPLICATES=1 semdup worker --bundle {bundle}   (in the background)", err=True)
-    worker = subprocess.Popen([sys.executable, "-m", "semdup", "worker", "--bundle", str(bundle), "-c", "1",
-                               "--loglevel", "WARNING"], env=flag_env, start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "semdup", "worker", "--bundle", str(bundle), "-c", "1", "--loglevel", "WARNING"],
+        env=flag_env,
+        start_new_session=True,
+    )
     server: subprocess.Popen | None = None
     try:
         run("index-posts", "--input", str(posts), "--index", index, "--bundle", str(bundle), env=flag_env)
@@ -80,19 +94,42 @@ def review_step(client: Any, travel: Any, bundle: Path, index: str, workdir: Pat
             time.sleep(2)
         key = "demo-" + secrets.token_urlsafe(18)
         port = _free(port)
-        serve_env = {**env, "SEMDUP_API_KEYS": f"{key}:{index}:review:demo", "SEMDUP_POST_URL": POST_URL,
-                     "SEMDUP_CALIBRATION": str(cal), "SEMDUP_SESSION_SECRET": secrets.token_urlsafe(32)}
+        serve_env = {
+            **env,
+            "SEMDUP_API_KEYS": f"{key}:{index}:review:demo",
+            "SEMDUP_POST_URL": POST_URL,
+            "SEMDUP_CALIBRATION": str(cal),
+            "SEMDUP_SESSION_SECRET": secrets.token_urlsafe(32),
+        }
         serve_env.pop("SEMDUP_API_KEY", None)
         click.echo(f"$ semdup serve --bundle {bundle} --index {index} --port {port}   (the review page)", err=True)
-        server = subprocess.Popen([sys.executable, "-m", "semdup", "serve", "--bundle", str(bundle), "--index", index,
-                                   "--port", str(port), "--workers", "1"], env=serve_env, start_new_session=True)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "semdup",
+                "serve",
+                "--bundle",
+                str(bundle),
+                "--index",
+                index,
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            env=serve_env,
+            start_new_session=True,
+        )
         url = f"http://127.0.0.1:{port}/review"
         _wait_answering(url, server)
         flags = len(list_flags(client, index))
-        click.echo(f"\nReview page: {url}\nLog in with the review key: {key}\n"
-                   f"{flags} pairs flagged so far (threshold fitted on Travel's duplicate links, {cal}); the worker "
-                   "goes on flagging the 231 Travel test questions in the background.\nCtrl-C stops the page and "
-                   "the worker.")
+        click.echo(
+            f"\nReview page: {url}\nLog in with the review key: {key}\n"
+            f"{flags} pairs flagged so far (threshold fitted on Travel's duplicate links, {cal}); the worker "
+            "goes on flagging the 231 Travel test questions in the background.\nCtrl-C stops the page and "
+            "the worker."
+        )
         server.wait()
         raise click.ClickException(f"semdup serve stopped (exit {server.returncode})")
     except KeyboardInterrupt:
