@@ -137,14 +137,15 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
 )
 @click.option("--opensearch", "url", help="OpenSearch URL (or $SEMDUP_OPENSEARCH_URL / the embedded node).")
 def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url) -> None:
-    """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs).
+    """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs, /review).
 
     Clients send the key of $SEMDUP_API_KEY in the X-API-Key header; without a key the service refuses to
     start unless SEMDUP_AUTH=off is set explicitly. The bundle is loaded and verified once before any worker
     starts: a broken one is one Error line and exit 1, and so is a worker that cannot start. Each worker
     answers at most $SEMDUP_MAX_IN_FLIGHT requests at a time and refuses more with 503 and Retry-After.
     A request searches $SEMDUP_INDEX, or names one of $SEMDUP_INDICES; $SEMDUP_API_KEYS
-    ('key1:index-a|index-b,key2:*') limits keys to some of them. With
+    ('key1:index-a|index-b,key2:*') limits keys to some of them. A key with the
+    review scope ('mod1:index-a:review:alice') opens the review page of flagged duplicates at /review. With
     `semdup --log-format json` (or SEMDUP_LOG_FORMAT=json) every line on stderr, uvicorn's and tracebacks
     included, is one JSON object, secrets scrubbed.
 
@@ -192,6 +193,14 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         f"serving {settings.bundle} (model {version}) on index {settings.index} at http://{host}:{port} "
         f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})"
     )
+    if settings.review_enabled:
+        line += f"; review page at http://{host}:{port}/review"
+        if not settings.session_secret:
+            import secrets
+
+            # one secret for every worker, so a review login holds in all of them (until this service stops)
+            os.environ["SEMDUP_SESSION_SECRET"] = secrets.token_urlsafe(32)
+            line += " (logins last until the service stops: set SEMDUP_SESSION_SECRET to keep them)"
     if log_format == "json":
         logger.info(line)
     else:
@@ -199,7 +208,7 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     from semdup.reranker.http_protocol import PROTOCOL_PATH
 
     run_workers(  # raises ConfigError (one Error line, exit 1) when a worker cannot start
-        "semdup.reranker.service:app_from_env",
+        "semdup.review.app:app_from_env",  # the service with the review page (semdup.review, a layer above)
         http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
         host=host,
         port=port,

@@ -222,7 +222,9 @@ class TextPipeline:
         # patterns) halves throughput on the hot path; our fixed pattern is linear, so the same engine, pattern
         # and flags run without it, and NLTK itself is not needed (semdup[test] has it for the check).
         # tests/unit/core/test_text_pipeline.py checks the tokens are identical to NLTK's.
-        self._findall = regex.compile(TOKEN_PATTERN, TOKEN_FLAGS).findall
+        compiled = regex.compile(TOKEN_PATTERN, TOKEN_FLAGS)
+        self._findall = compiled.findall
+        self._finditer = compiled.finditer
 
     def tokens(self, text: str) -> list[str]:
         return self._tokenize_clean(clean_text(text or "", self.settings))
@@ -241,6 +243,13 @@ class TextPipeline:
         if s.lowercase:
             text = text.lower()
         return self._findall(text)[:n]
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, token)`` of every token of ``text`` as it stands (no cleaning, no cut at ``max_tokens``),
+        the token lower-cased when the pipeline lower-cases: where a shown text's tokens are (the review page marks
+        the terms two posts share with it)."""
+        lower = self.settings.lowercase
+        return [(m.start(), m.end(), m.group().lower() if lower else m.group()) for m in self._finditer(text)]
 
     def post_tokens(self, post: Post) -> tuple[list[str], list[str]]:
         """(title tokens, body tokens)."""

@@ -30,6 +30,7 @@ __all__ = [
     "StackExchangeDump",
     "RetrievalQuery",
     "load_stackexchange_dump",
+    "load_duplicate_links",
     "SPLITS",
     "DUPLICATE_LINK",
     "RELATED_LINK",
@@ -140,7 +141,27 @@ def _load_posts(path: Path) -> tuple[dict[str, Post], int, int]:
     return posts, skipped, other
 
 
-def _load_links(path: Path, posts: dict[str, Post]) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int, int]:
+class _AnyPost:
+    """Every id counts as present: the links of a PostLinks.xml read without its Posts.xml."""
+
+    def __contains__(self, post_id: object) -> bool:
+        return True
+
+
+def load_duplicate_links(path: str | Path) -> list[tuple[str, str]]:
+    """The ``(PostId, RelatedPostId)`` duplicate links (``LinkTypeId=3``) of a PostLinks.xml, in file order, each
+    once, a post linked to itself left out; whether the posts exist is the caller's to check.
+
+    Raises:
+        DataError: a missing, empty, non-UTF-8 or malformed file, a row without PostId / RelatedPostId.
+    """
+    dup, _, _, _ = _load_links(Path(path), _AnyPost())
+    return dup
+
+
+def _load_links(
+    path: Path, posts: dict[str, Post] | _AnyPost
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int, int]:
     dup: dict[tuple[str, str], None] = {}
     rel: dict[tuple[str, str], None] = {}
     skipped = self_links = repeats = 0

@@ -30,13 +30,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyHeader
@@ -331,10 +331,17 @@ def load_reranker(settings: ServiceSettings) -> Reranker:
         raise ConfigError(f"bundle {settings.bundle}: {exc}") from exc
 
 
-def create_app(settings: ServiceSettings, reranker: Reranker | None = None, sender: TaskSender | None = None) -> Any:
+def create_app(
+    settings: ServiceSettings,
+    reranker: Reranker | None = None,
+    sender: TaskSender | None = None,
+    routers: Sequence[APIRouter] = (),
+) -> Any:
     """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``
     (:func:`load_reranker`). ``sender`` takes the ingest endpoints' tasks (tests); else a Celery client on
-    ``settings.broker`` when ingest is on.
+    ``settings.broker`` when ingest is on. ``routers`` are features from layers above this one (the review page,
+    :mod:`semdup.review`), included as they are; each reads what it needs from ``app.state`` (``settings``,
+    ``reranker``, ``registry``: the Prometheus registry ``/metrics`` serves).
 
     Raises:
         ConfigError: no API key while auth is on (raised by ``ServiceSettings``), a bad setting. BundleError: a bad
@@ -402,6 +409,7 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
     app.state.reranker = reranker
     app.state.settings = settings
     app.state.gate = gate
+    app.state.registry = registry
 
     def _path(request: Request) -> str:
         return request.url.path if request.url.path in _OPEN_PATHS | _KEYED_PATHS else "other"
@@ -596,6 +604,8 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         sender if settings.ingest else None,
         searched=lambda name: reranker.target(name),  # looked up on the first sync request, not here
     )
+    for router in routers:
+        app.include_router(router)
 
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # before any parsing
     app.add_middleware(Admission, gate=gate, exempt=_OPEN_PATHS)  # outermost: a refusal costs nothing else
@@ -619,18 +629,21 @@ def configure_service_logging(fmt: str | None = None) -> str:
     return configure_logging(level, chosen)
 
 
-def app_from_env() -> Any:
+def app_from_env(build: Callable[[ServiceSettings], Any] = create_app) -> Any:
     """uvicorn factory (``--factory``): settings from the environment / ``$SEMDUP_CONFIG``, one app per worker.
 
     A failure to start is logged as one line (in JSON mode one record, with the traceback inside it; in text mode
     the traceback only at DEBUG) and the worker exits with :data:`STARTUP_FAILURE`, in every log mode: uvicorn's
     supervisor then stops instead of starting another worker that would fail the same way, and ``semdup serve``
     exits 1 (:func:`semdup.reranker.workers.run_workers`).
+
+    ``build`` makes the app from the settings (a layer above composes more features in:
+    :func:`semdup.review.app.app_from_env`, what ``semdup serve`` runs).
     """
     fmt = configure_service_logging()
     try:
         settings = ServiceSettings.from_env()
-        app = create_app(settings)
+        app = build(settings)
     except Exception as exc:
         what = str(exc) if isinstance(exc, SemdupError) else f"{type(exc).__name__}: {exc}"
         traceback = fmt == "json" or logger.isEnabledFor(logging.DEBUG)
