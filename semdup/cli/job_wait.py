@@ -19,9 +19,9 @@ logger = logging.getLogger(__name__)
 
 
 def sweep_settings() -> Any:
-    from semdup.indexer.sweeper import SweepSettings
+    from semdup.cli.edge import settings
 
-    return SweepSettings.from_env()
+    return settings().sweep_settings()
 
 
 class WaitReport:
@@ -71,7 +71,7 @@ def wait_job(client: Any, job: Any, *, timeout: float, label: str) -> Any:
 
 def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: str) -> None:
     """Print a job's result; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
-    from semdup.indexer.celery_app import visibility_timeout_from_env
+    from semdup.cli.edge import settings
     from semdup.indexer.jobs import census
 
     job = done.job
@@ -93,8 +93,8 @@ def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: st
         advice = (
             "Queued posts are written as soon as a worker takes them: keep a worker running (`semdup worker`); a "
             f"batch whose worker was killed is handed out again after the visibility timeout "
-            f"({visibility_timeout_from_env()} s), and one retried while OpenSearch is unreachable is parked after "
-            f"the retry budget. Follow the job with `{follow} --job {job.id}`"
+            f"({settings().worker.visibility_timeout} s), and one retried while OpenSearch is unreachable is parked "
+            f"after the retry budget. Follow the job with `{follow} --job {job.id}`"
         )
         if found.missing:
             advice += (

@@ -2,10 +2,11 @@
 
 The library API under ``semdup index-posts`` and ``semdup backfill``; the CLI only prints what it returns::
 
-    connect_broker(BrokerSettings.from_env().url)            # once, at the edge
+    settings = load_settings()                                # semdup.apps.settings: once, at the edge
+    connect_broker(settings.broker_settings().url)
     ensure_index(client, "travel", dimension=bundle.dimension)
     job = enqueue_posts(client, "travel", read_posts("posts.jsonl"), bundle.version)
-    done = wait_for(client, job, timeout=3600, sweep=SweepSettings.from_env())
+    done = wait_for(client, job, timeout=3600, sweep=settings.sweep_settings())
     print(f"{done.written} written, {done.parked} parked, {done.pending} not done")
     if not done.finished:
         census(client, job)                                   # how many are still on the broker, how many missing

@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each way")
     args = parser.parse_args(argv)
 
+    from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.devstack.local_process import any_free_port
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.indexer.outcomes import JOBS_INDEX, ensure_jobs_index, new_job, record_job
 
     posts = [p.to_json() for p in load_stackexchange_dump(args.data or travel_dir()).posts.values()]
-    client = connect(OpenSearchSettings.from_env())
+    client = connect(load_settings().opensearch_settings())
     workdir = Path(tempfile.mkdtemp(prefix="semdup-ledger-cost-"))
     redis = LocalRedis(state_dir=workdir, port=any_free_port())
     app = configure_app(redis.start(), visibility_timeout=300)
