@@ -44,7 +44,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 60.0
+_SCROLL_TIMEOUT = 60.0  # each page of the scan over a whole index (1,000 hits with their fields): a long read
 
 
 def pending_query(version: str, structures: Sequence[str] = ()) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
                 f"{current}"
             )
     try:
-        mapping = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
+        mapping = client.indices.get_mapping(index=index)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
     for name, m in mapping.items():
@@ -86,7 +86,7 @@ def count_pending(client: OpenSearch, index: str, version: str) -> int:
     """Posts of ``index`` still missing ``version``'s fields, as of the index's last refresh (near real time)."""
     query = pending_query(version, candidate_fields(client, index).names())
     try:
-        return int(client.count(index=index, body={"query": query}, request_timeout=_TIMEOUT)["count"])
+        return int(client.count(index=index, body={"query": query})["count"])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while counting posts of {index!r}") from exc
 
@@ -101,7 +101,7 @@ def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1
             query={"query": query, "_source": False},
             size=page,
             scroll="5m",
-            request_timeout=_TIMEOUT,
+            request_timeout=_SCROLL_TIMEOUT,
         ):
             yield str(hit["_id"])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:

@@ -81,8 +81,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 30.0
-
 
 @dataclass(frozen=True)
 class IndexState:
@@ -124,7 +122,7 @@ def ensure_index(
         IndexError_: the index exists but semdup did not create it (a site's index: ``semdup enable`` connects it).
     """
     check_index_name(index)
-    if client.indices.exists(index=index, request_timeout=_TIMEOUT):
+    if client.indices.exists(index=index):
         found = index_mappings(client, index)
         foreign = [name for name, m in found.items() if semdup_props(m) is None]
         if foreign:

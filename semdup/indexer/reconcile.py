@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 _PAGE = 1000
 _SCROLL = "5m"
-_TIMEOUT = 60.0
+_SCROLL_TIMEOUT = 60.0  # each page of the scan over a whole site index: a long read, as in backfill
 
 
 @dataclass
@@ -58,7 +58,7 @@ class SyncPlan:
 
 def _scan(client: OpenSearch, index: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
     try:
-        yield from scan(client, index=index, query=body, size=_PAGE, scroll=_SCROLL, request_timeout=_TIMEOUT)
+        yield from scan(client, index=index, query=body, size=_PAGE, scroll=_SCROLL, request_timeout=_SCROLL_TIMEOUT)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(
             f"OpenSearch stopped answering while reading {what}; run it again when it is back (nothing is lost: "

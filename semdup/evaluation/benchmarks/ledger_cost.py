@@ -33,10 +33,11 @@ from typing import Any
 def _ledger_bytes(client: Any, job_id: str) -> int:
     """Bytes on disk of one job's ledger records: copied alone into a scratch index with the jobs mapping, flushed
     and merged to one segment (the jobs index itself also holds other records and files still in use)."""
-    from semdup.indexer.outcomes import _MAPPING, JOBS_INDEX
+    from semdup.index_format.system_indices import JOBS
+    from semdup.indexer.outcomes import JOBS_INDEX
 
     scratch = f"semdup-ledger-cost-{job_id}"
-    client.indices.create(index=scratch, body=_MAPPING)
+    client.indices.create(index=scratch, body=JOBS.body)
     try:
         client.indices.refresh(index=JOBS_INDEX)
         query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "batch"}}]}}

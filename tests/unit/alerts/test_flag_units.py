@@ -133,7 +133,7 @@ def test_the_threshold_is_the_calibrations_else_the_bundles() -> None:
 
 def test_read_posts_reads_the_index_text_and_names_the_missing(monkeypatch) -> None:
     class Client:
-        def mget(self, body, request_timeout, **kw):
+        def mget(self, body, **kw):
             assert kw == {"_source_includes": ["title", "body"]}
             assert body == {"docs": [{"_index": "travel", "_id": "1"}, {"_index": "travel", "_id": "2"}]}
             return {

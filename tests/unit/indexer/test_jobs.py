@@ -61,9 +61,9 @@ class FakeIndices:
         self.present = True
 
     def get_mapping(self, index: str, **_: Any) -> dict[str, Any]:
-        from semdup.indexer.outcomes import _MAPPING
+        from semdup.index_format.system_indices import JOBS
 
-        return {index: {"mappings": _MAPPING["mappings"]}}
+        return {index: {"mappings": JOBS.body["mappings"]}}
 
 
 class FakeCluster:

@@ -234,7 +234,7 @@ def test_a_parked_error_keeps_no_credential(monkeypatch) -> None:
     from semdup.indexer import parking
 
     written: list[dict[str, Any]] = []
-    monkeypatch.setattr(parking, "_ensure_index", lambda client: None)
+    monkeypatch.setattr(parking, "ensure", lambda client, decl: None)
     monkeypatch.setattr(parking, "bulk_write", lambda client, actions: written.extend(actions) or _ok(len(actions)))
     client = type("C", (), {"indices": type("I", (), {"refresh": staticmethod(lambda **_: None)})()})()
     error = "ConnectionError: http://admin:s3cret@db:9200/_bulk refused (api_key=abc123)"
