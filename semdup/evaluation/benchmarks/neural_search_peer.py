@@ -162,6 +162,53 @@ def _semdup_batch(client: Any, posts: Sequence[Post], bundle: Any, search: Any) 
         raise RuntimeError(f"semdup failed {len(result.failed)} posts: {result.failed[:3]}")
 
 
+_worker: tuple[Any, Any, Any] | None = None  # (client, bundle, search fields) of a --workers child process
+
+
+def _worker_init(bundle_path: str, threads: int, url: str) -> None:
+    """A child process of ``--workers``: its own bundle session (``threads`` intra-op threads) and client, as
+    each Celery worker process has."""
+    global _worker
+    from semdup.bundle.bundle import Bundle
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
+    from semdup.index_format.mapping import candidate_fields
+
+    client = connect(OpenSearchSettings(url=url, timeout=_TIMEOUT))
+    bundle = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=threads)
+    _worker = (client, bundle, candidate_fields(client, _SEMDUP_INDEX))
+
+
+def _worker_batch(payloads: list[dict[str, Any]]) -> float:
+    """``index_batch`` of one slice in a child; its CPU seconds."""
+    assert _worker is not None
+    client, bundle, search = _worker
+    c0 = time.process_time()
+    _semdup_batch(client, [Post.from_json(p) for p in payloads], bundle, search)
+    return time.process_time() - c0
+
+
+class _WorkerPool:
+    """``n`` child processes that each take an equal slice of a batch at once (``n`` Celery workers, one task each);
+    ``client_cpu`` adds up their CPU seconds."""
+
+    def __init__(self, n: int, bundle_path: str, threads: int, url: str) -> None:
+        import multiprocessing
+
+        self.n = n
+        self.client_cpu = 0.0
+        self._pool = multiprocessing.get_context("spawn").Pool(n, _worker_init, (bundle_path, threads, url))
+
+    def __call__(self, posts: Sequence[Post]) -> None:
+        size = -(-len(posts) // self.n)
+        slices = [[p.to_json() for p in posts[i : i + size]] for i in range(0, len(posts), size)]
+        self.client_cpu += sum(self._pool.map(_worker_batch, slices))
+
+    def close(self) -> None:
+        self._pool.close()
+        self._pool.join()
+
+
 def _timed_ms(fn: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -188,7 +235,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     "built once under <semdup cache>/neural-peer/bundles)")
     ap.add_argument("--posts", type=int, default=1000, help="Travel posts whose ingest is timed")
     ap.add_argument("--bulk", type=int, default=100, help="posts per bulk request / index_batch call")
-    ap.add_argument("--threads", type=int, default=2, help="semdup's onnxruntime intra-op threads")
+    ap.add_argument("--threads", type=int, default=2, help="semdup's onnxruntime intra-op threads (per worker)")
+    ap.add_argument("--workers", type=int, default=1, help="semdup's ingest in this many processes, each taking an "
+                    "equal slice of every batch at once (1: in this process)")
     ap.add_argument("--queries", type=int, default=100, help="Travel test queries")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls of each system before the query timing")
@@ -227,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if own_tmp:
         workdir.chmod(0o711)  # the nodes run as an unprivileged account when we are root: let it enter
     nodes = _Nodes(workdir)
+    pool: _WorkerPool | None = None
     try:
         s_client, p_client = nodes.start()
         s_pid, p_pid = nodes.pids()
@@ -251,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
         cosines = (np.sum(ours * theirs, axis=1) / np.linalg.norm(theirs, axis=1)).tolist()
 
         # --- ingest, batch by batch, the order alternating ------------------------------------------
+        if args.workers > 1:
+            pool = _WorkerPool(args.workers, str(bundle_path), args.threads, nodes.semdup.url)
         calls = {"peer": lambda b: _peer_bulk(p_client, b, settings),
-                 "semdup": lambda b: _semdup_batch(s_client, b, bundle, search)}
+                 "semdup": pool or (lambda b: _semdup_batch(s_client, b, bundle, search))}
         wall = dict.fromkeys(calls, 0.0)
         client_cpu = dict.fromkeys(calls, 0.0)
         node_cpu = dict.fromkeys(calls, 0.0)
@@ -265,12 +317,17 @@ def main(argv: list[str] | None = None) -> int:
                 wall[name] += time.perf_counter() - t0
                 client_cpu[name] += time.process_time() - c0
                 node_cpu[name] += _proc_cpu(pid_of[name]) - n0
+        if pool is not None:
+            client_cpu["semdup"] += pool.client_cpu
         ingest = {n: ingest_side(len(ingest_posts), wall[n], client_cpu[n], node_cpu[n]) for n in calls}
         loads["ingest"] = _load()
         if args.query_corpus == "all":
             for start in range(0, len(rest), args.bulk):
                 for fn in calls.values():
                     fn(rest[start : start + args.bulk])
+        if pool is not None:
+            pool.close()
+            pool = None
         for client, index in ((p_client, _PEER_INDEX), (s_client, _SEMDUP_INDEX)):
             client.indices.refresh(index=index, request_timeout=_TIMEOUT)
         indexed = {"peer": p_client.count(index=_PEER_INDEX)["count"],
@@ -308,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                 turn += 1
         loads["end"] = _load()
     finally:
+        if pool is not None:
+            pool.close()
         nodes.stop()
         if own_tmp:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -318,9 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": _hardware(),
         "versions": f"{_versions()}; OpenSearch 2.19.1 + ml-commons/neural-search 2.19.1.0 (peer)",
         "setup": (f"bundle {bundle.version}; {len(ingest_posts)} Travel posts ingested (seed {args.seed}), bulk "
-                  f"{args.bulk}; semdup onnx threads {args.threads}; peer model {model_id} (ONNX, DJL default "
-                  f"threads); indexed peer {indexed['peer']} / semdup {indexed['semdup']}; {len(queries)} test "
-                  f"queries x {args.rounds} rounds, calls alternating"),
+                  f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} onnx threads; peer model "
+                  f"{model_id} (ONNX, DJL default threads); indexed peer {indexed['peer']} / semdup "
+                  f"{indexed['semdup']}; {len(queries)} test queries x {args.rounds} rounds, calls alternating"),
         "load_average": loads,
     }
     report = build_report(meta, ingest, query_ms, encode_ms, cosines)
