@@ -50,3 +50,21 @@ def test_eager_export_equals_the_sdpa_module() -> None:
     with torch.no_grad():
         ref = encoder(*(torch.from_numpy(arrays[n]) for n in ("input_ids", "attention_mask"))).numpy()
     np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def test_int8_channel_quantises_matmul_weights_only() -> None:
+    import onnx
+
+    from semdup.export.quantize import quantize_encoder, quantize_method
+
+    encoder = _tiny_encoder()
+    with eager_attention(encoder):
+        model = export_encoder(encoder, "wordpiece", _inputs())
+    graph = onnx.load_from_string(quantize_encoder(model, "int8-channel")).graph
+    ops = {n.op_type for n in graph.node}
+    assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops
+    assert "Gather" in ops and not any(i.data_type == onnx.TensorProto.INT8 and len(i.dims) == 2 and i.dims[0] == 60
+                                       for i in graph.initializer)  # the embedding table stays fp32
+    assert "per_channel=True" in quantize_method("int8-channel") and quantize_method("int8").endswith("QInt8)")
+    with pytest.raises(ValueError, match="accepted: int8, int8-channel"):
+        quantize_encoder(model, "int4")
