@@ -18,7 +18,8 @@ Measured, the two systems' calls alternating (batch by batch, query by query, th
 * query latency over ``--queries`` Travel test queries × ``--rounds``: the peer's hybrid query (BM25 on the text
   ∪ neural k-NN k=100, min-max, arithmetic mean 0.3 / 0.7, ``pagination_depth`` 100, top 10) vs semdup's
   default reranker call in-process (``Reranker.rank``: BM25 ∪ k-NN candidates, 100 each, fusion, top 10; what
-  ``semdup serve`` runs per request, without the HTTP hop) and its fast preset (k-NN off);
+  ``semdup serve`` runs per request, without the HTTP hop; ``--query-threads`` onnxruntime threads, 1 as the
+  service's default) and its fast preset (k-NN off);
 * query encoding alone: the peer's ``_predict/text_embedding`` of one text vs semdup's query encoding
   (``Bundle.encode_query`` and, for a bundle with a title term, the title's vector, as ``rank`` does);
 * that the two embed alike: the cosine of their vectors of the same 10 posts.
@@ -236,6 +237,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--posts", type=int, default=1000, help="Travel posts whose ingest is timed")
     ap.add_argument("--bulk", type=int, default=100, help="posts per bulk request / index_batch call")
     ap.add_argument("--threads", type=int, default=2, help="semdup's onnxruntime intra-op threads (per worker)")
+    ap.add_argument("--query-threads", type=int, default=1, help="onnxruntime threads of semdup's query encoding "
+                    "(default 1: what `semdup serve` runs each request with, SEMDUP_ONNX_THREADS)")
     ap.add_argument("--workers", type=int, default=1, help="semdup's ingest in this many processes, each taking an "
                     "equal slice of every batch at once (1: in this process)")
     ap.add_argument("--queries", type=int, default=100, help="Travel test queries")
@@ -336,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         # --- queries ----------------------------------------------------------------------------------
         from semdup.evaluation.benchmarks.peer_model import hybrid_query
 
-        rr = Reranker(bundle, s_client, _SEMDUP_INDEX, RerankerSettings(k_candidates=100, search_timeout=30))
+        q_bundle = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=args.query_threads)
+        rr = Reranker(q_bundle, s_client, _SEMDUP_INDEX, RerankerSettings(k_candidates=100, search_timeout=30))
         rr_fast = rr.with_settings(knn=False)
 
         def peer_query(post: Post) -> Any:
@@ -344,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             return p_client.search(index=_PEER_INDEX, body=body, request_timeout=_TIMEOUT)
 
         def semdup_encode(post: Post) -> Any:
-            out = bundle.encode_query(post)
-            return out, bundle.encode_titles([post])[0] if bundle.uses_title else None
+            out = q_bundle.encode_query(post)
+            return out, q_bundle.encode_titles([post])[0] if q_bundle.uses_title else None
 
         query_calls = {"peer": peer_query, "semdup": lambda p: rr.rank(p, k=10),
                        "semdup_fast": lambda p: rr_fast.rank(p, k=10)}
@@ -377,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": _hardware(),
         "versions": f"{_versions()}; OpenSearch 2.19.1 + ml-commons/neural-search 2.19.1.0 (peer)",
         "setup": (f"bundle {bundle.version}; {len(ingest_posts)} Travel posts ingested (seed {args.seed}), bulk "
-                  f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} onnx threads; peer model "
+                  f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} onnx threads, queries "
+                  f"{args.query_threads} onnx thread(s); peer model "
                   f"{model_id} (ONNX, DJL default threads); indexed peer {indexed['peer']} / semdup "
                   f"{indexed['semdup']}; {len(queries)} test queries x {args.rounds} rounds, calls alternating"),
         "load_average": loads,
