@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything semdup needs on a fresh Debian machine, cached outside the clone so a second run is fast:
 #   - redis-server (Debian package) for the Celery broker
+#   - rabbitmq-server (Debian package) for the tests and benchmarks that run the indexer on RabbitMQ
 #   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV), on CPU onnxruntime:
 #     train and serve bring `semdup[cpu]`; a GPU worker installs "semdup[gpu]" alone instead (never both)
 #   - OpenSearch 2.19.1 + k-NN from Maven Central (fetched on first `semdup opensearch start`, into ~/.m2)
@@ -20,6 +21,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get install -y -q redis-server >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q redis-server >/dev/null; }
   # Debian starts a system redis on 6379; semdup runs its own on a free port, so the system one may stay.
+fi
+if ! command -v rabbitmq-server >/dev/null 2>&1 && [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+  echo "bootstrap: installing rabbitmq-server (Debian package)" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get install -y -q rabbitmq-server >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q rabbitmq-server >/dev/null; }
+  # Debian may start a system node on 5672; semdup's tests run their own (semdup/devstack/local_rabbitmq.py) on
+  # free ports with their own epmd, so the system one may stay.
 fi
 
 stamp_want="$(cat "$_root/pyproject.toml" "$_root/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"

@@ -36,6 +36,7 @@ __all__ = [
     "Vocabulary",
     "clean_text",
     "check_post",
+    "has_visible_text",
     "PAD_ID",
     "UNK_ID",
 ]
@@ -111,14 +112,15 @@ def clean_text(text: str, settings: TextPipelineSettings) -> str:
     return " ".join(text.split())[:MAX_FIELD_CHARS]
 
 
-def _visible(text: str) -> bool:
-    """Whether ``text`` holds anything but white space, HTML tags, entities and control characters."""
+def has_visible_text(text: str) -> bool:
+    """Whether ``text`` holds anything but white space (U+FEFF included), HTML tags, entities and control
+    characters."""
     text = text[: MAX_FIELD_CHARS * 4]  # what clean_text reads, too
     if "<" in text:
         text = _TAG.sub(" ", text)
     if "&" in text:
         text = html.unescape(text)
-    return bool(_CONTROL.sub(" ", text).strip())
+    return bool(_CONTROL.sub(" ", text).replace("\ufeff", " ").strip())
 
 
 def check_post(post: Post) -> None:
@@ -137,7 +139,7 @@ def check_post(post: Post) -> None:
             f"post {post.id!r} looks binary ({bad} control or undecodable characters in the first "
             f"{len(sample)}); send UTF-8 text"
         )
-    if not _visible(post.title or "") and not _visible(post.body or ""):
+    if not has_visible_text(post.title or "") and not has_visible_text(post.body or ""):
         # Same fate as an empty post: encoded, it would be a zero vector that matches nothing.
         raise PostError(f"post {post.id!r} has no text, only white space or markup; give a title or a body")
 

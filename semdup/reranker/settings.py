@@ -19,6 +19,7 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_MAX_K                most candidates a request may ask for               100
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
     SEMDUP_THREADS              request threads per worker process                  16
+    SEMDUP_MAX_IN_FLIGHT        requests in flight per worker; past it 503 (0 = off) 4
     SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
     SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
@@ -50,6 +51,7 @@ from typing import Any
 
 from semdup.core.errors import BrokerUnavailable, ConfigError
 from semdup.core.index_names import check_index_name
+from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, parse_bool
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
@@ -191,7 +193,7 @@ class ServiceSettings:
     api_key: str | None = field(default=None, repr=False)
     auth: bool = True
     max_body_bytes: int = 1 << 20
-    max_text_chars: int = 100_000
+    max_text_chars: int = MAX_TEXT_CHARS  # per title or body; the default is the limit every other path applies
     max_k: int = 100
     threads: int = 16
     calibration: str | None = None
@@ -201,6 +203,7 @@ class ServiceSettings:
     broker: BrokerSettings | None = None
     ingest: bool | None = None  # None: on exactly when a broker is set
     max_ingest_posts: int = 1000
+    max_in_flight: int = 4
 
     def __post_init__(self) -> None:
         check_index_name(self.index, "SEMDUP_INDEX")
@@ -210,6 +213,11 @@ class ServiceSettings:
             raise ConfigError(
                 "SEMDUP_INGEST is on but no broker is set: set SEMDUP_BROKER_URL (the indexer's Celery broker) "
                 "or SEMDUP_INGEST=0"
+            )
+        if self.max_in_flight < 0:
+            raise ConfigError(
+                f"SEMDUP_MAX_IN_FLIGHT must be >= 0 requests per worker process (0 = no bound), got "
+                f"{self.max_in_flight}"
             )
         if not 1 <= self.max_ingest_posts <= 100_000:
             raise ConfigError(f"max_ingest_posts must be within 1..100000, got {self.max_ingest_posts}")
@@ -310,6 +318,7 @@ class ServiceSettings:
             "field_cache": "SEMDUP_FIELD_CACHE",
             "ingest": "SEMDUP_INGEST",
             "max_ingest_posts": "SEMDUP_MAX_INGEST_POSTS",
+            "max_in_flight": "SEMDUP_MAX_IN_FLIGHT",
         }
         for key, var in env_names.items():
             if env.get(var):
@@ -365,7 +374,7 @@ class ServiceSettings:
                 api_key=str(values["api_key"]) if values.get("api_key") else None,
                 auth=parse_bool("auth", auth_value),
                 max_body_bytes=int(values.get("max_body_bytes", 1 << 20)),
-                max_text_chars=int(values.get("max_text_chars", 100_000)),
+                max_text_chars=int(values.get("max_text_chars", MAX_TEXT_CHARS)),
                 max_k=int(values.get("max_k", 100)),
                 threads=int(values.get("threads", 16)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,
@@ -375,6 +384,7 @@ class ServiceSettings:
                 broker=broker,
                 ingest=None if values.get("ingest") in (None, "") else parse_bool("ingest", values["ingest"]),
                 max_ingest_posts=int(values.get("max_ingest_posts", 1000)),
+                max_in_flight=int(values.get("max_in_flight", cls.max_in_flight)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"a reranker setting is not a number where one is needed ({source}): {exc}") from exc
