@@ -147,11 +147,21 @@ def explicitly_configured() -> bool:
 def _drop_connections() -> None:
     """Forget the connection and producer pools of the previous broker (a test or benchmark switching brokers);
     what Celery itself does after a fork."""
+    from kombu import pools
+
     pool, app._pool = app._pool, None
     if "amqp" in app.__dict__:
         app.amqp._producer_pool = None
-    if pool is not None:
-        pool.force_close_all()
+    if pool is None:
+        return
+    pool.force_close_all()
+    # The closed pool is still kombu's process-wide pool for that broker (``pools.connections``, and the producer
+    # pool built on it): forget both, or pointing the app back at that broker would hand out the closed pool
+    # ("Acquire on closed pool").
+    for group in (pools.connections, pools.producers):
+        for key, value in list(group.items()):  # keys as stored: kombu's EqualityDict keeps hashes
+            if value is pool or getattr(value, "connections", None) is pool:
+                dict.__delitem__(group, key)
 
 
 @dataclass
