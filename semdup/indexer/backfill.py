@@ -117,7 +117,7 @@ def enqueue_backfill(
     """Enqueue ``backfill_batch`` tasks for every pending post as one job (:mod:`semdup.indexer.outcomes`);
     its total is the number of posts enqueued (0: nothing was left to fill). A site's index connected with
     ``semdup enable`` is synced into its companion instead (:func:`semdup.indexer.reconcile.enqueue_sync`)."""
-    from semdup.indexer.tasks import backfill_batch
+    from semdup.core.task_names import BACKFILL_BATCH
 
     check_index_name(index)
     if companion_of(client, index) is not None:
@@ -129,7 +129,7 @@ def enqueue_backfill(
     job = new_job(index, version, total=total)
     record_job(client, job)  # the listed count first, so the job can be followed while it is being enqueued
     calls = (
-        TaskCall(backfill_batch, [index, ids, version])
+        TaskCall(BACKFILL_BATCH, [index, ids, version])
         for ids in chunked(iter_pending_ids(client, index, version), batch_size)
     )
     with progress_bar(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:

@@ -18,7 +18,7 @@ per batch) stay.
 
 Example::
 
-    calls = [TaskCall(tasks.index_posts, [index, posts, version], job.id) for posts in chunked(payload, 64)]
+    calls = [TaskCall(INDEX_POSTS, [index, posts, version], job.id) for posts in chunked(payload, 64)]
     publish(client, job, calls)                  # ledger chunk, publish chunk, job.sent, ... in that order
     ledger_entries(client, job.id)               # {"0": LedgerEntry(seq=0, size=64), ...}
 """
@@ -69,10 +69,12 @@ def task_id(job: str, batch: str) -> str:
 
 @dataclass(frozen=True)
 class TaskCall:
-    """One task message: the task (an object with ``name`` and ``apply_async``), its JSON-native arguments, the
-    job it belongs to and its key in the job's ledger (given by :func:`publish`)."""
+    """One task message: the task's name (:mod:`semdup.core.task_names`), its JSON-native arguments, the job it
+    belongs to and its key in the job's ledger (given by :func:`publish`). Sent by name through the indexer queue's
+    app (:data:`semdup.indexer.celery_app.app`, pointed at the broker by the composition root): a producer never
+    needs the workers' task module."""
 
-    task: Any
+    task: str
     args: list[Any]
     job: str | None = None
     batch: str | None = None
@@ -88,7 +90,9 @@ class TaskCall:
 
     def send(self) -> None:
         tid = task_id(self.job, self.batch) if self.job and self.batch else None
-        self.task.apply_async(args=self.args, kwargs=self.kwargs, task_id=tid)
+        from semdup.indexer.celery_app import app
+
+        app.send_task(self.task, args=self.args, kwargs=self.kwargs, task_id=tid)
 
 
 @dataclass(frozen=True)
@@ -128,11 +132,11 @@ def _record(client: OpenSearch, job: Job, calls: Sequence[TaskCall], first_seq: 
                 "kind": "batch",
                 "job": job.id,
                 "index": job.index,
-                "task": c.task.name.rsplit(".", 1)[-1],
+                "task": c.task.rsplit(".", 1)[-1],
                 "batch": c.batch,
                 "seq": first_seq + n,
                 "size": c.size,
-                "call": {"task": c.task.name, "args": c.args},
+                "call": {"task": c.task, "args": c.args},
                 "at": now,
             },
         }

@@ -113,13 +113,13 @@ def plan_sync(client: OpenSearch, index: str, version: str, companion: str | Non
 
 def enqueue_sync(client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True) -> Job:
     """Plan, then enqueue ``sync_posts`` tasks for every stale or deleted id as one job (total 0: all current)."""
-    from semdup.indexer.tasks import sync_posts
+    from semdup.core.task_names import SYNC_POSTS
 
     plan = plan_sync(client, index, version)
     ids = plan.ids
     job = new_job(index, version, total=len(ids))
     record_job(client, job)
-    calls = [TaskCall(sync_posts, [index, chunk, version]) for chunk in chunked(iter(ids), batch_size)]
+    calls = [TaskCall(SYNC_POSTS, [index, chunk, version]) for chunk in chunked(iter(ids), batch_size)]
     with progress_bar(total=len(ids), desc=f"enqueue sync {index}", unit="post", enabled=progress) as bar:
         publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
     logger.info(

@@ -60,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
+    from semdup.core.task_names import INDEX_POSTS
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.devstack.local_process import any_free_port
     from semdup.devstack.local_redis import LocalRedis
     from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-    from semdup.indexer import ledger, tasks
+    from semdup.indexer import ledger
     from semdup.indexer.bulk import chunked
     from semdup.indexer.celery_app import QUEUE, configure_app
     from semdup.indexer.ledger import TaskCall
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             for way in ("publish", "ledger"):
                 job = new_job("ledger-cost", "v", total=len(posts))
                 batches = chunked(posts, args.batch_size)
-                calls = [TaskCall(tasks.index_posts, ["ledger-cost", b, "v"], job.id) for b in batches]
+                calls = [TaskCall(INDEX_POSTS, ["ledger-cost", b, "v"], job.id) for b in batches]
                 if way == "ledger":
                     record_job(client, job)
                 t0 = time.perf_counter()
