@@ -61,7 +61,7 @@ def table(out: Path | None) -> None:
     Example:
       semdup config table --out docs/settings.md
     """
-    from semdup.apps.settings import settings_table
+    from semdup.apps.settings_report import settings_table
 
     text = settings_table()
     if out is None:

@@ -19,8 +19,8 @@ from semdup.apps.settings import (
     VARIABLES,
     handoff,
     load_settings,
-    settings_table,
 )
+from semdup.apps.settings_report import settings_table
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 
 REPO = Path(semdup.__file__).parents[1]
@@ -50,6 +50,13 @@ def test_every_semdup_variable_in_the_code_is_in_the_table() -> None:
     for path in (REPO / "semdup").rglob("*.py"):
         in_code |= set(re.findall(r"\bSEMDUP_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")))
     assert sorted(in_code - named) == []
+
+
+def test_the_tree_has_one_field_per_section() -> None:
+    from semdup.apps.sections import SECTION_TYPES
+    from semdup.apps.settings import Settings
+
+    assert list(Settings.model_fields) == ["config_file", *SECTION_TYPES]
 
 
 def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
