@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from local_services import throwaway
 
+from semdup.apps.settings import load_settings
 from semdup.core.clients import connect
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
@@ -147,7 +148,7 @@ def opensearch_url(embedded_opensearch: LocalOpenSearch | None) -> Iterator[str]
 def opensearch_settings(opensearch_url: str) -> OpenSearchSettings:
     """Settings for the session's cluster; credentials and TLS come from the environment when it named the URL."""
     if _env_opensearch_url():
-        return OpenSearchSettings.from_env()
+        return load_settings().opensearch_settings()
     return OpenSearchSettings(url=opensearch_url)
 
 

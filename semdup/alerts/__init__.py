@@ -2,12 +2,12 @@
 
 ``flag_duplicates`` ranks posts against their index with the :class:`~semdup.reranker.Reranker` and records the
 candidates past the decision threshold in ``semdup-duplicates`` (:mod:`semdup.alerts.store`); the Celery task
-``FLAG_DUPLICATES`` (:mod:`semdup.alerts.tasks`, loaded by the worker, not imported here) runs it after indexing;
-``list_flags`` reads them back (``semdup duplicates``).
+``FLAG_DUPLICATES`` (:mod:`semdup.alerts.tasks`, loaded by the worker app of :mod:`semdup.apps.worker`, not
+imported here) runs it after indexing; ``list_flags`` reads them back (``semdup duplicates``).
 """
 
 from semdup.alerts.flag import decision_threshold, flag_duplicates
-from semdup.alerts.settings import AlertSettings, flag_duplicates_enabled
+from semdup.alerts.settings import AlertSettings
 from semdup.alerts.store import FLAGS_INDEX, Flag, list_flags
 
 __all__ = [
@@ -16,6 +16,5 @@ __all__ = [
     "Flag",
     "decision_threshold",
     "flag_duplicates",
-    "flag_duplicates_enabled",
     "list_flags",
 ]

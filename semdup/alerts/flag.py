@@ -32,8 +32,6 @@ __all__ = ["Flag", "flag_duplicates", "decision_threshold", "read_posts", "prese
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 30.0
-
 
 def decision_threshold(reranker: Reranker) -> float:
     """The threshold flags are decided at: the calibration's, else the bundle's.

@@ -28,32 +28,15 @@ from opensearchpy import exceptions as os_exc
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_ID_BYTES
-from semdup.index_format.mapping import create_if_missing
+from semdup.index_format.system_indices import FLAGS, ensure
 from semdup.indexer.bulk import bulk_write
 
 __all__ = ["FLAGS_INDEX", "Flag", "flag_id", "ensure_flags_index", "replace_flags", "delete_flags", "list_flags"]
 
 logger = logging.getLogger(__name__)
 
-FLAGS_INDEX = "semdup-duplicates"
-_TIMEOUT = 30.0
+FLAGS_INDEX = FLAGS.name  # semdup-duplicates, declared in semdup.index_format.system_indices
 _PAGE = 1000
-
-_MAPPING: dict[str, Any] = {
-    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
-    "mappings": {
-        "dynamic": "strict",
-        "properties": {
-            "index": {"type": "keyword"},
-            "post_id": {"type": "keyword", "ignore_above": 4096},
-            "candidate_id": {"type": "keyword", "ignore_above": 4096},
-            "probability": {"type": "float"},
-            "score": {"type": "float"},
-            "model": {"type": "keyword"},
-            "flagged_at": {"type": "date"},
-        },
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -109,11 +92,7 @@ def _unavailable(what: str, exc: BaseException) -> OpenSearchUnavailable:
 
 def ensure_flags_index(client: Any, store: str = FLAGS_INDEX) -> None:
     """Create the store with its strict mapping unless it exists (another worker may create it first)."""
-    try:
-        if create_if_missing(client, store, _MAPPING, _TIMEOUT):
-            logger.info("created the duplicate-flag store %s", store)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"creating {store!r}", exc) from exc
+    ensure(client, FLAGS, store)
 
 
 def _of_posts(index: str, post_ids: Sequence[str]) -> dict[str, Any]:
@@ -152,14 +131,12 @@ def replace_flags(
                     f"could not write {len(report.failed)} flags to {store!r} ({report.failed[0][1][:200]}); "
                     "check the cluster's health and disk space"
                 )
-        client.indices.refresh(index=store, request_timeout=_TIMEOUT)
+        client.indices.refresh(index=store)
         keep = [a["_id"] for a in actions]
         query = _of_posts(index, post_ids)
         if keep:
             query["bool"]["must_not"] = [{"ids": {"values": keep}}]
-        resp = client.delete_by_query(
-            index=store, body={"query": query}, conflicts="proceed", refresh=True, request_timeout=_TIMEOUT
-        )
+        resp = client.delete_by_query(index=store, body={"query": query}, conflicts="proceed", refresh=True)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise _unavailable(f"writing flags of {len(post_ids)} posts of {index!r}", exc) from exc
     except os_exc.TransportError as exc:
@@ -174,14 +151,13 @@ def delete_flags(client: Any, index: str, post_ids: Sequence[str], store: str = 
     if not post_ids:
         return 0
     try:
-        if not client.indices.exists(index=store, request_timeout=_TIMEOUT):
+        if not client.indices.exists(index=store):
             return 0
         resp = client.delete_by_query(
             index=store,
             body={"query": _of_posts(index, post_ids)},
             conflicts="proceed",
             refresh=True,
-            request_timeout=_TIMEOUT,
         )
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise _unavailable(f"deleting flags of {len(post_ids)} posts of {index!r}", exc) from exc
@@ -218,10 +194,10 @@ def list_flags(
     }
     out: list[Flag] = []
     try:
-        if not client.indices.exists(index=store, request_timeout=_TIMEOUT):
+        if not client.indices.exists(index=store):
             return []
         while True:
-            hits = client.search(index=store, body=body, request_timeout=_TIMEOUT)["hits"]["hits"]
+            hits = client.search(index=store, body=body)["hits"]["hits"]
             out.extend(Flag.from_json(h["_source"]) for h in hits)
             if len(hits) < _PAGE:
                 return out

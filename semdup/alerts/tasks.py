@@ -1,9 +1,10 @@
 """The Celery task ``FLAG_DUPLICATES`` (index, ids, model_version): flag the likely duplicates of posts just written.
 
-Registered on the indexer's app (``semdup.indexer.celery_app`` lists this module in ``include``), so the same
-``semdup worker`` runs it with the bundle it already loaded; each worker process builds one
-:class:`~semdup.reranker.Reranker` on that bundle and client (its calibration read from ``SEMDUP_CALIBRATION`` or
-beside the bundle), the first time a flagging task arrives.
+Registered on the indexer queue's app; the worker app of the composition root (:mod:`semdup.apps.worker`) loads
+this module beside the indexer's tasks, so the same ``semdup worker`` runs it with the bundle it already loaded;
+each worker process builds one :class:`~semdup.reranker.Reranker` on that bundle and client, with the flagging
+settings the root put in the runtime (the calibration ``SEMDUP_CALIBRATION`` or beside the bundle), the first time
+a flagging task arrives.
 
 The calibration (threshold, Platt) is read again whenever its file changes (``semdup calibrate`` rewrites it from
 moderators' verdicts): the next task flags with the new threshold, no restart needed.
@@ -68,7 +69,7 @@ def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSett
     global _cached
     with _lock:
         same_bundle = _cached is not None and _cached[0] is rt.bundle
-        settings = _cached[3] if _cached is not None and same_bundle else AlertSettings.from_env()
+        settings = _cached[3] if _cached is not None and same_bundle else (rt.alerts or AlertSettings())
         cal_file = Path(settings.calibration or calibration_path(rt.bundle.path))
         stamp = _stamp(cal_file)
         if _cached is None or not same_bundle or _cached[1] != stamp:

@@ -41,6 +41,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "verdicts": ("verdicts_cmd", "verdicts", "Export the moderators' verdicts on flags as labelled JSONL pairs."),
     "calibrate": ("calibrate_cmd", "calibrate", "Fit the flagging threshold from verdicts (and duplicate links)."),
     "demo": ("demo_cmd", "demo", "Run the whole job on the embedded default and print the quality table."),
+    "config": ("config_cmd", "config", "Show the effective settings and where each came from; write their table."),
 }
 
 
@@ -96,11 +97,12 @@ def cli(verbose: int, log_format: str | None) -> None:
       semdup rerank / semdup serve       # query-time reranking
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    from semdup.apps.settings import log_format_setting
     from semdup.core.logs import configure_logging
 
     # text, or one JSON object per line (--log-format / SEMDUP_LOG_FORMAT); a worker's task lines formatted alike
     worker = click.get_current_context().invoked_subcommand == "worker"
-    configure_logging(level, log_format, celery=True if worker else None)
+    configure_logging(level, log_format or log_format_setting(), celery=True if worker else None)
     if verbose == 0:
         # The client logs every failed attempt with a traceback; semdup reports the failure itself, in one line.
         for noisy in ("opensearch", "urllib3", "celery.utils.functional"):
@@ -109,13 +111,14 @@ def cli(verbose: int, log_format: str | None) -> None:
 
 def _json_mode() -> bool:
     """Whether stderr carries JSON records: as configured, or as asked where the error came before that."""
+    from semdup.apps.settings import log_format_setting
     from semdup.core.errors import ConfigError
-    from semdup.core.logs import active_format, log_format_from_env
+    from semdup.core.logs import active_format
 
     fmt = active_format()
     if fmt is None:
         try:
-            fmt = log_format_from_env()
+            fmt = log_format_setting()
         except ConfigError:
             return False
     return fmt == "json"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 __all__ = ["calibrate"]
@@ -41,23 +39,21 @@ def calibrate(index, bundle, links, out, url) -> None:
       semdup calibrate --index travel --bundle artifacts/demo/default-minilm-travel \\
           --links ../shared/data/travel-stackexchange/PostLinks.xml
     """
-    from semdup.alerts.settings import AlertSettings
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.cli.edge import client as edge_client
+    from semdup.cli.edge import settings as tree
     from semdup.review.calibrate import calibrate_site
 
-    bundle = bundle or os.environ.get("SEMDUP_BUNDLE")
+    bundle = bundle or tree().model.bundle
     if not bundle:
         raise click.UsageError("give --bundle (or set SEMDUP_BUNDLE): the bundle the workers flag with")
-    env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
-    client = connect(OpenSearchSettings.from_env(env=env))
-    settings = AlertSettings.from_env()  # the workers' candidate paths, so linked posts rank as flags do
+    client = edge_client(url)
+    settings = tree().alert_settings()  # the workers' candidate paths, so linked posts rank as flags do
     result = calibrate_site(
         client,
         bundle,
         index,
         links=links,
-        out=out or os.environ.get("SEMDUP_CALIBRATION") or None,
+        out=out or tree().model.calibration or None,
         settings=settings.reranker,
         k=settings.k,
     )

@@ -44,9 +44,10 @@ PEER_NOTE = ("both base encoders (all-MiniLM-L6-v2, all-mpnet-base-v2) were trai
 
 
 def _ensure_opensearch() -> str:
-    url = os.environ.get("SEMDUP_OPENSEARCH_URL") or os.environ.get("OPENSEARCH_URL")
-    if url:
-        return url
+    from semdup.cli.edge import settings
+
+    if settings().opensearch is not None:  # a cluster of your own (SEMDUP_OPENSEARCH_URL or the config file)
+        return settings().opensearch.url
     from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
 
     url = running_url()
@@ -57,9 +58,10 @@ def _ensure_opensearch() -> str:
 
 
 def _ensure_broker() -> str:
-    url = os.environ.get("SEMDUP_BROKER_URL")
-    if url:
-        return url
+    from semdup.cli.edge import settings
+
+    if settings().broker is not None:
+        return settings().broker.url
     from semdup.devstack.local_redis import LocalRedis, running_url
 
     return running_url() or LocalRedis().start()
@@ -100,14 +102,13 @@ def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, revie
       semdup demo --skip-neural  # lexical baselines only
       semdup demo --review       # then a review page of flagged Travel duplicates at http://127.0.0.1:8080/review
     """
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.cli.edge import client as edge_client
 
     if review and (skip_neural or paper):
         raise click.UsageError("--review needs the neural default on the Travel index: drop --skip-neural and --paper")
     t0 = time.perf_counter()
     url = _ensure_opensearch()
-    client = connect(OpenSearchSettings.from_env(env={**os.environ, "SEMDUP_OPENSEARCH_URL": url}))
+    client = edge_client(url)
     click.echo(f"OpenSearch: {url}", err=True)
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url}

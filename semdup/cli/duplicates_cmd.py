@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
@@ -29,11 +28,9 @@ def duplicates(index, post_id, min_probability, url, as_json) -> None:
       # post 123: possible duplicate of 87 (p = 0.91, score 0.8123, model hybrid-minilm-5d757ea1c5eb)
     """
     from semdup.alerts.store import list_flags
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.cli.edge import client as edge_client
 
-    env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
-    client = connect(OpenSearchSettings.from_env(env=env))
+    client = edge_client(url)
     flags = list_flags(client, index, post_id=post_id, min_probability=min_probability)
     for f in flags:
         if as_json:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -28,12 +27,10 @@ def _methods(values: tuple[str, ...]) -> list[Method]:
 def _client(url: str | None, needed: bool):
     if not needed:
         return None
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.cli.edge import client
 
     # --opensearch wins over the environment's URL; credentials and TLS settings still come from it
-    env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
-    return connect(OpenSearchSettings.from_env(env=env))
+    return client(url)
 
 
 def _print_table(rows: list[tuple[str, dict[str, float]]], columns: list[str], as_json: bool) -> None:

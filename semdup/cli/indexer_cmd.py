@@ -7,7 +7,6 @@ Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`se
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import Any
 
 import click
 
-from semdup.cli.job_wait import finish_job, sweep_settings, wait_job
+from semdup.cli import edge
+from semdup.cli.job_wait import finish_job, show_parked, sweep_settings, wait_job
 
 __all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
 
@@ -25,10 +25,7 @@ _BUNDLE_HELP = "Model bundle directory or .tar.gz (default: $SEMDUP_BUNDLE)."
 
 
 def _bundle_path(value: str | None) -> str:
-    path = value or os.environ.get("SEMDUP_BUNDLE", "").strip()
-    if not path:
-        raise click.UsageError("no model bundle: pass --bundle PATH or set SEMDUP_BUNDLE")
-    return path
+    return edge.bundle_path(value)
 
 
 def _load_bundle(path: str) -> Any:
@@ -38,29 +35,12 @@ def _load_bundle(path: str) -> Any:
 
 
 def _client() -> Any:
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
-
-    return connect(OpenSearchSettings.from_env())
+    return edge.client()
 
 
 def _broker() -> None:
-    """Point the Celery app at the configured broker and check that it answers."""
-    from semdup.core.settings import BrokerSettings
-    from semdup.indexer.celery_app import visibility_timeout_from_env
-    from semdup.indexer.jobs import connect_broker
-
-    connect_broker(BrokerSettings.from_env().url, visibility_timeout=visibility_timeout_from_env())
-
-
-def _show_parked(client: Any, index: str, limit: int = 20) -> None:
-    from semdup.indexer.parking import iter_parked
-
-    for n, rec in enumerate(iter_parked(client, index)):
-        if n >= limit:
-            click.echo(f"... more: semdup index-posts --index {index} --list-parked")
-            break
-        click.echo(f"  parked {rec.post_id} ({rec.task}): {rec.error[:150]}")
+    """Point the producers' Celery app at the configured broker and check that it answers."""
+    edge.connect_broker()
 
 
 @click.command("worker")
@@ -78,25 +58,26 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     Example:
       SEMDUP_BROKER_URL=redis://127.0.0.1:6379/0 semdup worker --bundle bundles/bow-cnn.tar.gz -c 2
     """
+    from semdup.apps.settings import load_settings
+    from semdup.apps.worker import run_worker
+
     path = _bundle_path(bundle)
     b = _load_bundle(path)  # verify here, so a bad bundle fails once with one line, not in every child
     click.echo(f"worker: bundle {b.version} ({b.arch}), providers {b.session.get_providers() if b.session else []}")
     del b
-    os.environ["SEMDUP_BUNDLE"] = path
-    _client().info(request_timeout=10)
+    settings = load_settings(overrides={"model.bundle": path})  # the tree the worker's processes run with
+    _client().info()
     _broker()
-    from semdup.indexer.celery_app import app
-
-    app.worker_main(
+    run_worker(
+        settings,
         [
-            "worker",
             f"--concurrency={concurrency}",
             f"--queues={queues}",
             f"--pool={pool}",
             f"--loglevel={loglevel}",
             "--without-mingle",
             "--without-gossip",
-        ]
+        ],
     )
 
 
@@ -186,7 +167,7 @@ def index_posts(
         from semdup.indexer.parking import count_parked
 
         click.echo(f"{count_parked(client, index)} parked posts in {index}")
-        _show_parked(client, index, limit=10_000)
+        show_parked(client, index, limit=10_000)
         return
     from semdup.indexer import jobs
 
@@ -231,7 +212,7 @@ def _index_version(client: Any, index: str, bundle: str | None) -> str:
     """The bundle's version when --bundle (or $SEMDUP_BUNDLE) names one, else the model the index is claimed for."""
     from semdup.indexer.backfill import index_version
 
-    if bundle or os.environ.get("SEMDUP_BUNDLE", "").strip():
+    if bundle or edge.settings().model.bundle:
         return str(_load_bundle(_bundle_path(bundle)).version)
     return index_version(client, index)
 

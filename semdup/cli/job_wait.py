@@ -13,15 +13,26 @@ from typing import Any
 
 import click
 
-__all__ = ["WaitReport", "wait_job", "finish_job", "sweep_settings"]
+__all__ = ["WaitReport", "wait_job", "finish_job", "show_parked", "sweep_settings"]
 
 logger = logging.getLogger(__name__)
 
 
-def sweep_settings() -> Any:
-    from semdup.indexer.sweeper import SweepSettings
+def show_parked(client: Any, index: str, limit: int = 20) -> None:
+    """Print the index's parked posts (the first ``limit``), and how to list them all."""
+    from semdup.indexer.parking import iter_parked
 
-    return SweepSettings.from_env()
+    for n, rec in enumerate(iter_parked(client, index)):
+        if n >= limit:
+            click.echo(f"... more: semdup index-posts --index {index} --list-parked")
+            break
+        click.echo(f"  parked {rec.post_id} ({rec.task}): {rec.error[:150]}")
+
+
+def sweep_settings() -> Any:
+    from semdup.cli.edge import settings
+
+    return settings().sweep_settings()
 
 
 class WaitReport:
@@ -71,7 +82,7 @@ def wait_job(client: Any, job: Any, *, timeout: float, label: str) -> Any:
 
 def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: str) -> None:
     """Print a job's result; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
-    from semdup.indexer.celery_app import visibility_timeout_from_env
+    from semdup.cli.edge import settings
     from semdup.indexer.jobs import census
 
     job = done.job
@@ -80,9 +91,7 @@ def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: st
         f"{done.written} posts written to {job.index} with model {job.model_version}, {done.parked} parked{gone}"
     )
     if done.parked:
-        from semdup.cli.indexer_cmd import _show_parked
-
-        _show_parked(client, job.index)
+        show_parked(client, job.index)
     if not done.finished:
         sweep = sweep_settings()
         found = census(client, job, sweep=sweep)  # two reads: a message in flight at one is seen at the other
@@ -93,8 +102,8 @@ def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: st
         advice = (
             "Queued posts are written as soon as a worker takes them: keep a worker running (`semdup worker`); a "
             f"batch whose worker was killed is handed out again after the visibility timeout "
-            f"({visibility_timeout_from_env()} s), and one retried while OpenSearch is unreachable is parked after "
-            f"the retry budget. Follow the job with `{follow} --job {job.id}`"
+            f"({settings().worker.visibility_timeout} s), and one retried while OpenSearch is unreachable is parked "
+            f"after the retry budget. Follow the job with `{follow} --job {job.id}`"
         )
         if found.missing:
             advice += (

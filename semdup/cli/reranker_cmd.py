@@ -54,18 +54,16 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
       semdup rerank --bundle artifacts/bundles/t-scqa-semeval --index questions \\
           --title "Visa on arrival in Qatar?" --body "How long can I stay?" --k 5 --json
     """
-    from semdup.core.clients import connect
+    from semdup.cli.edge import client as edge_client
+    from semdup.core.errors import ConfigError
     from semdup.core.posts import Post
-    from semdup.core.settings import OpenSearchSettings
-    from semdup.reranker import Reranker
+    from semdup.reranker import Reranker, RerankerSettings
 
-    env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
-    client = connect(OpenSearchSettings.from_env(env=env))
+    client = edge_client(url)
     try:
-        rr = Reranker.from_bundle(
-            bundle, client, index, templates=_templates(templates), sparse=sparse, knn=knn, k_candidates=k_candidates
-        )
-    except ValueError as exc:
+        options = RerankerSettings(_templates(templates), sparse=sparse, knn=knn, k_candidates=k_candidates)
+        rr = Reranker.from_bundle(bundle, client, index, options)
+    except (ValueError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
     cands = rr.rank(Post(exclude_id or "_query", title, body), k=k, exclude_id=exclude_id)
     reason = rr.empty_reason() if not cands else None  # raises when the index's posts are not encoded yet
@@ -155,40 +153,29 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
       curl -s -H 'X-API-Key: change-me' -H 'content-type: application/json' \\
            -d '{"title": "Visa on arrival in Qatar?", "body": "", "k": 5}' localhost:8080/v1/rerank
     """
-    from semdup.core.errors import ConfigError
-    from semdup.core.logs import LOG_FORMAT_ENV
-    from semdup.reranker.service import configure_service_logging
-    from semdup.reranker.settings import ServiceSettings, default_workers
+    from semdup.apps.http import configure_service_logging
+    from semdup.apps.settings import HANDOFF_ENV, handoff, load_settings
+    from semdup.reranker.http_protocol import PROTOCOL_PATH
     from semdup.reranker.workers import preflight, run_workers
 
     log_format = configure_service_logging("json" if log_json else None)
-    if workers is None:
-        raw = os.environ.get("SEMDUP_WORKERS", "").strip()
-        if raw and not (raw.isdigit() and 1 <= int(raw) <= 64):
-            raise ConfigError(f"SEMDUP_WORKERS must be a whole number from 1 to 64, got {raw!r}")
-        workers = int(raw) if raw else default_workers()
-    overrides = {"bundle": bundle, "index": index, "templates": templates, "sparse": sparse, "knn": knn}
-    if url:
-        os.environ["SEMDUP_OPENSEARCH_URL"] = url
-    settings = ServiceSettings.from_env(config_file, **overrides)  # fails here, before any worker starts
+    overrides = {
+        "config_file": config_file,
+        "opensearch.url": url,
+        "model.bundle": bundle,
+        "service.index": index,
+        "candidates.templates": templates,
+        "candidates.sparse": sparse,
+        "candidates.knn": knn,
+        "service.workers": workers,
+        "logging.format": log_format,
+    }
+    tree = load_settings(overrides=overrides)
+    settings = tree.service_settings()  # fails here, before any worker starts
+    workers = tree.workers()
     # The workers' own load, once, before any starts (in a process of its own, so this supervisor keeps none of
     # its memory): a bad bundle is one Error line, not workers dying one after the other.
     version = preflight(settings, log_format)
-    # Workers build their app from the environment (uvicorn --factory), so the CLI's choices travel there.
-    env_names = {
-        "bundle": "SEMDUP_BUNDLE",
-        "index": "SEMDUP_INDEX",
-        "templates": "SEMDUP_TEMPLATES",
-        "sparse": "SEMDUP_SPARSE",
-        "knn": "SEMDUP_KNN",
-    }
-    for key, var in env_names.items():
-        if overrides[key] is not None:
-            os.environ[var] = str(overrides[key])
-    if config_file:
-        os.environ["SEMDUP_CONFIG"] = str(config_file)
-    os.environ.setdefault("SEMDUP_OPENSEARCH_URL", settings.opensearch.url)
-    os.environ[LOG_FORMAT_ENV] = log_format  # uvicorn's worker processes are spawned: they read it there
     line = (
         f"serving {settings.bundle} (model {version}) on index {settings.index} at http://{host}:{port} "
         f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})"
@@ -199,16 +186,18 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
             import secrets
 
             # one secret for every worker, so a review login holds in all of them (until this service stops)
-            os.environ["SEMDUP_SESSION_SECRET"] = secrets.token_urlsafe(32)
+            tree = tree.model_copy(
+                update={"review": tree.review.model_copy(update={"session_secret": secrets.token_urlsafe(32)})}
+            )
             line += " (logins last until the service stops: set SEMDUP_SESSION_SECRET to keep them)"
+    # uvicorn's worker processes are spawned: they get the resolved tree, CLI options included, as one variable
+    os.environ[HANDOFF_ENV] = handoff(tree)
     if log_format == "json":
         logger.info(line)
     else:
         click.echo(line, err=True)
-    from semdup.reranker.http_protocol import PROTOCOL_PATH
-
     run_workers(  # raises ConfigError (one Error line, exit 1) when a worker cannot start
-        "semdup.review.app:app_from_env",  # the service with the review page (semdup.review, a layer above)
+        "semdup.apps.http:app_from_env",  # the service with every router (semdup.apps, the composition root)
         http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
         host=host,
         port=port,

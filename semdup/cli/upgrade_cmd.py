@@ -5,7 +5,6 @@ Parses, calls :func:`~semdup.indexer.upgrade.upgrade` or :func:`~semdup.indexer.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import click
@@ -22,10 +21,9 @@ _FIELDS = {
 
 
 def _client() -> Any:
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.cli.edge import client
 
-    return connect(OpenSearchSettings.from_env())
+    return client()
 
 
 def _remove_old(client: Any, alias: str, yes: bool) -> None:
@@ -81,9 +79,9 @@ def upgrade(
     if remove_old:
         _remove_old(client, index, yes)
         return
-    path = bundle or os.environ.get("SEMDUP_BUNDLE", "").strip()
-    if not path:
-        raise click.UsageError("no model bundle: pass --bundle PATH or set SEMDUP_BUNDLE")
+    from semdup.cli.edge import bundle_path
+
+    path = bundle_path(bundle)
     from semdup.bundle.bundle import Bundle
     from semdup.index_format.schema import CandidateFields
     from semdup.indexer.upgrade import upgrade as run_upgrade

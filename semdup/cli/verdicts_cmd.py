@@ -24,12 +24,10 @@ def verdicts(index, out, url) -> None:
     Example:
       semdup verdicts --index travel --out travel-verdicts.jsonl
     """
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.cli.edge import client as edge_client
     from semdup.review.export import ExportReport, export_pairs
 
-    env = {**os.environ, "SEMDUP_OPENSEARCH_URL": url} if url else None
-    client = connect(OpenSearchSettings.from_env(env=env))
+    client = edge_client(url)
     report = ExportReport()
     if out:
         tmp = f"{out}.tmp"

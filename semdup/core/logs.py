@@ -1,8 +1,8 @@
 """How semdup's processes log: plain text for people, or one JSON object per line for log collectors.
 
-One switch, ``SEMDUP_LOG_FORMAT=text|json`` (or ``semdup --log-format``), read once at the edge: the
-``semdup`` CLI, hence ``semdup worker`` (the Celery workers) and ``semdup serve`` (the HTTP service, whose
-uvicorn workers read it again from the environment)::
+One switch, ``SEMDUP_LOG_FORMAT=text|json`` (or ``semdup --log-format``), read once at the edge with the other
+settings (:mod:`semdup.apps.settings`): the ``semdup`` CLI, hence ``semdup worker`` (the Celery workers) and
+``semdup serve`` (the HTTP service, whose uvicorn workers get it in the settings their parent hands them)::
 
     SEMDUP_LOG_FORMAT=json semdup worker --bundle /bundles/current
     {"time": "2026-11-22T20:01:02.345Z", "level": "INFO", "logger": "semdup.indexer.tasks",
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -39,7 +38,6 @@ from semdup.core.errors import ConfigError
 
 __all__ = [
     "configure_logging",
-    "log_format_from_env",
     "active_format",
     "JsonFormatter",
     "ScrubbingFormatter",
@@ -54,7 +52,6 @@ logger = logging.getLogger(__name__)
 
 LOG_FORMAT_ENV = "SEMDUP_LOG_FORMAT"
 LOG_FORMATS = ("text", "json")
-_RETIRED_ENV = "SEMDUP_LOG_JSON"  # the reranker service's old switch, replaced by SEMDUP_LOG_FORMAT
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_CHARS = 8000
@@ -207,19 +204,6 @@ class _StderrHandler(logging.StreamHandler):
         self._configured_stream = value
 
 
-def log_format_from_env(env: Mapping[str, str] | None = None) -> str:
-    """The format ``$SEMDUP_LOG_FORMAT`` asks for (``text`` when unset).
-
-    Raises:
-        ConfigError: a value other than ``text`` or ``json``.
-    """
-    env = os.environ if env is None else env
-    raw = env.get(LOG_FORMAT_ENV, "").strip().lower() or "text"
-    if raw not in LOG_FORMATS:
-        raise ConfigError(f"{LOG_FORMAT_ENV} must be one of {', '.join(LOG_FORMATS)}, got {raw!r}; e.g. json")
-    return raw
-
-
 def active_format() -> str | None:
     """The format of the handler :func:`configure_logging` installed in this process, None before it ran."""
     for handler in logging.getLogger().handlers:
@@ -275,11 +259,11 @@ def configure_logging(
     level: int = logging.WARNING,
     fmt: str | None = None,
     *,
-    env: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
     celery: bool | None = None,
 ) -> str:
-    """Give the root logger one stderr handler in ``fmt`` (default ``$SEMDUP_LOG_FORMAT``, else text).
+    """Give the root logger one stderr handler in ``fmt`` (``text`` or ``json``; default text). The edge passes the
+    format of the settings tree (``SEMDUP_LOG_FORMAT``, :func:`semdup.apps.settings.log_format_setting`).
 
     Only the process edge calls this. Calling it again replaces the handler it installed before. uvicorn's
     loggers are routed through that handler too (their levels are left as they are).
@@ -293,7 +277,7 @@ def configure_logging(
     Raises:
         ConfigError: an unknown format.
     """
-    chosen = (fmt or "").strip().lower() or log_format_from_env(env)
+    chosen = (fmt or "").strip().lower() or "text"
     if chosen not in LOG_FORMATS:
         raise ConfigError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {chosen!r}")
     root = logging.getLogger()
@@ -310,6 +294,4 @@ def configure_logging(
     _hook_uncaught(chosen == "json")
     if celery or (celery is None and (chosen == "json" or "celery" in sys.modules)):
         _hook_celery_task_logger()
-    if (os.environ if env is None else env).get(_RETIRED_ENV):
-        logger.warning("%s is no longer read; set %s=json for JSON log lines", _RETIRED_ENV, LOG_FORMAT_ENV)
     return chosen

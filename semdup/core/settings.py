@@ -1,36 +1,26 @@
-"""Where semdup's OpenSearch cluster and Celery broker are, and how to log in to them.
+"""Where semdup's OpenSearch cluster and Celery broker are, and how to log in to them: the frozen settings the
+clients take (:mod:`semdup.core.clients`), and the helpers every settings reader uses (the config file reader,
+booleans, URLs with their passwords masked).
 
-Read once at the edge (CLI, worker start-up, app factory) and passed down as frozen settings::
+Nothing here reads the environment: the composition root reads every setting once, into one tree
+(:mod:`semdup.apps.settings`), and passes these down::
 
-    settings = OpenSearchSettings.from_env()     # env, else config file; never a dev node behind your back
-    client = connect(settings)                   # semdup.core.clients: checked with GET / ; clear error when down
+    settings = load_settings().opensearch_settings()   # semdup.apps.settings: env, else config file
+    client = connect(settings)                          # semdup.core.clients: checked with GET /
 
-Sources, highest first: environment variables, then one YAML or TOML config file (argument or
-``$SEMDUP_CONFIG``) with ``opensearch:`` and ``broker:`` sections. Only ``semdup demo`` and the tests use the
-embedded local OpenSearch / Redis (:mod:`semdup.devstack`), and they pass its URL explicitly. Environment variables::
-
-    SEMDUP_OPENSEARCH_URL (or OPENSEARCH_URL)   https://search.example.org:9200
-    SEMDUP_OPENSEARCH_USERNAME / _PASSWORD      HTTP basic auth
-    SEMDUP_OPENSEARCH_VERIFY_CERTS              true|false
-    SEMDUP_OPENSEARCH_CA_CERTS                  PEM file of the cluster's CA
-    SEMDUP_OPENSEARCH_TIMEOUT / _MAX_RETRIES    seconds per request / retries on 502-504
-    SEMDUP_AWS_REGION, SEMDUP_AWS_SERVICE       SigV4 for Amazon OpenSearch (es) or Serverless (aoss)
-    SEMDUP_BROKER_URL                           redis://host:6379/0, amqp://user:pass@host//
-
-Passwords never appear in ``repr``, logs or error messages (:func:`redact_url`).
+Only ``semdup demo`` and the tests use the embedded local OpenSearch / Redis (:mod:`semdup.devstack`), and they
+pass its URL explicitly. Passwords never appear in ``repr``, logs or error messages (:func:`redact_url`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.errors import ConfigError
 
 __all__ = [
     "OpenSearchSettings",
@@ -129,23 +119,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _section(data: Mapping[str, Any], name: str, allowed: tuple[str, ...], source: str) -> dict[str, Any]:
-    section = data.get(name) or {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"section {name!r} in {source} must be a mapping, got {type(section).__name__}")
-    unknown = sorted(set(section) - set(allowed))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in section {name!r} of {source}; accepted: {', '.join(allowed)}")
-    return dict(section)
-
-
-def _file_section(config_file: str | Path | None, env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> dict:
-    path = config_file or env.get("SEMDUP_CONFIG")
-    if not path:
-        return {}
-    return _section(load_config_file(path), name, allowed, str(path))
-
-
 @dataclass(frozen=True)
 class OpenSearchSettings:
     """How to reach one OpenSearch cluster. Credentials inside ``url`` are moved to username/password."""
@@ -193,50 +166,6 @@ class OpenSearchSettings:
 
     __str__ = __repr__
 
-    @classmethod
-    def from_env(
-        cls, config_file: str | Path | None = None, env: Mapping[str, str] | None = None
-    ) -> OpenSearchSettings:
-        """Settings from the environment, else the config file.
-
-        Raises:
-            OpenSearchUnavailable: no URL in either.
-            ConfigError: a malformed value or config file.
-        """
-        env = os.environ if env is None else env
-        names = tuple(f.name for f in fields(cls))
-        values: dict[str, Any] = _file_section(config_file, env, "opensearch", names)
-        env_names = {
-            "username": "SEMDUP_OPENSEARCH_USERNAME",
-            "password": "SEMDUP_OPENSEARCH_PASSWORD",
-            "verify_certs": "SEMDUP_OPENSEARCH_VERIFY_CERTS",
-            "ca_certs": "SEMDUP_OPENSEARCH_CA_CERTS",
-            "aws_region": "SEMDUP_AWS_REGION",
-            "aws_service": "SEMDUP_AWS_SERVICE",
-            "timeout": "SEMDUP_OPENSEARCH_TIMEOUT",
-            "max_retries": "SEMDUP_OPENSEARCH_MAX_RETRIES",
-        }
-        url = env.get("SEMDUP_OPENSEARCH_URL") or env.get("OPENSEARCH_URL")
-        if url:
-            values["url"] = url
-        for field_name, var in env_names.items():
-            if env.get(var):
-                values[field_name] = env[var]
-        if "verify_certs" in values:
-            values["verify_certs"] = parse_bool("verify_certs", values["verify_certs"])
-        if "timeout" in values:
-            values["timeout"] = _parse_number("timeout", values["timeout"], float)
-        if "max_retries" in values:
-            values["max_retries"] = _parse_number("max_retries", values["max_retries"], int)
-        if not values.get("url"):
-            raise OpenSearchUnavailable(
-                f"no OpenSearch at SEMDUP_OPENSEARCH_URL, OPENSEARCH_URL or a config file; {START_HINT}"
-            )
-        for key in ("url", "username", "password", "ca_certs", "aws_region", "aws_service"):
-            if values.get(key) is not None:
-                values[key] = str(values[key])
-        return cls(**values)
-
     def with_url(self, url: str) -> OpenSearchSettings:
         return replace(self, url=url)
 
@@ -263,21 +192,3 @@ class BrokerSettings:
         return f"BrokerSettings(url={self.safe_url!r})"
 
     __str__ = __repr__
-
-    @classmethod
-    def from_env(cls, config_file: str | Path | None = None, env: Mapping[str, str] | None = None) -> BrokerSettings:
-        """``$SEMDUP_BROKER_URL``, else the config file's ``broker.url``.
-
-        Raises:
-            BrokerUnavailable: none of those gives a broker.
-        """
-        env = os.environ if env is None else env
-        url = env.get("SEMDUP_BROKER_URL") or _file_section(config_file, env, "broker", ("url",)).get("url")
-        if not url:
-            raise BrokerUnavailable(
-                "no broker at SEMDUP_BROKER_URL or a config file; set SEMDUP_BROKER_URL (for a local run, "
-                "`semdup broker start` prints the URL of an embedded Redis)"
-            )
-        return cls(url=str(url))
-
-

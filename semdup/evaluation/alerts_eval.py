@@ -304,8 +304,8 @@ def _print(run: AlertsRun) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
 
     ap = argparse.ArgumentParser(prog="python -m semdup.evaluation.alerts_eval", description=__doc__.split("\n")[0])
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the run as JSON")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    client = connect(OpenSearchSettings.from_env())
+    client = connect(load_settings().opensearch_settings())
     dump = args.dump or travel_dir()
     run = alerts_run(
         client,

@@ -32,12 +32,13 @@ from typing import Any
 
 from semdup.core.metrics import accuracy_at_k
 from semdup.core.posts import Post
+from semdup.data.paths import default_data_dir
 from semdup.data.stackexchange import load_stackexchange_dump
 from semdup.evaluation.site_index import make_site_alias
 
 __all__ = ["site_corpus", "main"]
 
-_TRAVEL = Path(os.environ.get("SEMDUP_DATA_DIR", "/work/shared/data")) / "travel-stackexchange"
+_TRAVEL = default_data_dir() / "travel-stackexchange"  # SEMDUP_DATA_DIR, else shared/data beside the checkout
 
 
 def site_corpus(n_posts: int, n_queries: int) -> tuple[list[Post], list[Post], dict[str, set[str]]]:
@@ -96,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="Leave the indices in place.")
     args = p.parse_args(argv)
 
+    from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
 
-    client = connect(OpenSearchSettings.from_env())
+    client = connect(load_settings().opensearch_settings())
     alias, own = f"{args.prefix}-posts", f"{args.prefix}-own"
     client.indices.delete(index=f"{args.prefix}-*", ignore_unavailable=True)
     posts, queries, relevant = site_corpus(args.posts, args.queries)

@@ -41,7 +41,6 @@ __all__ = [
 
 SOURCE_META_KEY = "semdup_source"  # in the companion's _meta: {"index", "title", "body"}
 _SUFFIX = ".semdup"
-_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def _mappings(client: OpenSearch, name: str) -> dict[str, dict[str, Any]] | None
     """``concrete index -> mapping`` of an index or alias; None when there is none (asked with ``ignore=404`` so a
     companion that does not exist yet is not logged as a failed request on every first ``enable``)."""
     try:
-        got = client.indices.get_mapping(index=name, request_timeout=_TIMEOUT, ignore=404)
+        got = client.indices.get_mapping(index=name, ignore=404)
     except os_exc.NotFoundError:
         return None
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:

@@ -25,11 +25,9 @@ __all__ = [
     "semdup_props",
     "candidate_fields",
     "common_fields",
-    "create_if_missing",
 ]
 
 MODEL_META_KEY = "semdup_model"
-_TIMEOUT = 30.0
 
 
 def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None) -> dict[str, Any]:
@@ -62,7 +60,7 @@ def semdup_source(fields: dict[str, Any], search: CandidateFields | None = None)
 def mappings(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
     """``concrete index -> its mapping`` for an index or alias."""
     try:
-        mappings = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
+        mappings = client.indices.get_mapping(index=index)
     except os_exc.NotFoundError as exc:
         raise IndexError_(
             f"index {index!r} does not exist; create it with `semdup index-posts --index {index} ...` "
@@ -89,17 +87,3 @@ def candidate_fields(client: OpenSearch, index: str) -> CandidateFields:
 
 def common_fields(mappings: dict[str, dict[str, Any]]) -> CandidateFields:
     return CandidateFields.common(CandidateFields.of_mapping(semdup_props(m)) for m in mappings.values())
-
-
-def create_if_missing(client: OpenSearch, index: str, body: dict[str, Any], timeout: float = _TIMEOUT) -> bool:
-    """Create one of semdup's own stores (parked posts, jobs, duplicate flags) unless it exists; True when this
-    call created it. Workers race to create it first: the loser's ``resource_already_exists_exception`` is fine."""
-    try:
-        if client.indices.exists(index=index, request_timeout=timeout):
-            return False
-        client.indices.create(index=index, body=body, request_timeout=timeout)
-        return True
-    except os_exc.RequestError as exc:
-        if exc.error != "resource_already_exists_exception":
-            raise
-        return False

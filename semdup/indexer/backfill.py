@@ -44,7 +44,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 60.0
+_SCROLL_TIMEOUT = 60.0  # each page of the scan over a whole index (1,000 hits with their fields): a long read
 
 
 def pending_query(version: str, structures: Sequence[str] = ()) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
                 f"{current}"
             )
     try:
-        mapping = client.indices.get_mapping(index=index, request_timeout=_TIMEOUT)
+        mapping = client.indices.get_mapping(index=index)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
     for name, m in mapping.items():
@@ -86,7 +86,7 @@ def count_pending(client: OpenSearch, index: str, version: str) -> int:
     """Posts of ``index`` still missing ``version``'s fields, as of the index's last refresh (near real time)."""
     query = pending_query(version, candidate_fields(client, index).names())
     try:
-        return int(client.count(index=index, body={"query": query}, request_timeout=_TIMEOUT)["count"])
+        return int(client.count(index=index, body={"query": query})["count"])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while counting posts of {index!r}") from exc
 
@@ -101,7 +101,7 @@ def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1
             query={"query": query, "_source": False},
             size=page,
             scroll="5m",
-            request_timeout=_TIMEOUT,
+            request_timeout=_SCROLL_TIMEOUT,
         ):
             yield str(hit["_id"])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
@@ -117,7 +117,7 @@ def enqueue_backfill(
     """Enqueue ``backfill_batch`` tasks for every pending post as one job (:mod:`semdup.indexer.outcomes`);
     its total is the number of posts enqueued (0: nothing was left to fill). A site's index connected with
     ``semdup enable`` is synced into its companion instead (:func:`semdup.indexer.reconcile.enqueue_sync`)."""
-    from semdup.indexer.tasks import backfill_batch
+    from semdup.core.task_names import BACKFILL_BATCH
 
     check_index_name(index)
     if companion_of(client, index) is not None:
@@ -129,7 +129,7 @@ def enqueue_backfill(
     job = new_job(index, version, total=total)
     record_job(client, job)  # the listed count first, so the job can be followed while it is being enqueued
     calls = (
-        TaskCall(backfill_batch, [index, ids, version])
+        TaskCall(BACKFILL_BATCH, [index, ids, version])
         for ids in chunked(iter_pending_ids(client, index, version), batch_size)
     )
     with progress_bar(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:

@@ -1,10 +1,11 @@
-"""The Celery app of the indexing workers, and the per-process state (ONNX bundle, OpenSearch client).
+"""The Celery app of the indexer's queue, its delivery settings, and the per-process state (ONNX bundle, client).
 
-Settings come from the environment only at the edge: ``semdup worker`` (or ``celery -A
-semdup.indexer.celery_app worker``) reads ``SEMDUP_BROKER_URL`` (via ``BrokerSettings.from_env``),
-``SEMDUP_BUNDLE`` and the OpenSearch settings when the worker starts. Nothing connects at import time:
-the app object is lazy, and each worker process loads its bundle once, after fork, in
-``worker_process_init`` (an onnxruntime session must not cross a fork).
+This module reads no settings and names no task module: the composition root (:mod:`semdup.apps.worker`) points
+the app at the broker of the settings tree (:func:`configure_app`), tells it which task modules a worker loads
+(the indexer's and the alerts'), and gives it the loader of a process's :class:`WorkerRuntime`
+(:func:`set_runtime_loader`). Producers send through the same app. Nothing connects at import time: the app
+object is lazy, and each worker process loads its bundle once, after fork, in ``worker_process_init`` (an
+onnxruntime session must not cross a fork).
 
 Delivery guarantees, and why they are safe here (the three states a post ends in: written, parked, or still
 queued on the broker; README.md in this folder):
@@ -21,8 +22,8 @@ queued on the broker; README.md in this folder):
   by :data:`TASK_SOFT_TIME_LIMIT`, 120 s) plus the longest retry countdown it holds before running
   (:class:`~semdup.indexer.retry.RetryPolicy` caps it at a fifth of the visibility timeout, 60 s at most),
   else a held message is handed out twice. Hence :data:`DEFAULT_VISIBILITY_TIMEOUT` = 300 s (120 + 75 with
-  room to spare), not an hour; tests lower it with ``SEMDUP_VISIBILITY_TIMEOUT``. RabbitMQ ignores it (it
-  redelivers on a closed channel).
+  room to spare), not an hour; tests lower it with ``SEMDUP_VISIBILITY_TIMEOUT`` (the settings tree). RabbitMQ
+  ignores it (it redelivers on a closed channel).
 * RabbitMQ (``amqp://``): the broker itself tracks what it delivered, so a consumer whose connection closes
   (a whole worker SIGKILLed: the kernel closes its sockets) has every unacknowledged message put back at once,
   and a message is never in neither place. Set here: publisher confirms (``confirm_publish``: ``apply_async``
@@ -40,8 +41,8 @@ queued on the broker; README.md in this folder):
 from __future__ import annotations
 
 import logging
-import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +57,10 @@ __all__ = [
     "celery_config",
     "configure_app",
     "is_amqp",
-    "visibility_timeout_from_env",
-    "WorkerSettings",
     "WorkerRuntime",
     "runtime",
+    "set_runtime_loader",
+    "explicitly_configured",
     "QUEUE",
     "DEFAULT_VISIBILITY_TIMEOUT",
     "TASK_SOFT_TIME_LIMIT",
@@ -122,13 +123,13 @@ def celery_config(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILI
     }
 
 
-app = Celery("semdup.indexer", include=["semdup.indexer.tasks", "semdup.alerts.tasks"], set_as_current=False)
+app = Celery("semdup.indexer", set_as_current=False)  # the task modules: semdup.apps.worker says which
 _configured = threading.Lock()
 _explicit = False
 
 
 def configure_app(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> Celery:
-    """Point the app at a broker (the CLI and tests call this; workers started by ``celery -A`` use the env)."""
+    """Point the app at a broker (the composition root, the CLI's producers and tests call this)."""
     global _explicit
     with _configured:
         _explicit = True
@@ -136,6 +137,11 @@ def configure_app(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILI
             _drop_connections()
         app.conf.update(celery_config(broker_url, visibility_timeout=visibility_timeout))
     return app
+
+
+def explicitly_configured() -> bool:
+    """Whether :func:`configure_app` pointed the app at a broker (else the root configures it on first use)."""
+    return _explicit
 
 
 def _drop_connections() -> None:
@@ -158,73 +164,42 @@ def _drop_connections() -> None:
                 dict.__delitem__(group, key)
 
 
-@app.on_configure.connect
-def _configure_from_env(sender: Celery, **_: Any) -> None:
-    """Default configuration from the environment, read when the app is first used."""
-    if _explicit:
-        return
-    from semdup.core.settings import BrokerSettings
-
-    url = BrokerSettings.from_env().url
-    sender.conf.update(celery_config(url, visibility_timeout=visibility_timeout_from_env()))
-
-
-def visibility_timeout_from_env() -> int:
-    """``$SEMDUP_VISIBILITY_TIMEOUT`` in whole seconds, else :data:`DEFAULT_VISIBILITY_TIMEOUT` (read at the edge)."""
-    raw = os.environ.get("SEMDUP_VISIBILITY_TIMEOUT", str(DEFAULT_VISIBILITY_TIMEOUT))
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"SEMDUP_VISIBILITY_TIMEOUT must be whole seconds, found {raw!r}; e.g. 300") from exc
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """What one worker process needs: the bundle to run. OpenSearch settings come from ``semdup.core.settings``."""
-
-    bundle_path: str
-
-    @classmethod
-    def from_env(cls) -> WorkerSettings:
-        path = os.environ.get("SEMDUP_BUNDLE", "").strip()
-        if not path:
-            raise ConfigError(
-                "no model bundle for the worker: set SEMDUP_BUNDLE=/path/to/bundle or run "
-                "`semdup worker --bundle /path/to/bundle`"
-            )
-        return cls(bundle_path=path)
-
-
 @dataclass
 class WorkerRuntime:
-    """The per-process bundle (one onnxruntime session), OpenSearch client and retry policy."""
+    """The per-process bundle (one onnxruntime session), OpenSearch client and retry policy, whether the indexing
+    tasks chain duplicate flagging (``SEMDUP_FLAG_DUPLICATES``), and how the flagging task flags (an
+    :class:`semdup.alerts.settings.AlertSettings`, given by the composition root: ``alerts`` sits above this
+    package)."""
 
     bundle: Any
     client: Any
     retry: RetryPolicy
+    flag_duplicates: bool = False
+    alerts: Any = None
 
 
 _runtime: WorkerRuntime | None = None
 _runtime_lock = threading.Lock()
 
 
-def _load_runtime() -> WorkerRuntime:
-    from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+_loader: Callable[[], WorkerRuntime] | None = None
 
-    settings = WorkerSettings.from_env()
-    bundle = Bundle.load(settings.bundle_path)
-    client = connect(OpenSearchSettings.from_env())
-    logger.info(
-        "worker process %d loaded bundle %s (arch %s, dimension %s) from %s",
-        os.getpid(),
-        bundle.version,
-        getattr(bundle, "arch", "?"),
-        getattr(bundle, "dimension", "?"),
-        settings.bundle_path,
-    )
-    return WorkerRuntime(bundle=bundle, client=client, retry=RetryPolicy.from_env(visibility_timeout_from_env()))
+
+def set_runtime_loader(loader: Callable[[], WorkerRuntime] | None) -> None:
+    """How a worker process builds its runtime (the composition root sets it before the pool forks; tests may
+    give their own). The runtime already built in this process, if any, is dropped."""
+    global _loader, _runtime
+    with _runtime_lock:
+        _loader, _runtime = loader, None
+
+
+def _load_runtime() -> WorkerRuntime:
+    if _loader is None:
+        raise ConfigError(
+            "this process has no worker runtime: start workers through the composition root, `semdup worker` or "
+            "`celery -A semdup.apps.worker worker`"
+        )
+    return _loader()
 
 
 def runtime() -> WorkerRuntime:

@@ -39,8 +39,6 @@ __all__ = ["Enabled", "enable_index", "check_site_index"]
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 30.0
-
 
 @dataclass(frozen=True)
 class Enabled:
@@ -130,12 +128,12 @@ def _create(
     body["mappings"]["_meta"] = {MODEL_META_KEY: version, SOURCE_META_KEY: source.as_meta()}
     body["aliases"] = {alias: {"is_write_index": True}}
     try:
-        client.indices.create(index=concrete, body=body, request_timeout=_TIMEOUT)
+        client.indices.create(index=concrete, body=body)
     except os_exc.RequestError as exc:
         if "resource_already_exists_exception" not in str(exc):
             raise IndexError_(f"OpenSearch refused the companion index {concrete!r}: {exc.info or exc}") from exc
         # a concurrent enable, or an earlier one stopped before the alias: put the alias, then complete it
-        client.indices.put_alias(index=concrete, name=alias, request_timeout=_TIMEOUT)
+        client.indices.put_alias(index=concrete, name=alias)
         return _complete(client, alias, version, dimension, wanted, source)
     logger.info("enabled semdup on %s: companion %s (model %s, %s)", index, concrete, version, wanted.describe())
     return Enabled(alias, concrete, True, wanted, source)
@@ -145,7 +143,7 @@ def _complete(
     client: OpenSearch, alias: str, version: str, dimension: int | None, wanted: CandidateFields, source: SourceFields
 ) -> Enabled:
     found = mappings(client, alias)
-    settings = client.indices.get_settings(index=alias, request_timeout=_TIMEOUT)
+    settings = client.indices.get_settings(index=alias)
     targets = []
     for name, mapping in found.items():
         meta = mapping.get("_meta") or {}
@@ -169,7 +167,6 @@ def _complete(
         client.indices.put_mapping(
             index=name,
             body={"_meta": new_meta, "properties": {"semdup": {"properties": missing}}},
-            request_timeout=_TIMEOUT,
         )
         if missing:
             logger.info("companion %s gained semdup.%s; a backfill fills them", name, ", ".join(missing))

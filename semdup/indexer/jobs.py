@@ -2,10 +2,11 @@
 
 The library API under ``semdup index-posts`` and ``semdup backfill``; the CLI only prints what it returns::
 
-    connect_broker(BrokerSettings.from_env().url)            # once, at the edge
+    settings = load_settings()                                # semdup.apps.settings: once, at the edge
+    connect_broker(settings.broker_settings().url)
     ensure_index(client, "travel", dimension=bundle.dimension)
     job = enqueue_posts(client, "travel", read_posts("posts.jsonl"), bundle.version)
-    done = wait_for(client, job, timeout=3600, sweep=SweepSettings.from_env())
+    done = wait_for(client, job, timeout=3600, sweep=settings.sweep_settings())
     print(f"{done.written} written, {done.parked} parked, {done.pending} not done")
     if not done.finished:
         census(client, job)                                   # how many are still on the broker, how many missing
@@ -24,8 +25,9 @@ than the bound (a worker killed between taking a message and recording it as una
 died mid-enqueue) is sent again. Each progress carries what holds the job up (:class:`WaitState`: OpenSearch or
 the broker unreachable and for how long, posts held on the broker), for the caller to print.
 
-Tasks are sent through the task objects of :mod:`semdup.indexer.tasks`; a parked record names its task, and a
-record whose task is not one of those is left parked, with a warning.
+Tasks are sent by name (:mod:`semdup.core.task_names`) through the indexer queue's app, which the composition root
+points at the broker (:mod:`semdup.apps.producers`); a parked record names its task, and a record whose task is not
+one of the indexer's is left parked, with a warning.
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ from semdup.core.logs import scrub
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
 from semdup.core.settings import redact_url
+from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.index_format.mapping import common_fields, semdup_props
 from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer import ledger, tasks
+from semdup.indexer import ledger
 from semdup.indexer.bulk import chunked
 from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT, app, configure_app
 from semdup.indexer.ledger import TaskCall
@@ -79,8 +82,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def ensure_index(
         IndexError_: the index exists but semdup did not create it (a site's index: ``semdup enable`` connects it).
     """
     check_index_name(index)
-    if client.indices.exists(index=index, request_timeout=_TIMEOUT):
+    if client.indices.exists(index=index):
         found = index_mappings(client, index)
         foreign = [name for name, m in found.items() if semdup_props(m) is None]
         if foreign:
@@ -177,20 +178,15 @@ def enqueue_posts(
     payload = [p.to_json() for p in {p.id: p for p in posts}.values()]
     job = new_job(index, model_version, total=len(payload))
     record_job(client, job)
-    calls = [TaskCall(tasks.index_posts, [index, b, model_version], job.id) for b in chunked(payload, batch_size)]
+    calls = [TaskCall(INDEX_POSTS, [index, b, model_version], job.id) for b in chunked(payload, batch_size)]
     publish_job(client, job, calls, "enqueue", progress)
     logger.info("job %s: enqueued %d posts for %s with model %s", job.id, len(payload), index, model_version)
     return job
 
 
-def _short_name(task: Any) -> str:
-    """The name a parked record gives its task (``tasks.Batch.task``, ``parking.park``). Read on call:
-    a task's name evaluates Celery's lazy task proxy, which importing this module must not do."""
-    return task.name.rsplit(".", 1)[-1]
-
-
-def _replayable() -> dict[str, Any]:
-    return {_short_name(t): t for t in (tasks.index_posts, tasks.backfill_batch, tasks.sync_posts, tasks.delete_posts)}
+def _replayable() -> dict[str, str]:
+    """The tasks a parked record may name, by the short name it gives them (``tasks.Batch.task``, ``parking.park``)."""
+    return {name.rsplit(".", 1)[-1]: name for name in (INDEX_POSTS, BACKFILL_BATCH, SYNC_POSTS, DELETE_POSTS)}
 
 
 def replay_batches(
@@ -219,11 +215,11 @@ def replay_batches(
                 name,
             )
             continue
-        if task is tasks.index_posts:
+        if task == INDEX_POSTS:
             items: list[Any] = [r.payload or {"id": r.post_id} for r in recs]
         else:
             items = [r.post_id for r in recs]
-        extra = [] if task is tasks.delete_posts else [model_version]
+        extra = [] if task == DELETE_POSTS else [model_version]
         calls += [TaskCall(task, [index, batch, *extra], job) for batch in chunked(items, batch_size)]
         covered += recs
     return calls, covered

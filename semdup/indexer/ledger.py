@@ -18,7 +18,7 @@ per batch) stay.
 
 Example::
 
-    calls = [TaskCall(tasks.index_posts, [index, posts, version], job.id) for posts in chunked(payload, 64)]
+    calls = [TaskCall(INDEX_POSTS, [index, posts, version], job.id) for posts in chunked(payload, 64)]
     publish(client, job, calls)                  # ledger chunk, publish chunk, job.sent, ... in that order
     ledger_entries(client, job.id)               # {"0": LedgerEntry(seq=0, size=64), ...}
 """
@@ -56,7 +56,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CHUNK = 100  # batches per ledger bulk request (at most ~100 x 64 posts of text) and per `sent` update
-_TIMEOUT = 60.0
+_BULK_TIMEOUT = 60.0  # a ledger chunk is up to 100 batches of posts' text (20 MB): more than a small request
 _MAX_BULK_BYTES = 20 * 1024 * 1024
 _TRANSIENT = (os_exc.ConnectionError, os_exc.ConnectionTimeout)
 
@@ -69,10 +69,12 @@ def task_id(job: str, batch: str) -> str:
 
 @dataclass(frozen=True)
 class TaskCall:
-    """One task message: the task (an object with ``name`` and ``apply_async``), its JSON-native arguments, the
-    job it belongs to and its key in the job's ledger (given by :func:`publish`)."""
+    """One task message: the task's name (:mod:`semdup.core.task_names`), its JSON-native arguments, the job it
+    belongs to and its key in the job's ledger (given by :func:`publish`). Sent by name through the indexer queue's
+    app (:data:`semdup.indexer.celery_app.app`, pointed at the broker by the composition root): a producer never
+    needs the workers' task module."""
 
-    task: Any
+    task: str
     args: list[Any]
     job: str | None = None
     batch: str | None = None
@@ -88,7 +90,9 @@ class TaskCall:
 
     def send(self) -> None:
         tid = task_id(self.job, self.batch) if self.job and self.batch else None
-        self.task.apply_async(args=self.args, kwargs=self.kwargs, task_id=tid)
+        from semdup.indexer.celery_app import app
+
+        app.send_task(self.task, args=self.args, kwargs=self.kwargs, task_id=tid)
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class SentMark:
 
 def _bulk(client: OpenSearch, actions: list[dict[str, Any]], what: str) -> None:
     try:
-        bulk(client, actions, max_chunk_bytes=_MAX_BULK_BYTES, request_timeout=_TIMEOUT, refresh=False)
+        bulk(client, actions, max_chunk_bytes=_MAX_BULK_BYTES, request_timeout=_BULK_TIMEOUT, refresh=False)
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while {what}: {exc}") from exc
     except BulkIndexError as exc:
@@ -128,11 +132,11 @@ def _record(client: OpenSearch, job: Job, calls: Sequence[TaskCall], first_seq: 
                 "kind": "batch",
                 "job": job.id,
                 "index": job.index,
-                "task": c.task.name.rsplit(".", 1)[-1],
+                "task": c.task.rsplit(".", 1)[-1],
                 "batch": c.batch,
                 "seq": first_seq + n,
                 "size": c.size,
-                "call": {"task": c.task.name, "args": c.args},
+                "call": {"task": c.task, "args": c.args},
                 "at": now,
             },
         }
@@ -147,7 +151,6 @@ def _mark_sent(client: OpenSearch, job: Job, sent: int) -> None:
             index=JOBS_INDEX,
             id=f"job/{job.id}",
             body={"doc": {"sent": sent, "sent_at": int(time.time())}},
-            request_timeout=_TIMEOUT,
             retry_on_conflict=3,
         )
     except _TRANSIENT as exc:
@@ -188,14 +191,13 @@ def publish(
 def _scan(client: OpenSearch, job_id: str, kind: str, fields: list[str]) -> Iterable[dict[str, Any]]:
     query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": kind}}]}}
     try:
-        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True, request_timeout=_TIMEOUT)
+        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
         yield from scan(
             client,
             index=JOBS_INDEX,
             query={"query": query, "_source": fields},
             size=2000,
             scroll="2m",
-            request_timeout=_TIMEOUT,
             ignore_unavailable=True,
         )
     except _TRANSIENT as exc:
@@ -235,9 +237,7 @@ def read_calls(client: OpenSearch, job_id: str, keys: Sequence[str]) -> list[tup
     if not keys:
         return []
     try:
-        found = client.mget(
-            index=JOBS_INDEX, body={"ids": [f"batch/{job_id}/{k}" for k in keys]}, request_timeout=_TIMEOUT
-        )
+        found = client.mget(index=JOBS_INDEX, body={"ids": [f"batch/{job_id}/{k}" for k in keys]})
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}'s batches") from exc
     out = []
@@ -255,7 +255,7 @@ def sent_mark(client: OpenSearch, job_id: str) -> SentMark | None:
         OpenSearchUnavailable: the cluster did not answer.
     """
     try:
-        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}", request_timeout=_TIMEOUT)["_source"]
+        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}")["_source"]
     except os_exc.NotFoundError:
         return None
     except _TRANSIENT as exc:
@@ -278,7 +278,6 @@ def forget_batches(client: OpenSearch, job_id: str) -> int:
             body={"query": query},
             conflicts="proceed",
             ignore_unavailable=True,
-            request_timeout=_TIMEOUT,
         )
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while forgetting job {job_id}'s batches") from exc

@@ -29,13 +29,12 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
-from semdup.index_format.mapping import create_if_missing
+from semdup.index_format.system_indices import JOBS, ensure
 
 __all__ = [
     "JOBS_INDEX",
@@ -52,36 +51,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-JOBS_INDEX = "semdup-jobs"
-_TIMEOUT = 30.0
+JOBS_INDEX = JOBS.name  # semdup-jobs, declared in semdup.index_format.system_indices
 _TRANSIENT = (os_exc.ConnectionError, os_exc.ConnectionTimeout)
-
-_MAPPING: dict[str, Any] = {
-    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
-    "mappings": {
-        "dynamic": "strict",
-        "properties": {
-            "kind": {"type": "keyword"},  # "job" or "outcome"
-            "job": {"type": "keyword"},
-            "index": {"type": "keyword"},
-            "model_version": {"type": "keyword"},
-            "task": {"type": "keyword"},
-            "total": {"type": "integer"},
-            "written": {"type": "integer"},
-            "parked": {"type": "integer"},
-            "skipped": {"type": "integer"},
-            "at": {"type": "date", "format": "epoch_second"},
-            # the ledger (semdup.indexer.ledger): a batch's key, order and size, its message (stored, not indexed:
-            # it is only read back to send the batch again), and on the job record the batches published so far
-            "batch": {"type": "keyword"},
-            "seq": {"type": "integer"},
-            "size": {"type": "integer"},
-            "call": {"type": "object", "enabled": False},
-            "sent": {"type": "integer"},
-            "sent_at": {"type": "date", "format": "epoch_second"},
-        },
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -107,46 +78,24 @@ def new_job(index: str, model_version: str, total: int = 0) -> Job:
     return Job(id=uuid.uuid4().hex[:16], index=index, model_version=model_version, total=total)
 
 
-_LEDGER_FIELDS = ("batch", "seq", "size", "call", "sent", "sent_at")
-_current: set[int] = set()  # clients (by id) that saw the jobs index with this mapping in this process
-
-
-def _ensure_index(client: OpenSearch) -> None:
-    """Create the jobs index, or add the ledger's fields to one an older semdup created (once per client)."""
-    if create_if_missing(client, JOBS_INDEX, _MAPPING, _TIMEOUT) or id(client) in _current:
-        _current.add(id(client))
-        return
-    found = client.indices.get_mapping(index=JOBS_INDEX, request_timeout=_TIMEOUT)
-    props = next(iter(found.values()), {}).get("mappings", {}).get("properties", {})
-    missing = {k: _MAPPING["mappings"]["properties"][k] for k in _LEDGER_FIELDS if k not in props}
-    if missing:
-        client.indices.put_mapping(index=JOBS_INDEX, body={"properties": missing}, request_timeout=_TIMEOUT)
-        logger.info("added the ledger fields %s to %s", ", ".join(sorted(missing)), JOBS_INDEX)
-    _current.add(id(client))
-
-
 def ensure_jobs_index(client: OpenSearch) -> None:
     """The jobs index with the current mapping (for the ledger's writers).
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer.
     """
-    try:
-        _ensure_index(client)
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while preparing {JOBS_INDEX}: {exc}") from exc
+    ensure(client, JOBS)
 
 
 def record_job(client: OpenSearch, job: Job) -> None:
     """Write (or update: a backfill knows its total only once it has listed every post) the job's record."""
     body = {"kind": "job", "job": job.id, "index": job.index, "model_version": job.model_version}
     try:
-        _ensure_index(client)
+        ensure(client, JOBS)
         client.update(  # an update, so the ledger's count of published batches (``sent``) is kept
             index=JOBS_INDEX,
             id=f"job/{job.id}",
             body={"doc": {**body, "total": job.total, "at": int(time.time())}, "doc_as_upsert": True},
-            request_timeout=_TIMEOUT,
         )
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while recording job {job.id}: {exc}") from exc
@@ -159,7 +108,7 @@ def read_job(client: OpenSearch, job_id: str) -> Job:
         IndexError_: no such job (the message says where job ids come from).
     """
     try:
-        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}", request_timeout=_TIMEOUT)["_source"]
+        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}")["_source"]
     except os_exc.NotFoundError as exc:
         raise IndexError_(
             f"no index job {job_id!r} in {JOBS_INDEX!r}; use the job id `semdup index-posts` printed when it "
@@ -204,8 +153,8 @@ def record_outcome(
         "at": int(time.time()),
     }
     try:
-        _ensure_index(client)
-        client.index(index=JOBS_INDEX, id=outcome_id(job_id, batch), body=body, request_timeout=_TIMEOUT)
+        ensure(client, JOBS)
+        client.index(index=JOBS_INDEX, id=outcome_id(job_id, batch), body=body)
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(
             f"OpenSearch did not answer while recording batch {batch} of job {job_id}: {exc}"
@@ -221,12 +170,11 @@ def job_counts(client: OpenSearch, job_id: str) -> JobCounts:
     query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "outcome"}}]}}
     aggs = {k: {"sum": {"field": k}} for k in ("written", "parked", "skipped")}
     try:
-        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True, request_timeout=_TIMEOUT)
+        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
         out = client.search(
             index=JOBS_INDEX,
             body={"query": query, "size": 0, "aggs": aggs},
             ignore_unavailable=True,
-            request_timeout=_TIMEOUT,
         )
     except _TRANSIENT as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while counting job {job_id}: {exc}") from exc

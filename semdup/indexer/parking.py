@@ -30,7 +30,7 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import OpenSearchUnavailable
 from semdup.core.logs import scrub
-from semdup.index_format.mapping import create_if_missing
+from semdup.index_format.system_indices import PARKED, ensure
 from semdup.indexer.bulk import bulk_write
 
 __all__ = [
@@ -46,24 +46,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PARKED_INDEX = "semdup-parked"
-_TIMEOUT = 30.0
-
-_MAPPING: dict[str, Any] = {
-    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
-    "mappings": {
-        "dynamic": "strict",
-        "properties": {
-            "index": {"type": "keyword"},
-            "post_id": {"type": "keyword", "ignore_above": 4096},  # kept whole in _source; searchable if shorter
-            "task": {"type": "keyword"},
-            "error": {"type": "text"},
-            "model_version": {"type": "keyword"},
-            "payload": {"type": "object", "enabled": False},
-            "parked_at": {"type": "date", "format": "epoch_second"},
-        },
-    },
-}
+PARKED_INDEX = PARKED.name  # semdup-parked, declared in semdup.index_format.system_indices
 
 
 @dataclass(frozen=True)
@@ -88,7 +71,7 @@ def parked_id(index: str, post_id: str) -> str:
 
 
 def _ensure_index(client: OpenSearch) -> None:
-    create_if_missing(client, PARKED_INDEX, _MAPPING, _TIMEOUT)
+    ensure(client, PARKED)
 
 
 def park(
@@ -129,7 +112,7 @@ def park(
     try:
         _ensure_index(client)
         report = bulk_write(client, actions)
-        client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+        client.indices.refresh(index=PARKED_INDEX)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while parking {len(failures)} posts: {exc}") from exc
     if report.failed:
@@ -159,12 +142,11 @@ def unpark(client: OpenSearch, index: str, post_ids: list[str]) -> int:
             index=PARKED_INDEX,
             body={"query": query, "_source": False, "size": len(post_ids)},
             ignore_unavailable=True,
-            request_timeout=_TIMEOUT,
         )["hits"]["hits"]
         if not hits:
             return 0
         bulk_write(client, [{"_op_type": "delete", "_index": PARKED_INDEX, "_id": h["_id"]} for h in hits])
-        client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+        client.indices.refresh(index=PARKED_INDEX)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while clearing parked posts: {exc}") from exc
     logger.info("forgot %d parked records of %s: the posts are written now", len(hits), index)
@@ -178,12 +160,12 @@ def _query(index: str | None) -> dict[str, Any]:
 def count_parked(client: OpenSearch, index: str | None = None, ids: list[str] | None = None) -> int:
     """Parked records of ``index`` (all when None), optionally only those of ``ids``."""
     try:
-        if not client.indices.exists(index=PARKED_INDEX, request_timeout=_TIMEOUT):
+        if not client.indices.exists(index=PARKED_INDEX):
             return 0
         query: dict[str, Any] = _query(index)
         if ids is not None:
             query = {"bool": {"filter": [query, {"terms": {"post_id": ids}}]}}
-        return int(client.count(index=PARKED_INDEX, body={"query": query}, request_timeout=_TIMEOUT)["count"])
+        return int(client.count(index=PARKED_INDEX, body={"query": query})["count"])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while counting parked posts: {exc}") from exc
 
@@ -191,9 +173,9 @@ def count_parked(client: OpenSearch, index: str | None = None, ids: list[str] | 
 def iter_parked(client: OpenSearch, index: str | None = None, page: int = 500) -> Iterator[ParkedPost]:
     """Every parked record of ``index`` (all indices when None), oldest first."""
     try:
-        if not client.indices.exists(index=PARKED_INDEX, request_timeout=_TIMEOUT):
+        if not client.indices.exists(index=PARKED_INDEX):
             return
-        client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+        client.indices.refresh(index=PARKED_INDEX)
         after: list[Any] | None = None
         while True:
             body: dict[str, Any] = {
@@ -204,7 +186,7 @@ def iter_parked(client: OpenSearch, index: str | None = None, page: int = 500) -
             }
             if after:
                 body["search_after"] = after
-            hits = client.search(index=PARKED_INDEX, body=body, request_timeout=_TIMEOUT)["hits"]["hits"]
+            hits = client.search(index=PARKED_INDEX, body=body)["hits"]["hits"]
             if not hits:
                 return
             for hit in hits:
@@ -236,12 +218,11 @@ def forget_parked(client: OpenSearch, records: list[ParkedPost]) -> int:
                 id=r.record_id or parked_id(r.index, r.post_id),  # records of older semdups have other ids
                 if_seq_no=r.seq_no,
                 if_primary_term=r.primary_term,
-                request_timeout=_TIMEOUT,
             )
             deleted += 1
         except (os_exc.ConflictError, os_exc.NotFoundError):
             continue  # parked again meanwhile, or already gone: keep the newer record
         except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
             raise OpenSearchUnavailable(f"OpenSearch did not answer while clearing parked posts: {exc}") from exc
-    client.indices.refresh(index=PARKED_INDEX, request_timeout=_TIMEOUT)
+    client.indices.refresh(index=PARKED_INDEX)
     return deleted

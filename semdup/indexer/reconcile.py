@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 _PAGE = 1000
 _SCROLL = "5m"
-_TIMEOUT = 60.0
+_SCROLL_TIMEOUT = 60.0  # each page of the scan over a whole site index: a long read, as in backfill
 
 
 @dataclass
@@ -58,7 +58,7 @@ class SyncPlan:
 
 def _scan(client: OpenSearch, index: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
     try:
-        yield from scan(client, index=index, query=body, size=_PAGE, scroll=_SCROLL, request_timeout=_TIMEOUT)
+        yield from scan(client, index=index, query=body, size=_PAGE, scroll=_SCROLL, request_timeout=_SCROLL_TIMEOUT)
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(
             f"OpenSearch stopped answering while reading {what}; run it again when it is back (nothing is lost: "
@@ -113,13 +113,13 @@ def plan_sync(client: OpenSearch, index: str, version: str, companion: str | Non
 
 def enqueue_sync(client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True) -> Job:
     """Plan, then enqueue ``sync_posts`` tasks for every stale or deleted id as one job (total 0: all current)."""
-    from semdup.indexer.tasks import sync_posts
+    from semdup.core.task_names import SYNC_POSTS
 
     plan = plan_sync(client, index, version)
     ids = plan.ids
     job = new_job(index, version, total=len(ids))
     record_job(client, job)
-    calls = [TaskCall(sync_posts, [index, chunk, version]) for chunk in chunked(iter(ids), batch_size)]
+    calls = [TaskCall(SYNC_POSTS, [index, chunk, version]) for chunk in chunked(iter(ids), batch_size)]
     with progress_bar(total=len(ids), desc=f"enqueue sync {index}", unit="post", enabled=progress) as bar:
         publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
     logger.info(

@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,14 +78,13 @@ class RetryPolicy:
         return self.cap_s * (1.0 + _JITTER)
 
     @classmethod
-    def from_env(cls, visibility_timeout: float) -> RetryPolicy:
-        """``$SEMDUP_RETRY_BUDGET`` seconds (default 1800), waits capped to fit ``visibility_timeout`` (the edge)."""
-        raw = os.environ.get("SEMDUP_RETRY_BUDGET", str(DEFAULT_RETRY_BUDGET))
-        try:
-            budget = float(raw)
-        except ValueError:
-            budget = -1.0
-        if budget < 0:
-            raise ConfigError(f"SEMDUP_RETRY_BUDGET must be seconds >= 0, found {raw!r}; e.g. 1800")
+    def within(cls, budget_s: float, visibility_timeout: float) -> RetryPolicy:
+        """A policy of ``budget_s`` seconds (``SEMDUP_RETRY_BUDGET``) whose waits fit ``visibility_timeout``.
+
+        Raises:
+            ConfigError: a negative budget.
+        """
+        if budget_s < 0:
+            raise ConfigError(f"SEMDUP_RETRY_BUDGET must be seconds >= 0, found {budget_s!r}; e.g. 1800")
         cap = max(1.0, min(MAX_RETRY_WAIT, visibility_timeout / 5))
-        return cls(budget_s=budget, first_s=min(2.0, cap), cap_s=cap)
+        return cls(budget_s=budget_s, first_s=min(2.0, cap), cap_s=cap)

@@ -69,7 +69,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 30.0
 _OWN_FIELDS = SourceFields("", "title", "body")  # where an index semdup created keeps the text it encodes
 # Posts per encoder call and bulk request inside index_batch: a default 64-post task goes as two 32-post requests,
 # the second encoded while the first is indexed. benchmarks/indexing.py on the idle 2-core machine (3 runs each,
@@ -195,15 +194,13 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> Candidat
         semdup_props = index_mapping.semdup_props(mapping)
         missing = missing_semdup_fields(semdup_props) if semdup_props is not None else {}
         if missing:
-            client.indices.put_mapping(
-                index=name, body={"properties": {"semdup": {"properties": missing}}}, request_timeout=_TIMEOUT
-            )
+            client.indices.put_mapping(index=name, body={"properties": {"semdup": {"properties": missing}}})
             logger.info("index %s gained semdup.%s (mapping written by an older semdup)", name, ", ".join(missing))
         if current == version:
             continue
         # put_mapping replaces _meta as a whole: keep the keys the index's owner put there.
         meta = {**(mapping.get("_meta") or {}), MODEL_META_KEY: version}
-        client.indices.put_mapping(index=name, body={"_meta": meta}, request_timeout=_TIMEOUT)
+        client.indices.put_mapping(index=name, body={"_meta": meta})
         logger.info("index %s claimed for model %s", name, version)
     return index_mapping.common_fields(mappings)
 
@@ -300,7 +297,6 @@ def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: Bat
             index=index,
             body={"ids": list(ids)},
             _source_includes=[title_field, body_field],
-            request_timeout=_TIMEOUT,
         )["docs"]
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading {len(ids)} posts of {index!r}") from exc

@@ -31,14 +31,13 @@ single. A job nobody waits on (``--no-wait``) is swept when someone follows it (
 
 Example::
 
-    sweeper = Sweeper(client, app, job, SweepSettings.from_env())
+    sweeper = Sweeper(client, app, job, load_settings().sweep_settings())   # semdup.apps.settings, at the edge
     found = sweeper.sweep()       # Sweep(batches=32, done=20, queued=12, missing=(), resent=(), ...)
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,23 +66,11 @@ class SweepSettings:
 
     def __post_init__(self) -> None:
         if not self.after_s > 0:
-            raise ValueError(f"after_s must be positive seconds, got {self.after_s}")
+            raise ConfigError(f"SEMDUP_SWEEP_AFTER must be seconds > 0, found {self.after_s!r}; e.g. 300")
 
     @property
     def every_s(self) -> float:
         return min(30.0, max(1.0, self.after_s / 4))
-
-    @classmethod
-    def from_env(cls) -> SweepSettings:
-        """``$SEMDUP_SWEEP_AFTER`` seconds (default 300), read at the edge."""
-        raw = os.environ.get("SEMDUP_SWEEP_AFTER", str(DEFAULT_SWEEP_AFTER))
-        try:
-            after = float(raw)
-        except ValueError:
-            after = -1.0
-        if not after > 0:
-            raise ConfigError(f"SEMDUP_SWEEP_AFTER must be seconds > 0, found {raw!r}; e.g. 300")
-        return cls(after_s=after)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,6 @@ __all__ = ["read_source_posts", "site_indices", "sync_batch", "companion_for"]
 
 logger = logging.getLogger(__name__)
 
-_TIMEOUT = 30.0
-
 
 def companion_for(client: OpenSearch, index: str, version: str | None = None) -> tuple[str, SourceFields]:
     """The companion (for model ``version``: :func:`~semdup.index_format.companion.pinned_companion`) and source
@@ -66,7 +64,7 @@ def read_source_posts(
     concrete = concrete if concrete is not None else site_indices(client, source)
     docs = [{"_index": name, "_id": str(i)} for name in concrete for i in ids]
     try:
-        resp = client.mget(body={"docs": docs}, _source_includes=[source.title, source.body], request_timeout=_TIMEOUT)
+        resp = client.mget(body={"docs": docs}, _source_includes=[source.title, source.body])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(
             f"OpenSearch did not answer while reading {len(ids)} posts of {source.index!r}"

@@ -37,7 +37,6 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core import task_names
 from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
-from semdup.core.flagging import flag_duplicates_enabled
 from semdup.indexer import outcomes, parking, semantic, sync, worker_metrics
 from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
 from semdup.indexer.retry import MAX_RETRY_WAIT
@@ -55,7 +54,7 @@ __all__ = [
 ]
 
 logger = get_task_logger(__name__)
-worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless SEMDUP_METRICS_PORT is set
+worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless the worker app turns them on
 
 
 class OtherBundle(SemdupError):
@@ -326,7 +325,7 @@ def sync_posts(
 def _flag_later(rt: WorkerRuntime, index: str, ids: list[str], model_version: str) -> None:
     """With ``SEMDUP_FLAG_DUPLICATES=1``, send the written posts to the duplicate flagging task (by name: it lives in
     :mod:`semdup.alerts`, above this package). A failure to send is logged, never fails the write."""
-    if not ids or not flag_duplicates_enabled():
+    if not ids or not rt.flag_duplicates:
         return
     try:
         app.send_task(task_names.FLAG_DUPLICATES, args=[index, ids, model_version])

@@ -49,7 +49,6 @@ __all__ = ["UPGRADE_META_KEY", "UpgradeResult", "Removed", "upgrade", "remove_ol
 logger = logging.getLogger(__name__)
 
 UPGRADE_META_KEY = "semdup_upgrade"  # in the new companion's _meta until the upgrade finished: {"from": version}
-_TIMEOUT = 30.0
 _RESUME = "run the same command again: it resumes where the indices stand (nothing written is lost)"
 
 
@@ -139,7 +138,7 @@ def upgrade(
 
 def _concrete(client: OpenSearch, pattern: str) -> dict[str, dict[str, Any]]:
     """``name -> mapping`` of the concrete indices matching ``pattern`` (none: empty)."""
-    got = client.indices.get_mapping(index=pattern, allow_no_indices=True, request_timeout=_TIMEOUT)
+    got = client.indices.get_mapping(index=pattern, allow_no_indices=True)
     return {k: v.get("mappings") or {} for k, v in got.items()}
 
 
@@ -275,7 +274,7 @@ def _new_companion(
         UPGRADE_META_KEY: {"from": ",".join(sorted(str(_meta(m).get(MODEL_META_KEY)) for m in behind.values()))},
     }
     try:
-        client.indices.create(index=new, body=body, request_timeout=_TIMEOUT)
+        client.indices.create(index=new, body=body)
     except os_exc.RequestError as exc:
         raise IndexError_(f"OpenSearch refused the new companion index {new!r}: {exc.info or exc}") from exc
     logger.info("upgrade of %s: created %s for model %s (%s)", index, new, bundle.version, wanted.describe())
@@ -307,7 +306,7 @@ def _catch_up(
             result.removed += len(done.missing)
             result.unencodable.extend(f for f in done.failed if f[0] not in skip)
             bar.update(len(chunk))
-    client.indices.refresh(index=result.new_index, request_timeout=_TIMEOUT)
+    client.indices.refresh(index=result.new_index)
     return len(todo)
 
 
@@ -318,7 +317,7 @@ def _switch(client: OpenSearch, index: str, alias: str, new: str, old: list[str]
         raise IndexError_(f"the new companion {new!r} was removed or replaced during the upgrade; {_RESUME}")
     actions: list[dict[str, Any]] = [{"remove": {"index": name, "alias": alias}} for name in old]
     actions.append({"add": {"index": new, "alias": alias, "is_write_index": True}})
-    client.indices.update_aliases(body={"actions": actions}, request_timeout=_TIMEOUT)
+    client.indices.update_aliases(body={"actions": actions})
     logger.info("upgrade of %s: alias %s switched from %s to %s", index, alias, ", ".join(old), new)
 
 
@@ -326,7 +325,7 @@ def _finish(client: OpenSearch, new: str, mapping: dict[str, Any]) -> None:
     """Drop the unfinished-upgrade mark (``put_mapping`` replaces ``_meta`` as a whole)."""
     meta = _meta(mapping)
     meta.pop(UPGRADE_META_KEY, None)
-    client.indices.put_mapping(index=new, body={"_meta": meta}, request_timeout=_TIMEOUT)
+    client.indices.put_mapping(index=new, body={"_meta": meta})
 
 
 def remove_old(client: OpenSearch, index: str, *, dry_run: bool = False) -> Removed:
@@ -350,7 +349,7 @@ def remove_old(client: OpenSearch, index: str, *, dry_run: bool = False) -> Remo
         every = _concrete(client, f"{alias}-*")
         old = sorted(n for n in every if n not in behind)
         if old and not dry_run:
-            client.indices.delete(index=",".join(old), request_timeout=_TIMEOUT)
+            client.indices.delete(index=",".join(old))
             logger.info("removed old companions of %s: %s", index, ", ".join(old))
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while removing old companions of {index!r}") from exc

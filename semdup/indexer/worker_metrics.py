@@ -1,10 +1,11 @@
 """Prometheus metrics of the indexing workers: posts indexed, posts parked, task failures, batch latency.
 
-Off unless ``SEMDUP_METRICS_PORT`` is set. Then the worker's main process serves ``/metrics`` on that port
-(``prometheus_client.start_http_server``) and every pool process writes its counts to memory-mapped files in
-``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode), so the numbers of all Celery prefork
-children add up in one scrape, and a child that is replaced keeps its counts. Without the variable a private
-folder is made. The folder's old ``*.db`` files are removed when the worker starts: they belong to an earlier run.
+Off unless a port is set (``SEMDUP_METRICS_PORT``, the ``metrics`` section of the settings tree, which the worker
+app of :mod:`semdup.apps.worker` hands to :func:`configure`). Then the worker's main process serves ``/metrics``
+on that port (``prometheus_client.start_http_server``) and every pool process writes its counts to memory-mapped
+files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode), so the numbers of all Celery prefork
+children add up in one scrape, and a child that is replaced keeps its counts. Without that folder a private
+one is made. The folder's old ``*.db`` files are removed when the worker starts: they belong to an earlier run.
 
 Nothing here touches the task code: the numbers come from Celery's task signals, connected by
 :func:`connect_signals` (``semdup.indexer.tasks`` calls it at import)::
@@ -41,6 +42,7 @@ from semdup.core.errors import ConfigError
 __all__ = [
     "WorkerMetricsSettings",
     "WorkerMetrics",
+    "configure",
     "metrics",
     "enable_multiprocess",
     "start_metrics_server",
@@ -72,23 +74,6 @@ class WorkerMetricsSettings:
     def __post_init__(self) -> None:
         if self.port is not None and not 1 <= self.port <= 65535:
             raise ConfigError(f"{METRICS_PORT_ENV} must be a TCP port 1-65535, got {self.port}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerMetricsSettings:
-        """``$SEMDUP_METRICS_PORT`` (unset or empty: off), ``$SEMDUP_METRICS_ADDR``, ``$PROMETHEUS_MULTIPROC_DIR``."""
-        env = os.environ if env is None else env
-        raw = env.get(METRICS_PORT_ENV, "").strip()
-        port: int | None = None
-        if raw:
-            try:
-                port = int(raw)
-            except ValueError as exc:
-                raise ConfigError(f"{METRICS_PORT_ENV} must be a TCP port number, got {raw!r}; e.g. 9108") from exc
-        return cls(
-            port=port,
-            addr=env.get(METRICS_ADDR_ENV, "").strip() or "0.0.0.0",
-            multiproc_dir=env.get(MULTIPROC_DIR_ENV, "").strip() or None,
-        )
 
 
 class WorkerMetrics:
@@ -171,7 +156,7 @@ def enable_multiprocess(directory: str | None = None) -> Path:
 
     Must run in the worker's main process before the pool forks and before any metric exists.
     """
-    path = Path(directory or os.environ.get(MULTIPROC_DIR_ENV) or tempfile.mkdtemp(prefix="semdup-metrics-"))
+    path = Path(directory or tempfile.mkdtemp(prefix="semdup-metrics-"))
     try:
         path.mkdir(parents=True, exist_ok=True)
         for old in path.glob("*.db"):
@@ -213,7 +198,7 @@ def start_metrics_server(settings: WorkerMetricsSettings) -> Any:
             f"cannot serve worker metrics on {settings.addr}:{settings.port} ({exc}); "
             f"choose a free port with {METRICS_PORT_ENV}"
         ) from exc
-    _started["server"] = server
+    _started["server"], _started["dir"] = server, str(path)
     logger.info("worker metrics on http://%s:%d/metrics (multiprocess dir %s)", settings.addr, settings.port, path)
     return server
 
@@ -233,9 +218,17 @@ def _elapsed(task_id: str | None) -> float | None:
     return None if start is None else time.monotonic() - start
 
 
+_settings: dict[str, WorkerMetricsSettings] = {}
+
+
+def configure(settings: WorkerMetricsSettings) -> None:
+    """Where this worker serves ``/metrics`` (the composition root calls it before the worker starts)."""
+    _settings["current"] = settings
+
+
 def _on_worker_init(**_: Any) -> None:
     try:
-        start_metrics_server(WorkerMetricsSettings.from_env())
+        start_metrics_server(_settings.get("current") or WorkerMetricsSettings())
     except ConfigError as exc:
         logger.error("worker metrics are off: %s", exc)
 
@@ -290,13 +283,17 @@ def _on_process_shutdown(**_: Any) -> None:
 
 
 def _enabled() -> bool:
-    return bool(os.environ.get(METRICS_PORT_ENV, "").strip()) and bool(os.environ.get(MULTIPROC_DIR_ENV))
+    """Metrics are on in this process: the main process serves them (a pool child inherits that at fork)."""
+    return "dir" in _started
 
 
-def connect_signals() -> None:
-    """Connect the handlers to Celery's signals (idempotent). Cheap when metrics are off: handlers return at once."""
+def connect_signals(settings: WorkerMetricsSettings | None = None) -> None:
+    """Connect the handlers to Celery's signals (idempotent), and :func:`configure` ``settings`` when given. Cheap
+    when metrics are off: handlers return at once."""
     from celery import signals
 
+    if settings is not None:
+        configure(settings)
     if _started.get("signals"):
         return
     signals.worker_init.connect(_on_worker_init, weak=False)

@@ -1,7 +1,8 @@
 """Query-time reranking: candidates from OpenSearch templates (plus learned-sparse and k-NN), fused with the bundle.
 
-The service (``semdup serve``) is :func:`semdup.reranker.service.create_app`; it is not imported here so that
-using the :class:`Reranker` from Python does not import FastAPI.
+The HTTP service's features are the routers of :mod:`semdup.reranker.routers`, composed by the composition root
+(:func:`semdup.apps.http.create_app`, what ``semdup serve`` runs); they are not imported here so that using the
+:class:`Reranker` from Python does not import FastAPI.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ __all__ = ["BATCH", "TaskSender", "CelerySender", "Enqueued", "EnqueueFailed", "
 logger = logging.getLogger(__name__)
 
 BATCH = 64  # posts or ids per task: the batch `semdup index-posts` sends, small enough to retry whole
-_TIMEOUT = 5.0  # seconds to connect to / write to the broker before a request gets its 503
+_BROKER_TIMEOUT = 5.0  # seconds to connect to / write to the broker before a request gets its 503
 # A publish that fails is tried again twice within about a second (a broker restarting), then given up: the
 # caller is waiting on an HTTP request and gets a 503 it can retry, rather than a hung thread.
 _RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.4, "interval_max": 0.6}
@@ -42,7 +42,7 @@ class CelerySender:
     Thread-safe (kombu's producer pool), so the service's request threads share one.
     """
 
-    def __init__(self, broker_url: str, *, queue: str = INDEXER_QUEUE, timeout: float = _TIMEOUT) -> None:
+    def __init__(self, broker_url: str, *, queue: str = INDEXER_QUEUE, timeout: float = _BROKER_TIMEOUT) -> None:
         from celery import Celery
 
         self.queue = queue

@@ -182,21 +182,16 @@ class Reranker:
         path: str | Path,
         client: Any,
         index: str,
-        templates: Sequence[str] = ("bm25",),
-        variant: str = "text",
-        sparse: bool = False,
-        knn: bool | None = None,
-        k_candidates: int = 100,
-        search_timeout: float = 5.0,
+        options: RerankerSettings | None = None,
+        *,
         calibration: str | Path | None = None,
         intra_op_threads: int | None = None,
-        field_cache: int = 0,
     ) -> Reranker:
-        """Load and verify the bundle, read its calibration (``<bundle>.calibration.json``) when present."""
+        """Load and verify the bundle, read its calibration (``calibration``, else ``<bundle>.calibration.json``)
+        when present; ``options`` are the candidate paths (default: BM25 text, k-NN wherever mapped)."""
         bundle = Bundle.load(path, intra_op_threads=intra_op_threads)
-        settings = RerankerSettings(tuple(templates), variant, sparse, knn, k_candidates, search_timeout, field_cache)
         cal = load_calibration(calibration or calibration_path(path), bundle.version)
-        return cls(bundle, client, index, settings, cal)
+        return cls(bundle, client, index, options or RerankerSettings(), cal)
 
     @property
     def version(self) -> str:

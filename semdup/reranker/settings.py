@@ -1,34 +1,8 @@
-"""Settings of the reranker and its HTTP service: one frozen dataclass, read at the edge (CLI, app factory).
+"""Settings of the reranker and its HTTP service as the layers take them: frozen dataclasses, no environment.
 
-Sources, highest first: environment variables, the ``reranker:`` section of the config file
-(``$SEMDUP_CONFIG``, YAML or TOML, the :mod:`semdup.core.settings` pattern), then the defaults below::
-
-    SEMDUP_BUNDLE               the model bundle (directory or .tar.gz)            required
-    SEMDUP_INDEX                the index a request without "index" searches        required
-    SEMDUP_INDICES              comma-separated indices/aliases requests may name   SEMDUP_INDEX only
-    SEMDUP_TEMPLATES            comma-separated lexical models (bm25,lmj,dfr,ib)    bm25
-    SEMDUP_TEMPLATE_VARIANT     text (title + body) or title                        text
-    SEMDUP_SPARSE               add learned-sparse candidates                       false
-    SEMDUP_KNN                  k-NN candidates: true, false, or auto (where mapped) auto
-    SEMDUP_K_CANDIDATES         candidates per retrieval path                       100
-    SEMDUP_API_KEY              one key clients send in X-API-Key (every index)     required unless auth off
-    SEMDUP_API_KEYS             keys limited to some indices (format below)         none
-    SEMDUP_AUTH                 "off" turns access control off (explicitly)         on
-    SEMDUP_MAX_BODY_BYTES       request bodies above this get 413                   1 MiB
-    SEMDUP_MAX_TEXT_CHARS       title or body above this gets 422                   100000
-    SEMDUP_MAX_K                most candidates a request may ask for               100
-    SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
-    SEMDUP_THREADS              request threads per worker process                  16
-    SEMDUP_MAX_IN_FLIGHT        requests in flight per worker; past it 503 (0 = off) 4
-    SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
-    SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
-    SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
-    SEMDUP_INGEST               the /v1/posts endpoints (HTTP ingest) on or off      on if a broker is set
-    SEMDUP_MAX_INGEST_POSTS     most posts or ids one ingest request may carry       1000
-    SEMDUP_SESSION_SECRET       signs the review page's session cookies (>= 32 chars) random per start
-    SEMDUP_SESSION_MAX_AGE      seconds a review login lasts                        43200 (12 h)
-    SEMDUP_POST_URL             a post's page on the site, {id} (and {index}) filled none
-    SEMDUP_REVIEW_STATS_TTL     seconds the review metrics read from the cluster are kept  60
+The composition root reads them, with every other setting, into one tree (:mod:`semdup.apps.settings`; the
+variables are listed in ``docs/settings.md``) and hands :class:`ServiceSettings` to the HTTP app and
+:class:`RerankerSettings` (the candidate paths) to the service and the flagging workers alike.
 
 Access (:class:`ApiKey`): a request names an ``index`` only from the allow-list ``SEMDUP_INDICES`` (plus
 ``SEMDUP_INDEX``), compared as exact strings, so patterns (``*``, ``_all``, ``a,b``), other indices and aliases
@@ -46,9 +20,8 @@ by ``|``; the name is recorded with the reviewer's verdicts (else ``key-`` and 8
 
     SEMDUP_API_KEYS='k1:travel,mod7:travel:review:alice,ops2:*:search|review'
 
-OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`, the broker the
-ingest endpoints send tasks to from :class:`~semdup.core.settings.BrokerSettings` (``SEMDUP_BROKER_URL``), the
-log format from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`).
+OpenSearch itself (URL, auth, TLS) is a :class:`semdup.core.settings.OpenSearchSettings`, the broker the ingest
+endpoints send tasks to a :class:`~semdup.core.settings.BrokerSettings` (``SEMDUP_BROKER_URL``).
 """
 
 from __future__ import annotations
@@ -63,10 +36,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from semdup.core.errors import BrokerUnavailable, ConfigError
+from semdup.core.errors import ConfigError
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_TEXT_CHARS
-from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, parse_bool
+from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
 
@@ -76,6 +49,7 @@ __all__ = [
     "ApiKey",
     "SCOPES",
     "parse_api_keys",
+    "api_keys_of",
     "usable_cpus",
     "default_workers",
 ]
@@ -225,7 +199,7 @@ def parse_api_keys(text: str, source: str = "SEMDUP_API_KEYS") -> tuple[ApiKey, 
     return tuple(out)
 
 
-def _api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
+def api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
     """``api_keys`` from the environment's string or a config file's mapping ``{key: [indices] | "*"}``."""
     if value is None or value == "":
         return ()
@@ -260,7 +234,8 @@ def _api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    """Everything ``create_app`` needs; build it with :meth:`from_env` at the edge, then pass it down.
+    """Everything ``create_app`` needs; the composition root builds it from the settings tree
+    (:meth:`semdup.apps.settings.Settings.service_settings`) and passes it down.
 
     ``indices`` are the served indices (``index`` first; it is added when missing); ``api_key`` may search all of
     them, each of ``api_keys`` those it lists.
@@ -409,132 +384,3 @@ class ServiceSettings:
     def default_index(self, allowed: tuple[str, ...]) -> str:
         """The index a request that names none searches: ``index`` when allowed, else the key's first one."""
         return self.index if self.index in allowed else allowed[0]
-
-    @classmethod
-    def from_env(
-        cls,
-        config_file: str | Path | None = None,
-        env: Mapping[str, str] | None = None,
-        **overrides: Any,
-    ) -> ServiceSettings:
-        """Settings from the environment, else the config file's ``reranker:`` section; ``overrides`` win (CLI).
-
-        Raises:
-            ConfigError: a missing bundle/index, a malformed value, no API key while auth is on.
-        """
-        env = os.environ if env is None else env
-        path = config_file or env.get("SEMDUP_CONFIG")
-        values: dict[str, Any] = {}
-        if path:
-            section = load_config_file(path).get("reranker") or {}
-            if not isinstance(section, dict):
-                raise ConfigError(f"section 'reranker' in {path} must be a mapping")
-            values.update(section)
-        env_names = {
-            "bundle": "SEMDUP_BUNDLE",
-            "index": "SEMDUP_INDEX",
-            "indices": "SEMDUP_INDICES",
-            "templates": "SEMDUP_TEMPLATES",
-            "variant": "SEMDUP_TEMPLATE_VARIANT",
-            "sparse": "SEMDUP_SPARSE",
-            "knn": "SEMDUP_KNN",
-            "k_candidates": "SEMDUP_K_CANDIDATES",
-            "api_key": "SEMDUP_API_KEY",
-            "api_keys": "SEMDUP_API_KEYS",
-            "auth": "SEMDUP_AUTH",
-            "max_body_bytes": "SEMDUP_MAX_BODY_BYTES",
-            "max_text_chars": "SEMDUP_MAX_TEXT_CHARS",
-            "max_k": "SEMDUP_MAX_K",
-            "search_timeout": "SEMDUP_SEARCH_TIMEOUT",
-            "threads": "SEMDUP_THREADS",
-            "onnx_threads": "SEMDUP_ONNX_THREADS",
-            "calibration": "SEMDUP_CALIBRATION",
-            "field_cache": "SEMDUP_FIELD_CACHE",
-            "ingest": "SEMDUP_INGEST",
-            "max_ingest_posts": "SEMDUP_MAX_INGEST_POSTS",
-            "max_in_flight": "SEMDUP_MAX_IN_FLIGHT",
-            "session_secret": "SEMDUP_SESSION_SECRET",
-            "session_max_age": "SEMDUP_SESSION_MAX_AGE",
-            "post_url": "SEMDUP_POST_URL",
-            "review_stats_ttl": "SEMDUP_REVIEW_STATS_TTL",
-        }
-        for key, var in env_names.items():
-            if env.get(var):
-                values[key] = env[var]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            broker: BrokerSettings | None = BrokerSettings.from_env(config_file, env)
-        except BrokerUnavailable:  # no broker: the service runs, its ingest endpoints answer 503
-            broker = None
-        return cls.from_mapping(
-            values, OpenSearchSettings.from_env(config_file, env), source=str(path or "env"), broker=broker
-        )
-
-    @classmethod
-    def from_mapping(
-        cls,
-        values: Mapping[str, Any],
-        opensearch: OpenSearchSettings,
-        source: str = "",
-        broker: BrokerSettings | None = None,
-    ) -> ServiceSettings:
-        """Build from plain values (strings from the environment are parsed here); the broker, like OpenSearch,
-        comes from its own settings (``SEMDUP_BROKER_URL`` or the config file's ``broker:`` section)."""
-        known = {f.name for f in fields(RerankerSettings)} | ({f.name for f in fields(cls)} - {"broker"})
-        unknown = sorted(set(values) - known)
-        if unknown:
-            moved = "; the log format is SEMDUP_LOG_FORMAT=json now" if "log_json" in unknown else ""
-            raise ConfigError(
-                f"unknown reranker setting(s) {unknown} in {source}; accepted: {', '.join(sorted(known))}{moved}"
-            )
-        for required in ("bundle", "index"):
-            if not values.get(required):
-                raise ConfigError(f"the reranker needs a {required}: set SEMDUP_{required.upper()} or --{required}")
-        try:
-            templates = values.get("templates", ("bm25",))
-            if isinstance(templates, str):
-                templates = tuple(t.strip() for t in templates.split(",") if t.strip())
-            rr = RerankerSettings(
-                templates=tuple(templates),
-                variant=str(values.get("variant", "text")),
-                sparse=parse_bool("sparse", values.get("sparse", False)),
-                knn=parse_auto_bool("knn", values.get("knn")),
-                k_candidates=int(values.get("k_candidates", 100)),
-                search_timeout=float(values.get("search_timeout", 5.0)),
-                field_cache=int(values.get("field_cache", 50_000)),
-            )
-            auth_value = values.get("auth", True)
-            return cls(
-                bundle=str(values["bundle"]),
-                index=str(values["index"]),
-                opensearch=opensearch,
-                reranker=rr,
-                api_key=str(values["api_key"]) if values.get("api_key") else None,
-                auth=parse_bool("auth", auth_value),
-                max_body_bytes=int(values.get("max_body_bytes", 1 << 20)),
-                max_text_chars=int(values.get("max_text_chars", MAX_TEXT_CHARS)),
-                max_k=int(values.get("max_k", 100)),
-                threads=int(values.get("threads", 16)),
-                calibration=str(values["calibration"]) if values.get("calibration") else None,
-                indices=_names(values.get("indices")),
-                api_keys=_api_keys_of(values.get("api_keys"), "SEMDUP_API_KEYS" if source == "env" else source),
-                onnx_threads=int(values.get("onnx_threads", 1)),
-                broker=broker,
-                ingest=None if values.get("ingest") in (None, "") else parse_bool("ingest", values["ingest"]),
-                max_ingest_posts=int(values.get("max_ingest_posts", 1000)),
-                max_in_flight=int(values.get("max_in_flight", cls.max_in_flight)),
-                session_secret=str(values["session_secret"]) if values.get("session_secret") else None,
-                session_max_age=int(values.get("session_max_age", 12 * 3600)),
-                post_url=str(values["post_url"]) if values.get("post_url") else None,
-                review_stats_ttl=float(values.get("review_stats_ttl", 60.0)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"a reranker setting is not a number where one is needed ({source}): {exc}") from exc
-
-
-def _names(value: Any) -> tuple[str, ...]:
-    """Index names from a comma-separated string or a list."""
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    return tuple(str(n).strip() for n in items if str(n).strip())

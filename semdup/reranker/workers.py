@@ -4,10 +4,10 @@ uvicorn's multi-process supervisor (0.54, ``uvicorn.supervisors.Multiprocess``) 
 the worker's exit status is ``STARTUP_FAILURE`` (3): then it stops every worker and returns, exactly as it does
 after SIGTERM, and ``uvicorn.run`` returns normally: the command exited 0 and a supervisor with restart-on-failure
 did nothing. A worker that raised instead (any other status) was restarted forever while the port stayed bound.
-So the service's factory exits with that status whatever went wrong (:func:`semdup.reranker.service.app_from_env`),
+So the service's factory exits with that status whatever went wrong (:func:`semdup.apps.http.app_from_env`),
 and :func:`run_workers` runs the supervisor itself and looks at its workers' exit statuses afterwards::
 
-    run_workers("semdup.reranker.service:app_from_env", host="127.0.0.1", port=8080, workers=2)
+    run_workers("semdup.apps.http:app_from_env", host="127.0.0.1", port=8080, workers=2)
     # returns after SIGTERM/SIGINT; raises ConfigError when a worker could not start
 
 ``semdup serve`` first runs the workers' own load once (:func:`preflight`), so a broken bundle never gets that far;
@@ -22,28 +22,54 @@ hybrid: 178 MiB resident afterwards instead of 92, 394 MiB at the peak; measured
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from semdup.core.errors import ConfigError
+from semdup.reranker.reranker import Reranker
+from semdup.reranker.settings import ServiceSettings
 
-if TYPE_CHECKING:
-    from semdup.reranker.settings import ServiceSettings
-
-__all__ = ["preflight", "run_workers", "STARTUP_FAILURE"]
+__all__ = ["load_reranker", "preflight", "run_workers", "STARTUP_FAILURE", "PROBE_THREADS"]
 
 logger = logging.getLogger(__name__)
 
 STARTUP_FAILURE = 3  # uvicorn.config.STARTUP_FAILURE: "this worker cannot start, do not restart it"
+PROBE_THREADS = 2  # /readyz's own threads (semdup.reranker.routers.probes), each with a pooled connection
+
+
+def load_reranker(settings: ServiceSettings) -> Reranker:
+    """The reranker a worker process serves with: the bundle read and verified (file hashes, manifest, the
+    onnxruntime session and its cross-checks), its calibration, and a client that connects on first use (the
+    service starts while the cluster is down). ``semdup serve`` runs this once before starting any worker, so a
+    broken bundle is one error line instead of workers that die one after the other.
+
+    Raises:
+        BundleError: a missing, changed or inconsistent bundle file. ConfigError: a setting the bundle cannot
+            serve (learned-sparse candidates without term weights, k-NN without a dense encoder).
+    """
+    from semdup.core.clients import connect
+
+    # one pooled connection per request thread, and the probes' own
+    client = connect(settings.opensearch, check=False, pool_maxsize=settings.threads + PROBE_THREADS)
+    try:
+        return Reranker.from_bundle(
+            settings.bundle,
+            client,
+            settings.index,
+            settings.reranker,
+            calibration=settings.calibration,
+            intra_op_threads=settings.onnx_threads or None,
+        )
+    except ValueError as exc:  # the settings ask for a candidate path this bundle has no model for
+        raise ConfigError(f"bundle {settings.bundle}: {exc}") from exc
+
 
 
 def _load_version(settings: ServiceSettings) -> str:
-    from semdup.reranker.service import load_reranker
-
     return load_reranker(settings).version
 
 
 def preflight(settings: ServiceSettings, log_format: str) -> str:
-    """Load and verify what a worker will serve (:func:`semdup.reranker.service.load_reranker`: the bundle's hashes,
+    """Load and verify what a worker will serve (:func:`load_reranker`: the bundle's hashes,
     manifest, onnxruntime session and its probes, the calibration) in a spawned process, and return the model
     version; the process and its memory are gone when this returns.
 
@@ -53,13 +79,13 @@ def preflight(settings: ServiceSettings, log_format: str) -> str:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from semdup.reranker.service import configure_service_logging
+    from semdup.core.logs import configure_logging
 
     with ProcessPoolExecutor(
         max_workers=1,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=configure_service_logging,
-        initargs=(log_format,),
+        initializer=configure_logging,
+        initargs=(logging.INFO if log_format == "json" else logging.WARNING, log_format),
     ) as child:
         return child.submit(_load_version, settings).result()
 

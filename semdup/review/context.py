@@ -2,7 +2,7 @@
 
 The router (:mod:`semdup.review.router`) holds no closure over an app factory: every endpoint asks for the
 context with :func:`get_context`, so any FastAPI app that sets ``app.state.review`` and includes the router serves
-the page (tests build one around the router alone; ``semdup serve`` through :mod:`semdup.review.app`).
+the page (tests build one around the router alone; ``semdup serve`` through :func:`semdup.apps.http.create_app`).
 """
 
 from __future__ import annotations

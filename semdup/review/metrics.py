@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 MAX_JUDGED_PAIRS = 50_000
 _PAGE = 1000
-_TIMEOUT = 10.0
+_STATS_TIMEOUT = 10.0  # a Prometheus scrape or a page load must not wait the client's 30 s on a slow count
 
 
 @dataclass(frozen=True)
@@ -102,19 +102,21 @@ class ReviewStats:
         self._read_at = time.monotonic()
 
     def _exists(self, store: str) -> bool:
-        return bool(self.client.indices.exists(index=store, request_timeout=_TIMEOUT))
+        return bool(self.client.indices.exists(index=store, request_timeout=_STATS_TIMEOUT))
 
     def _read(self, index: str) -> IndexStats:
         of_index = {"term": {"index": index}}
         flags = 0
         if self._exists(self.flags_store):
             flags = int(
-                self.client.count(index=self.flags_store, body={"query": of_index}, request_timeout=_TIMEOUT)["count"]
+                self.client.count(index=self.flags_store, body={"query": of_index}, request_timeout=_STATS_TIMEOUT)[
+                    "count"
+                ]
             )
         if not self._exists(self.verdicts_store):
             return IndexStats(flags, dict.fromkeys(VERDICTS, 0), float(flags))
         body = {"size": 0, "query": of_index, "aggs": {"v": {"terms": {"field": "verdict", "size": len(VERDICTS)}}}}
-        resp = self.client.search(index=self.verdicts_store, body=body, request_timeout=_TIMEOUT)
+        resp = self.client.search(index=self.verdicts_store, body=body, request_timeout=_STATS_TIMEOUT)
         verdicts = dict.fromkeys(VERDICTS, 0)
         verdicts.update({b["key"]: int(b["doc_count"]) for b in resp["aggregations"]["v"]["buckets"]})
         return IndexStats(flags, verdicts, self._backlog(index, flags))
@@ -127,7 +129,9 @@ class ReviewStats:
             if after is not None:
                 comp["after"] = after
             body = {"size": 0, "query": {"term": {"index": index}}, "aggs": {"pairs": {"composite": comp}}}
-            agg = self.client.search(index=self.verdicts_store, body=body, request_timeout=_TIMEOUT)["aggregations"]
+            agg = self.client.search(index=self.verdicts_store, body=body, request_timeout=_STATS_TIMEOUT)[
+                "aggregations"
+            ]
             buckets = agg["pairs"]["buckets"]
             if buckets:
                 yield [b["key"]["pair"] for b in buckets]
@@ -148,7 +152,9 @@ class ReviewStats:
                 )
                 return math.nan
             body = {"query": {"ids": {"values": pairs}}}
-            judged += int(self.client.count(index=self.flags_store, body=body, request_timeout=_TIMEOUT)["count"])
+            judged += int(
+                self.client.count(index=self.flags_store, body=body, request_timeout=_STATS_TIMEOUT)["count"]
+            )
         return float(flags - judged)
 
 

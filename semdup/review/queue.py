@@ -23,7 +23,6 @@ __all__ = ["FlagPage", "flag_page", "MAX_PAGE_SIZE", "MAX_DEPTH"]
 
 MAX_PAGE_SIZE = 100
 MAX_DEPTH = 10_000  # index.max_result_window
-_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +74,9 @@ def flag_page(
         "track_total_hits": True,
     }
     try:
-        if not client.indices.exists(index=store, request_timeout=_TIMEOUT):
+        if not client.indices.exists(index=store):
             return FlagPage([], 0, page, size)
-        hits = client.search(index=store, body=body, request_timeout=_TIMEOUT)["hits"]
+        hits = client.search(index=store, body=body)["hits"]
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading flags ({type(exc).__name__})") from exc
     except os_exc.TransportError as exc:

@@ -30,7 +30,8 @@ from opensearchpy import exceptions as os_exc
 from semdup.alerts.store import FLAGS_INDEX, Flag, flag_id
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
 from semdup.core.index_names import check_index_name
-from semdup.index_format.mapping import create_if_missing
+from semdup.index_format.system_indices import VERDICTS as VERDICTS_STORE
+from semdup.index_format.system_indices import ensure
 
 __all__ = [
     "VERDICTS_INDEX",
@@ -51,30 +52,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-VERDICTS_INDEX = "semdup-verdicts"
+VERDICTS_INDEX = VERDICTS_STORE.name  # semdup-verdicts, declared in semdup.index_format.system_indices
 DUPLICATE, NOT_DUPLICATE = "duplicate", "not_duplicate"
 VERDICTS = (DUPLICATE, NOT_DUPLICATE)
-_TIMEOUT = 30.0
 _PAGE = 1000
-
-_MAPPING: dict[str, Any] = {
-    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
-    "mappings": {
-        "dynamic": "strict",
-        "properties": {
-            "pair": {"type": "keyword"},
-            "index": {"type": "keyword"},
-            "post_id": {"type": "keyword", "ignore_above": 4096},
-            "candidate_id": {"type": "keyword", "ignore_above": 4096},
-            "verdict": {"type": "keyword"},
-            "who": {"type": "keyword"},
-            "when": {"type": "date"},
-            "model": {"type": "keyword"},
-            "score": {"type": "float"},
-            "probability": {"type": "float"},
-        },
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -149,18 +130,14 @@ def _unavailable(what: str, exc: BaseException) -> OpenSearchUnavailable:
 
 def ensure_verdicts_index(client: Any, store: str = VERDICTS_INDEX) -> None:
     """Create the store with its strict mapping unless it exists (another service process may create it first)."""
-    try:
-        if create_if_missing(client, store, _MAPPING, _TIMEOUT):
-            logger.info("created the verdict store %s", store)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"creating {store!r}", exc) from exc
+    ensure(client, VERDICTS_STORE, store)
 
 
 def get_flag(client: Any, index: str, post_id: str, candidate_id: str, store: str = FLAGS_INDEX) -> Flag | None:
     """The flag of this pair as the store holds it now, None when the pair is not flagged (or no longer is)."""
     check_index_name(index)
     try:
-        doc = client.get(index=store, id=flag_id(index, post_id, candidate_id), request_timeout=_TIMEOUT)
+        doc = client.get(index=store, id=flag_id(index, post_id, candidate_id))
     except os_exc.NotFoundError:  # no such flag, or no flag store yet
         return None
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
@@ -193,7 +170,7 @@ def record_verdict(
     try:
         for _ in range(3):  # two requests racing on one (pair, reviewer): the loser re-reads and compares
             try:
-                found = client.get(index=store, id=doc_id, request_timeout=_TIMEOUT)
+                found = client.get(index=store, id=doc_id)
             except os_exc.NotFoundError:
                 found = None
             if found is not None:
@@ -217,9 +194,7 @@ def record_verdict(
                 else {"if_seq_no": found["_seq_no"], "if_primary_term": found["_primary_term"]}
             )
             try:
-                client.index(
-                    index=store, id=doc_id, body=new.to_json(), refresh="true", request_timeout=_TIMEOUT, **kwargs
-                )
+                client.index(index=store, id=doc_id, body=new.to_json(), refresh="true", **kwargs)
             except os_exc.ConflictError:
                 continue
             return Recorded(new, changed=True)
@@ -231,10 +206,10 @@ def record_verdict(
 def _search(client: Any, store: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
     """Every hit of ``body`` (sorted, with a unique last key), page by page with ``search_after``."""
     try:
-        if not client.indices.exists(index=store, request_timeout=_TIMEOUT):
+        if not client.indices.exists(index=store):
             return
         while True:
-            hits = client.search(index=store, body=body, request_timeout=_TIMEOUT)["hits"]["hits"]
+            hits = client.search(index=store, body=body)["hits"]["hits"]
             yield from hits
             if len(hits) < body["size"]:
                 return

@@ -96,6 +96,29 @@ def test_task_delivered_twice_writes_the_same_documents(opensearch_client, uniqu
     _assert_matches_offline(first, posts, bundle)
 
 
+def test_celery_dash_a_the_worker_app_runs_the_tasks(
+    opensearch_client, opensearch_url, redis_url, unique_index, bundle_dir, bundle, travel_posts, tmp_path, celery_app
+):
+    """`celery -A semdup.apps.worker worker`, without the semdup CLI: the composition root's worker app reads the
+    settings tree from the environment, loads the indexer's (and the alerts') task modules and writes the posts."""
+    posts = travel_posts[:64]
+    create(opensearch_client, unique_index, bundle)
+    w = LocalWorker(
+        worker_env(opensearch_url, redis_url, bundle_dir),
+        tmp_path / "worker.log",
+        args=("--concurrency", "1", "--pool", "prefork", "--without-mingle", "--without-gossip"),
+        program=("-m", "celery", "-A", "semdup.apps.worker"),
+    )
+    try:
+        w.start()
+        enqueue(unique_index, posts, bundle.version)
+        wait_until(lambda: count(opensearch_client, unique_index, bundle.version) >= len(posts), "64 posts")
+    finally:
+        w.stop()
+    assert "semdup.alerts.flag_duplicates" in w.text() and "semdup.indexer.index_posts" in w.text()  # [tasks]
+    _assert_matches_offline(all_docs(opensearch_client, unique_index), posts, bundle)
+
+
 def test_opensearch_down_mid_job_is_retried_and_nothing_lost(
     opensearch_client, opensearch_url, redis_url, unique_index, bundle_dir, bundle, travel_posts, tmp_path, celery_app
 ):

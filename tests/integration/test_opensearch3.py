@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from local_services import throwaway
 
+from semdup.apps.settings import load_settings
 from semdup.core.clients import connect, knn_available
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, default_state_dir
@@ -52,7 +53,7 @@ def client(node: LocalOpenSearch | None) -> Iterator[Any]:
         settings = OpenSearchSettings(url=node.url)
     else:
         url = os.environ["SEMDUP_TEST_OPENSEARCH3"].strip()
-        settings = OpenSearchSettings.from_env(env={**os.environ, "SEMDUP_OPENSEARCH_URL": url})
+        settings = load_settings(env={**os.environ, "SEMDUP_OPENSEARCH_URL": url}).opensearch_settings()
     opensearch = connect(settings)
     try:
         yield opensearch

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app
 from semdup.bundle import Bundle
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker import Reranker, RerankerSettings
-from semdup.reranker.service import create_app
-from semdup.reranker.settings import ServiceSettings
 
 LONG_POSTS = {
     "japanese": "日本語の長い質問です。東京から京都までの新幹線の切符はどこで買えますか。" * 40,  # ~1,400 chars
@@ -32,7 +32,7 @@ def test_rerank_answers_posts_with_thousands_of_terms(served: tuple[Bundle, str]
 
 def test_the_service_answers_them_with_200(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> None:
     _, index = served
-    settings = ServiceSettings.from_mapping(
+    settings = service_settings(
         {"bundle": str(tiny_bundle), "index": index, "api_key": "k-1", "max_text_chars": 20_000},
         OpenSearchSettings(url=opensearch_url),
     )

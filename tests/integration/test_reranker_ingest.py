@@ -15,15 +15,15 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from indexer_stack import all_docs, configure_celery, count, create, wait_until, worker_env
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
 from semdup.core.posts import Post
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import INDEXER_QUEUE
 from semdup.devstack.local_worker import LocalWorker
 from semdup.reranker import Reranker
-from semdup.reranker.service import create_app
-from semdup.reranker.settings import ServiceSettings
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
@@ -60,7 +60,7 @@ def test_posts_sent_over_http_are_written_by_a_real_worker(
     worker: LocalWorker,
 ) -> None:
     bundle, other = served
-    settings = ServiceSettings.from_mapping(
+    settings = service_settings(
         {
             "bundle": str(tiny_bundle),
             "index": fresh_index,
@@ -114,7 +114,7 @@ def test_without_a_broker_ingest_answers_503_and_the_service_stays_ready(
     served: tuple[Bundle, str], opensearch_client: Any, opensearch_url: str, tiny_bundle: Path
 ) -> None:
     bundle, index = served
-    settings = ServiceSettings.from_mapping(
+    settings = service_settings(
         {"bundle": str(tiny_bundle), "index": index, "api_key": KEY}, OpenSearchSettings(url=opensearch_url)
     )
     assert settings.ingest is False
@@ -157,7 +157,7 @@ def test_sync_over_http_makes_the_companion_follow_the_site_index(
             title_field="subject",
             body_field="content",
         )
-        settings = ServiceSettings.from_mapping(
+        settings = service_settings(
             {"bundle": str(tiny_bundle), "index": site, "api_key": KEY},
             OpenSearchSettings(url=opensearch_url),
             broker=BrokerSettings(url=redis_url),

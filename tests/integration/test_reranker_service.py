@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from settings_tree import service_settings
 from stub_servers import garbage_cluster, wait_until_answering
 
+from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
 from semdup.core.clients import connect
 from semdup.core.errors import ConfigError
@@ -31,7 +33,6 @@ from semdup.devstack.local_process import any_free_port
 from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.indexer.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
-from semdup.reranker.service import create_app
 from semdup.reranker.settings import ServiceSettings
 
 KEY = "test-key-7f3a"
@@ -47,7 +48,7 @@ def settings_for(bundle_dir: Path, index: str, url: str, **changes: Any) -> Serv
         "max_text_chars": 20_000,
         **changes,
     }
-    return ServiceSettings.from_mapping(values, OpenSearchSettings(url=url))
+    return service_settings(values, OpenSearchSettings(url=url))
 
 
 @pytest.fixture(scope="module")
@@ -450,7 +451,7 @@ def test_json_mode_service_logs_are_json_lines_without_secrets(tiny_bundle: Path
     tracebacks = [r["exception"] for r in records if "exception" in r]
     assert tracebacks and all("SerializationError" in t and "api_key=***" in t for t in tracebacks)
     assert any(r["logger"] == "uvicorn.error" for r in records if "exception" in r)  # uvicorn's own traceback
-    started = [r for r in by_logger["semdup.reranker.service"] if r["message"].startswith("reranking service:")]
+    started = [r for r in by_logger["semdup.apps.http"] if r["message"].startswith("reranking service:")]
     assert len(started) == 2 and all(f"OpenSearch http://{at}" in r["message"] for r in started)
-    failures = [r for r in by_logger["semdup.reranker.service"] if r["message"].startswith("unexpected error")]
+    failures = [r for r in by_logger["semdup.apps.http"] if r["message"].startswith("unexpected error")]
     assert len(failures) == 4 and all(r["level"] == "ERROR" and "exception" in r for r in failures)

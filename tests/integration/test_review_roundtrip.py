@@ -23,9 +23,11 @@ from indexer_stack import configure_celery, enqueue, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 from review_stack import copy_of, flags_by_post
 from served_index import build_index
+from settings_tree import service_settings
 
 from semdup.alerts.flag import read_posts
 from semdup.alerts.store import delete_flags, list_flags
+from semdup.apps.http import create_app
 from semdup.core.metrics import best_threshold
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
@@ -34,8 +36,6 @@ from semdup.devstack.local_worker import LocalWorker
 from semdup.index_format.documents import lexical_document
 from semdup.reranker.calibration import Calibration, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker
-from semdup.reranker.settings import ServiceSettings
-from semdup.review.app import create_review_app
 from semdup.review.verdicts import VERDICTS_INDEX
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
@@ -93,11 +93,11 @@ def test_verdicts_calibrate_the_threshold_that_the_next_flags_use(
         # 2. verdicts, through the review API as a moderator's script sends them
         flags = list_flags(opensearch_client, index)
         t_split = gap_threshold([f.score for f in flags], 0.5)
-        settings = ServiceSettings.from_mapping(
+        settings = service_settings(
             {"bundle": str(bundle_dir), "index": index, "api_keys": f"{KEY}:{index}:review:carol"},
             OpenSearchSettings(url=opensearch_url),
         )
-        client = TestClient(create_review_app(settings, reranker=rr))
+        client = TestClient(create_app(settings, reranker=rr))
         for f in flags:
             verdict = "duplicate" if f.score >= t_split else "not_duplicate"
             body = {"index": index, "post_id": f.post_id, "candidate_id": f.candidate_id, "verdict": verdict}

@@ -83,11 +83,11 @@ def test_workers_that_cannot_start_end_the_command_with_exit_1(fmt: str, tiny_bu
     script = (  # what `semdup serve` runs after its own check, and how the CLI reports a SemdupError
         "import sys\n"
         "from semdup.core.errors import SemdupError\n"
-        "from semdup.reranker.service import configure_service_logging\n"
+        "from semdup.apps.http import configure_service_logging\n"
         "from semdup.reranker.workers import run_workers\n"
         "configure_service_logging()\n"
         "try:\n"
-        f"    run_workers('semdup.reranker.service:app_from_env', host='127.0.0.1', port={any_free_port()},"
+        f"    run_workers('semdup.apps.http:app_from_env', host='127.0.0.1', port={any_free_port()},"
         " workers=2, log_level='info', access_log=False, log_config=None)\n"
         "except SemdupError as exc:\n"
         "    sys.exit(f'Error: {exc}')\n"

@@ -55,9 +55,10 @@ from semdup.indexer.lexical_index import create_index
 from semdup.indexer.semantic import ensure_index_model, index_batch
 from semdup.reranker import Reranker
 from semdup.search_templates import register_templates
+from semdup.apps.settings import load_settings
 
 job = json.load(sys.stdin)
-client = connect(OpenSearchSettings.from_env())
+client = connect(load_settings().opensearch_settings())
 bundle = Bundle.load(job["bundle"])
 create_index(client, job["index"], dimension=bundle.dimension)
 search = ensure_index_model(client, job["index"], bundle.version)

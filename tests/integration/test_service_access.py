@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from served_index import build_index
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker import Reranker
-from semdup.reranker.service import create_app
-from semdup.reranker.settings import ServiceSettings
 
 pytestmark = pytest.mark.opensearch
 
@@ -80,7 +80,7 @@ def service(
     served: tuple[Bundle, str], names: dict[str, str], tiny_bundle: Path, opensearch_url: str, opensearch_client: Any
 ) -> tuple[TestClient, list[str]]:
     bundle, index = served
-    settings = ServiceSettings.from_mapping(
+    settings = service_settings(
         {
             "bundle": str(tiny_bundle),
             "index": index,

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
 from semdup.core.settings import OpenSearchSettings
-from semdup.reranker.service import create_app
-from semdup.reranker.settings import ServiceSettings
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ OPERATIONS = [("/v1/rerank", "POST", 120), ("/readyz", "GET", 5), ("/healthz", "
 def service_schema(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> Any:
     _, index = served
     config = {"bundle": str(tiny_bundle), "index": index, "api_key": KEY, "max_text_chars": 5000}
-    app = create_app(ServiceSettings.from_mapping(config, OpenSearchSettings(url=opensearch_url)))
+    app = create_app(service_settings(config, OpenSearchSettings(url=opensearch_url)))
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

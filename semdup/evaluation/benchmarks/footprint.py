@@ -172,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the expected 404 / 400 answers are reported below
 
+    from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
     from semdup.indexer.bulk import chunked
     from semdup.indexer.enable import enable_index
     from semdup.indexer.lexical_index import create_index
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     posts, queries = every[: args.posts], every[args.posts : args.posts + args.queries]
     bundle = Bundle.load(args.bundle, intra_op_threads=args.threads)
     encoder = CachedEncoder(bundle)
-    client = connect(OpenSearchSettings.from_env())
+    client = connect(load_settings().opensearch_settings())
     stem = f"semdup-bench-footprint-{os.getpid()}"
     alias, site_v1, site_v2 = f"{stem}-site", f"{stem}-site-v1", f"{stem}-site-v2"
     in_place, in_place_v2, own = f"{stem}-inplace", f"{stem}-inplace-v2", f"{stem}-own"

@@ -136,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if not set(modes) <= {"called", "watch"}:
         parser.error(f"unknown mode in {args.modes!r}; known: called, watch")
 
+    from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
-    from semdup.core.settings import BrokerSettings, OpenSearchSettings
     from semdup.core.task_names import SYNC_POSTS
     from semdup.devstack.local_worker import LocalWorker
     from semdup.index_format.companion import source_post
@@ -154,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     fresh = iter(every[args.posts :])  # new posts the site writes
     edits = iter(posts)  # existing posts the site edits, each once
     bundle = Bundle.load(args.bundle)
-    settings = OpenSearchSettings.from_env()
+    settings = load_settings().opensearch_settings()
     client = connect(settings)
-    broker = private_broker(BrokerSettings.from_env().url, args.broker_db)
+    broker = private_broker(load_settings().broker_settings().url, args.broker_db)
     app = configure_app(broker)
     sender = CelerySender(broker)
     with app.connection_for_write() as conn:  # what an interrupted run left in the private queue

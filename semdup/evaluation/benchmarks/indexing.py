@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-knn", action="store_true", help="leave the HNSW graph out of the +sparse+knn condition")
     args = parser.parse_args(argv)
 
+    from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect, knn_available
-    from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.index_format.documents import index_action
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     payloads = [p.to_json() for p in posts]
     chunk = args.chunk or INDEX_CHUNK
     bundle = Bundle.load(args.bundle, intra_op_threads=args.threads)
-    client = connect(OpenSearchSettings.from_env())
+    client = connect(load_settings().opensearch_settings())
     knn = bundle.dimension is not None and not args.no_knn and knn_available(client)
     index = f"semdup-bench-{os.getpid()}"
 

@@ -33,10 +33,11 @@ from typing import Any
 def _ledger_bytes(client: Any, job_id: str) -> int:
     """Bytes on disk of one job's ledger records: copied alone into a scratch index with the jobs mapping, flushed
     and merged to one segment (the jobs index itself also holds other records and files still in use)."""
-    from semdup.indexer.outcomes import _MAPPING, JOBS_INDEX
+    from semdup.index_format.system_indices import JOBS
+    from semdup.indexer.outcomes import JOBS_INDEX
 
     scratch = f"semdup-ledger-cost-{job_id}"
-    client.indices.create(index=scratch, body=_MAPPING)
+    client.indices.create(index=scratch, body=JOBS.body)
     try:
         client.indices.refresh(index=JOBS_INDEX)
         query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "batch"}}]}}
@@ -57,21 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each way")
     args = parser.parse_args(argv)
 
+    from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
+    from semdup.core.task_names import INDEX_POSTS
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.devstack.local_process import any_free_port
     from semdup.devstack.local_redis import LocalRedis
     from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-    from semdup.indexer import ledger, tasks
+    from semdup.indexer import ledger
     from semdup.indexer.bulk import chunked
     from semdup.indexer.celery_app import QUEUE, configure_app
     from semdup.indexer.ledger import TaskCall
     from semdup.indexer.outcomes import JOBS_INDEX, ensure_jobs_index, new_job, record_job
 
     posts = [p.to_json() for p in load_stackexchange_dump(args.data or travel_dir()).posts.values()]
-    client = connect(OpenSearchSettings.from_env())
+    client = connect(load_settings().opensearch_settings())
     workdir = Path(tempfile.mkdtemp(prefix="semdup-ledger-cost-"))
     redis = LocalRedis(state_dir=workdir, port=any_free_port())
     app = configure_app(redis.start(), visibility_timeout=300)
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             for way in ("publish", "ledger"):
                 job = new_job("ledger-cost", "v", total=len(posts))
                 batches = chunked(posts, args.batch_size)
-                calls = [TaskCall(tasks.index_posts, ["ledger-cost", b, "v"], job.id) for b in batches]
+                calls = [TaskCall(INDEX_POSTS, ["ledger-cost", b, "v"], job.id) for b in batches]
                 if way == "ledger":
                     record_job(client, job)
                 t0 = time.perf_counter()

@@ -60,6 +60,7 @@ class Stack:
     """The clients, the worker's proxy to OpenSearch, the broker of ``kind``, the worker, and the bundle under test."""
 
     def __init__(self, args: argparse.Namespace, workdir: Path, kind: str) -> None:
+        from semdup.apps.settings import load_settings
         from semdup.bundle.bundle import Bundle
         from semdup.core.clients import connect
         from semdup.core.settings import OpenSearchSettings
@@ -71,7 +72,7 @@ class Stack:
         if kind not in BROKERS:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {kind!r}")
         self.args, self.workdir, self.kind = args, workdir, kind
-        settings = OpenSearchSettings.from_env()
+        settings = load_settings().opensearch_settings()
         self.client = connect(settings)
         self.bundle = Bundle.load(args.bundle)
         if kind == "redis":

@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime
 
+    from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
-    from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_templates import query_text, template_id, template_params
 
-    settings = OpenSearchSettings.from_env()
+    settings = load_settings().opensearch_settings()
     if args.opensearch:
         settings = dataclasses.replace(settings, url=args.opensearch)
     client = connect(settings, pool_maxsize=max([args.threads, *callers, 1]))  # no caller waits for a connection

@@ -9,6 +9,7 @@ import pytest
 from celery.exceptions import Reject, Retry
 
 from semdup.alerts import tasks
+from semdup.alerts.settings import AlertSettings
 from semdup.alerts.store import Flag
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 from semdup.core.posts import Post
@@ -114,9 +115,8 @@ def test_one_reranker_per_process_rebuilt_only_for_another_bundle(monkeypatch, t
 
     monkeypatch.setattr(tasks, "Reranker", FakeReranker)
     monkeypatch.setattr(tasks, "_cached", None)
-    monkeypatch.setenv("SEMDUP_FLAG_K", "4")
     b1 = SimpleNamespace(version="m-1", path=tmp_path / "b1")
-    rt = WorkerRuntime(bundle=b1, client=object(), retry=POLICY)
+    rt = WorkerRuntime(bundle=b1, client=object(), retry=POLICY, alerts=AlertSettings(k=4))  # the root's settings
     first, settings = tasks.process_reranker(rt, "travel")
     assert tasks.process_reranker(rt, "other")[0] is first and settings.k == 4
     rt2 = WorkerRuntime(bundle=SimpleNamespace(version="m-2", path=tmp_path / "b2"), client=object(), retry=POLICY)

@@ -5,6 +5,7 @@ The reranker and the store are fakes at their seams; the real ones run in tests/
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,7 +13,8 @@ import pytest
 
 from semdup.alerts import flag as flag_mod
 from semdup.alerts import store
-from semdup.alerts.settings import AlertSettings, flag_duplicates_enabled
+from semdup.alerts.settings import AlertSettings
+from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, PostError
 from semdup.core.posts import Post
 from semdup.indexer import sync as sync_mod
@@ -131,7 +133,7 @@ def test_the_threshold_is_the_calibrations_else_the_bundles() -> None:
 
 def test_read_posts_reads_the_index_text_and_names_the_missing(monkeypatch) -> None:
     class Client:
-        def mget(self, body, request_timeout, **kw):
+        def mget(self, body, **kw):
             assert kw == {"_source_includes": ["title", "body"]}
             assert body == {"docs": [{"_index": "travel", "_id": "1"}, {"_index": "travel", "_id": "2"}]}
             return {
@@ -211,22 +213,29 @@ def test_list_flags_filters_pages_and_refuses_a_bad_probability() -> None:
 
 
 # --- settings -------------------------------------------------------------------------------------------------
+def _flagging(env: dict[str, str]) -> bool:
+    return load_settings(env=env).alerts.flag_duplicates
+
+
 def test_the_switch_is_off_unless_set_and_refuses_a_non_boolean() -> None:
-    assert flag_duplicates_enabled({}) is False and flag_duplicates_enabled({"SEMDUP_FLAG_DUPLICATES": ""}) is False
-    assert flag_duplicates_enabled({"SEMDUP_FLAG_DUPLICATES": "1"}) is True
-    assert flag_duplicates_enabled({"SEMDUP_FLAG_DUPLICATES": "off"}) is False
+    assert _flagging({}) is False and _flagging({"SEMDUP_FLAG_DUPLICATES": ""}) is False
+    assert _flagging({"SEMDUP_FLAG_DUPLICATES": "1"}) is True
+    assert _flagging({"SEMDUP_FLAG_DUPLICATES": "off"}) is False
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_DUPLICATES must be true or false"):
-        flag_duplicates_enabled({"SEMDUP_FLAG_DUPLICATES": "maybe"})
+        _flagging({"SEMDUP_FLAG_DUPLICATES": "maybe"})
 
 
 def test_alert_settings_read_the_services_candidate_variables() -> None:
-    default = AlertSettings.from_env({})
+    default = load_settings(env={}).alert_settings()
     assert default.k == 10 and default.reranker == RerankerSettings() and default.calibration is None
-    s = AlertSettings.from_env(
-        {"SEMDUP_FLAG_K": "3", "SEMDUP_KNN": "1", "SEMDUP_TEMPLATES": "bm25,lmj", "SEMDUP_CALIBRATION": "/c.json"}
-    )
+    env = {"SEMDUP_FLAG_K": "3", "SEMDUP_KNN": "1", "SEMDUP_TEMPLATES": "bm25,lmj", "SEMDUP_CALIBRATION": "/c.json"}
+    tree = load_settings(env=env)
+    s = tree.alert_settings()
     assert (s.k, s.reranker.knn, s.reranker.templates, s.calibration) == (3, True, ("bm25", "lmj"), "/c.json")
+    assert s.reranker == replace(tree.candidates, field_cache=0)  # the service's candidate paths, one section
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be within"):
-        AlertSettings.from_env({"SEMDUP_FLAG_K": "0"})
-    with pytest.raises(ConfigError, match="not a number"):
-        AlertSettings.from_env({"SEMDUP_FLAG_K": "ten"})
+        load_settings(env={"SEMDUP_FLAG_K": "0"})
+    with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be a whole number, got 'ten'"):
+        load_settings(env={"SEMDUP_FLAG_K": "ten"})
+    with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be within"):
+        AlertSettings(k=101)

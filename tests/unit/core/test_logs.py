@@ -117,19 +117,26 @@ def test_scrub_leaves_plain_text() -> None:
 
 
 def test_configure_logging_format_from_env_and_bad_value() -> None:
+    from semdup.apps.settings import load_settings, log_format_setting
+
     root = logging.getLogger()
     before = list(root.handlers), root.level
     try:
         stream = io.StringIO()
-        assert configure_logging(logging.INFO, env={"SEMDUP_LOG_FORMAT": "json"}, stream=stream) == "json"
+        fmt = log_format_setting({"SEMDUP_LOG_FORMAT": "json"})
+        assert configure_logging(logging.INFO, fmt, stream=stream) == "json"
         logging.getLogger("semdup.test.env").info("hello")
         assert json.loads(stream.getvalue().splitlines()[-1])["message"] == "hello"
-        assert configure_logging(logging.INFO, env={}, stream=io.StringIO()) == "text"
+        assert configure_logging(logging.INFO, log_format_setting({}), stream=io.StringIO()) == "text"
         retired = io.StringIO()  # the service's old second switch is not read any more: one variable
-        assert configure_logging(logging.INFO, env={"SEMDUP_LOG_JSON": "true"}, stream=retired) == "text"
+        fmt = log_format_setting({"SEMDUP_LOG_JSON": "true"})
+        assert configure_logging(logging.INFO, fmt, stream=retired) == "text"
+        load_settings(env={"SEMDUP_LOG_JSON": "true"})  # the tree says so once, when it is read
         assert "SEMDUP_LOG_JSON is no longer read; set SEMDUP_LOG_FORMAT=json" in retired.getvalue()
         with pytest.raises(ConfigError, match="SEMDUP_LOG_FORMAT must be one of text, json"):
-            configure_logging(logging.INFO, env={"SEMDUP_LOG_FORMAT": "xml"})
+            log_format_setting({"SEMDUP_LOG_FORMAT": "xml"})
+        with pytest.raises(ConfigError, match="log format must be one of text, json"):
+            configure_logging(logging.INFO, "xml")
     finally:
         for h in list(root.handlers):
             if getattr(h, "_semdup_handler", False):
@@ -284,7 +291,8 @@ def test_real_celery_worker_writes_json_lines_only(tmp_path, redis_url: str) -> 
     env = dict(os.environ, SEMDUP_LOG_FORMAT="json", PROBE_BROKER=redis_url, PROBE_QUEUE=queue)
     env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
     code = (
-        "import logging; from semdup.core.logs import configure_logging; configure_logging(logging.INFO); "
+        "import logging; from semdup.core.logs import configure_logging; "
+        "from semdup.apps.settings import log_format_setting; configure_logging(logging.INFO, log_format_setting()); "
         "import logprobe_app; logprobe_app.app.worker_main(['worker', '--pool=prefork', '--concurrency=2', "
         f"'--queues={queue}', '--without-mingle', '--without-gossip', '--loglevel=INFO'])"
     )

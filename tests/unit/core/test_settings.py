@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from semdup.apps.settings import load_settings
 from semdup.core.clients import aws_auth, check_broker, connect, error_reason
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
 from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, redact_url
@@ -33,7 +34,7 @@ def test_env_gives_url_credentials_and_tls_settings() -> None:
         "SEMDUP_OPENSEARCH_TIMEOUT": "12.5",
         "SEMDUP_OPENSEARCH_MAX_RETRIES": "5",
     }
-    settings = OpenSearchSettings.from_env(env=env)
+    settings = load_settings(env=env).opensearch_settings()
     assert settings.url == "https://search.example.org:9200"
     assert (settings.username, settings.password) == ("indexer", "s3cret")
     assert settings.verify_certs is False
@@ -43,22 +44,22 @@ def test_env_gives_url_credentials_and_tls_settings() -> None:
 
 def test_semdup_url_wins_over_plain_opensearch_url() -> None:
     env = {"OPENSEARCH_URL": "http://other:9200", "SEMDUP_OPENSEARCH_URL": "http://mine:9200"}
-    assert OpenSearchSettings.from_env(env=env).url == "http://mine:9200"
-    assert OpenSearchSettings.from_env(env={"OPENSEARCH_URL": "http://other:9200"}).url == "http://other:9200"
+    assert load_settings(env=env).opensearch_settings().url == "http://mine:9200"
+    assert load_settings(env={"OPENSEARCH_URL": "http://other:9200"}).opensearch_settings().url == "http://other:9200"
 
 
 def test_aws_settings_from_env() -> None:
     env = {"SEMDUP_OPENSEARCH_URL": "https://x.eu-west-1.aoss.amazonaws.com", "SEMDUP_AWS_REGION": "eu-west-1"}
-    settings = OpenSearchSettings.from_env(env=env | {"SEMDUP_AWS_SERVICE": "aoss"})
+    settings = load_settings(env=env | {"SEMDUP_AWS_SERVICE": "aoss"}).opensearch_settings()
     assert (settings.aws_region, settings.aws_service) == ("eu-west-1", "aoss")
-    assert OpenSearchSettings.from_env(env=env).aws_service == "es"
+    assert load_settings(env=env).opensearch_settings().aws_service == "es"
 
 
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
         ({"SEMDUP_OPENSEARCH_VERIFY_CERTS": "maybe"}, "must be true or false"),
-        ({"SEMDUP_OPENSEARCH_TIMEOUT": "soon"}, "timeout must be a float"),
+        ({"SEMDUP_OPENSEARCH_TIMEOUT": "soon"}, "SEMDUP_OPENSEARCH_TIMEOUT must be a number, got 'soon'"),
         ({"SEMDUP_AWS_REGION": "eu-west-1", "SEMDUP_AWS_SERVICE": "s3"}, "'es' (managed OpenSearch) or 'aoss'"),
         ({"SEMDUP_OPENSEARCH_PASSWORD": "x"}, "without a username"),
         ({"SEMDUP_OPENSEARCH_USERNAME": "u", "SEMDUP_AWS_REGION": "eu-west-1"}, "choose one"),
@@ -66,7 +67,7 @@ def test_aws_settings_from_env() -> None:
 )
 def test_bad_values_are_refused_with_the_accepted_ones(env: dict[str, str], expected: str) -> None:
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-        OpenSearchSettings.from_env(env={"SEMDUP_OPENSEARCH_URL": "http://h:9200"} | env)
+        load_settings(env={"SEMDUP_OPENSEARCH_URL": "http://h:9200"} | env).opensearch_settings()
 
 
 def test_url_without_scheme_is_refused() -> None:
@@ -80,26 +81,31 @@ def test_yaml_file_and_env_override(tmp_path: Path) -> None:
     path.write_text(
         "opensearch:\n  url: https://file-host:9200\n  username: fileuser\n  password: filepass\n"
         "  verify_certs: false\n  timeout: 7\nbroker:\n  url: redis://broker-host:6379/1\n"
-        "worker:\n  concurrency: 2\n",  # other parts' sections are left alone
+        "worker:\n  retry_budget: 60\n",  # every part's section, in the one tree
         encoding="utf-8",
     )
-    settings = OpenSearchSettings.from_env(config_file=path, env={})
+    settings = load_settings({}, config_file=path).opensearch_settings()
     assert (settings.url, settings.username, settings.verify_certs, settings.timeout) == (
         "https://file-host:9200",
         "fileuser",
         False,
         7.0,
     )
-    overridden = OpenSearchSettings.from_env(env={"SEMDUP_CONFIG": str(path), "SEMDUP_OPENSEARCH_URL": "http://env:1"})
+    tree = load_settings(env={"SEMDUP_CONFIG": str(path), "SEMDUP_OPENSEARCH_URL": "http://env:1"})
+    overridden = tree.opensearch_settings()
+    assert tree.worker.retry_budget == 60
     assert overridden.url == "http://env:1"
     assert overridden.username == "fileuser"  # fields the environment does not set still come from the file
-    assert BrokerSettings.from_env(config_file=path, env={}).url == "redis://broker-host:6379/1"
+    assert load_settings({}, config_file=path).broker_settings().url == "redis://broker-host:6379/1"
+    path.write_text("worker:\n  concurrency: 2\n", encoding="utf-8")  # a key no part reads: refused, not ignored
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['concurrency'\] in section 'worker'.*accepted: retry"):
+        load_settings({}, config_file=path)
 
 
 def test_toml_file(tmp_path: Path) -> None:
     path = tmp_path / "semdup.toml"
     path.write_text('[opensearch]\nurl = "http://toml-host:9200"\nmax_retries = 0\n', encoding="utf-8")
-    settings = OpenSearchSettings.from_env(config_file=path, env={})
+    settings = load_settings({}, config_file=path).opensearch_settings()
     assert (settings.url, settings.max_retries) == ("http://toml-host:9200", 0)
 
 
@@ -118,7 +124,7 @@ def test_malformed_config_files_give_one_clear_error(tmp_path: Path, name: str, 
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match=expected):
-        OpenSearchSettings.from_env(config_file=path, env={})
+        load_settings({}, config_file=path).opensearch_settings()
 
 
 def test_missing_and_non_utf8_config_files(tmp_path: Path) -> None:
@@ -192,7 +198,7 @@ def test_sigv4_without_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
 # --- nothing running ------------------------------------------------------------------------------------------
 def test_no_url_and_no_embedded_node_says_how_to_start_one() -> None:
     with pytest.raises(OpenSearchUnavailable) as info:
-        OpenSearchSettings.from_env(env={})
+        load_settings(env={}).opensearch_settings()
     message = str(info.value)
     assert "no OpenSearch at" in message
     assert "semdup opensearch start" in message and "SEMDUP_OPENSEARCH_URL" in message
@@ -200,7 +206,7 @@ def test_no_url_and_no_embedded_node_says_how_to_start_one() -> None:
 
 def test_no_broker_says_how_to_start_one() -> None:
     with pytest.raises(BrokerUnavailable, match="`semdup broker start` prints the URL"):
-        BrokerSettings.from_env(env={})
+        load_settings(env={}).broker_settings()
 
 
 def test_a_running_embedded_node_is_never_picked_up_behind_the_callers_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,9 +216,9 @@ def test_a_running_embedded_node_is_never_picked_up_behind_the_callers_back(monk
     monkeypatch.setattr(local_opensearch, "running_url", lambda *a, **k: "http://127.0.0.1:9")
     monkeypatch.setattr(local_redis, "running_url", lambda *a, **k: "redis://127.0.0.1:9/0")
     with pytest.raises(OpenSearchUnavailable):
-        OpenSearchSettings.from_env(env={})
+        load_settings(env={}).opensearch_settings()
     with pytest.raises(BrokerUnavailable):
-        BrokerSettings.from_env(env={})
+        load_settings(env={}).broker_settings()
 
 
 def test_connect_to_a_closed_port_names_the_url_without_credentials() -> None:

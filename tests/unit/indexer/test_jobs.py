@@ -10,8 +10,9 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
+from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer import jobs, ledger, tasks
+from semdup.indexer import jobs, ledger
 from semdup.indexer.outcomes import JOBS_INDEX, Job
 from semdup.indexer.parking import ParkedPost
 
@@ -35,11 +36,11 @@ def test_replay_sends_each_record_to_its_task_and_leaves_unknown_tasks_parked(ca
         calls, covered = jobs.replay_batches(records, "travel", V, batch_size=1)
     got = [(c.task, c.args) for c in calls]
     assert got == [
-        (tasks.index_posts, ["travel", [{"id": "1", "title": "Visa?", "body": ""}], V]),
-        (tasks.index_posts, ["travel", [{"id": "2"}], V]),
-        (tasks.backfill_batch, ["travel", ["3"], V]),
-        (tasks.backfill_batch, ["travel", ["6"], V]),
-        (tasks.delete_posts, ["travel", ["4"]]),
+        (INDEX_POSTS, ["travel", [{"id": "1", "title": "Visa?", "body": ""}], V]),
+        (INDEX_POSTS, ["travel", [{"id": "2"}], V]),
+        (BACKFILL_BATCH, ["travel", ["3"], V]),
+        (BACKFILL_BATCH, ["travel", ["6"], V]),
+        (DELETE_POSTS, ["travel", ["4"]]),
     ]
     assert sorted(r.post_id for r in covered) == ["1", "2", "3", "4", "6"]
     assert "name task 'reindex_everything'" in caplog.text and "stay parked" in caplog.text
@@ -61,9 +62,9 @@ class FakeIndices:
         self.present = True
 
     def get_mapping(self, index: str, **_: Any) -> dict[str, Any]:
-        from semdup.indexer.outcomes import _MAPPING
+        from semdup.index_format.system_indices import JOBS
 
-        return {index: {"mappings": _MAPPING["mappings"]}}
+        return {index: {"mappings": JOBS.body["mappings"]}}
 
 
 class FakeCluster:
@@ -110,20 +111,25 @@ def test_enqueue_posts_records_each_batch_in_the_ledger_before_sending_it_with_i
     assert kinds == [("ledger", ["0", "1"]), ("publish", "0"), ("publish", "1"), ("sent", 2),
                      ("ledger", ["2"]), ("publish", "2"), ("sent", 3)]  # fmt: skip
     sent = [v for k, v in events if k == "publish"]
-    assert [c.task for c in sent] == [tasks.index_posts] * 3
+    assert [c.task for c in sent] == [INDEX_POSTS] * 3
     titles = [[p["title"] for p in c.args[1]] for c in sent]
     assert titles == [["title 7", "title 8", "title 2"], ["title 3", "title 4", "title 5"], ["title 6"]]
     assert all(c.args[0] == "travel" and c.args[2] == V and c.job == job.id for c in sent)
 
 
 def test_a_task_call_sends_its_job_and_batch_with_the_message_under_the_batch_s_own_task_id(monkeypatch) -> None:
-    seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(tasks.index_posts, "apply_async", lambda **kw: seen.append(kw))
-    jobs.TaskCall(tasks.index_posts, ["travel", [{"id": "1"}], V], "j1").send()
-    jobs.TaskCall(tasks.index_posts, ["travel", [{"id": "1"}], V], "j1", "7").send()
+    from semdup.indexer.celery_app import app
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: seen.append((name, kw)))  # by name: no task module
+    jobs.TaskCall(INDEX_POSTS, ["travel", [{"id": "1"}], V], "j1").send()
+    jobs.TaskCall(INDEX_POSTS, ["travel", [{"id": "1"}], V], "j1", "7").send()
     assert seen == [
-        {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}, "task_id": None},
-        {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1", "batch": "7"}, "task_id": "j1-7"},
+        (INDEX_POSTS, {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}, "task_id": None}),
+        (
+            INDEX_POSTS,
+            {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1", "batch": "7"}, "task_id": "j1-7"},
+        ),
     ]
 
 

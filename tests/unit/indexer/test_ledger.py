@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from semdup.index_format.system_indices import JOBS
 from semdup.indexer import ledger, outcomes
+
+_LEDGER_FIELDS = ("batch", "seq", "size", "call", "sent", "sent_at")  # added to semdup-jobs with the ledger
 
 
 class OldJobsIndex:
@@ -20,9 +23,7 @@ class OldJobsIndex:
         return True
 
     def get_mapping(self, index: str, **_: Any) -> dict[str, Any]:
-        props = {
-            k: v for k, v in outcomes._MAPPING["mappings"]["properties"].items() if k not in outcomes._LEDGER_FIELDS
-        }
+        props = {k: v for k, v in JOBS.properties.items() if k not in _LEDGER_FIELDS}
         return {index: {"mappings": {"properties": props}}}
 
     def put_mapping(self, index: str, body: dict[str, Any], **_: Any) -> None:
@@ -38,7 +39,7 @@ def test_an_older_jobs_index_gets_the_ledger_fields_once_per_client() -> None:
     outcomes.ensure_jobs_index(old)  # type: ignore[arg-type]
     assert len(old.put) == 1
     added = old.put[0]["properties"]
-    assert sorted(added) == sorted(outcomes._LEDGER_FIELDS)
+    assert sorted(added) == sorted(_LEDGER_FIELDS)
     assert added["call"] == {"type": "object", "enabled": False}  # the args are kept, never indexed
 
 

@@ -14,6 +14,7 @@ import pytest
 from celery.exceptions import Reject, Retry
 from opensearchpy import exceptions as os_exc
 
+from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, PostError
 from semdup.indexer import semantic, tasks
 from semdup.indexer.backlog import decode_message
@@ -40,16 +41,15 @@ def test_jitter_only_adds_to_the_nominal_wait() -> None:
     assert policy.delay(10**6) == 60 and policy.longest_wait == 75
 
 
-def test_retry_waits_fit_the_visibility_timeout(monkeypatch) -> None:
-    monkeypatch.setenv("SEMDUP_RETRY_BUDGET", "4")
-    short = RetryPolicy.from_env(visibility_timeout=10)
+def test_retry_waits_fit_the_visibility_timeout() -> None:
+    short = load_settings(env={"SEMDUP_RETRY_BUDGET": "4", "SEMDUP_VISIBILITY_TIMEOUT": "10"}).retry_policy()
     assert short.budget_s == 4 and short.cap_s == 2 and short.longest_wait < 10
-    monkeypatch.delenv("SEMDUP_RETRY_BUDGET")
-    default = RetryPolicy.from_env(visibility_timeout=300)
+    default = load_settings(env={}).retry_policy()
     assert default.budget_s == 1800 and default.cap_s == 60
-    monkeypatch.setenv("SEMDUP_RETRY_BUDGET", "soon")
     with pytest.raises(ConfigError, match="SEMDUP_RETRY_BUDGET must be seconds"):
-        RetryPolicy.from_env(visibility_timeout=300)
+        load_settings(env={"SEMDUP_RETRY_BUDGET": "soon"})
+    with pytest.raises(ConfigError, match="SEMDUP_RETRY_BUDGET must be seconds >= 0"):
+        RetryPolicy.within(-1, visibility_timeout=300)
     with pytest.raises(ValueError, match="0 < first_s <= cap_s"):
         RetryPolicy(budget_s=10, first_s=5, cap_s=1)
 
@@ -234,7 +234,7 @@ def test_a_parked_error_keeps_no_credential(monkeypatch) -> None:
     from semdup.indexer import parking
 
     written: list[dict[str, Any]] = []
-    monkeypatch.setattr(parking, "_ensure_index", lambda client: None)
+    monkeypatch.setattr(parking, "ensure", lambda client, decl: None)
     monkeypatch.setattr(parking, "bulk_write", lambda client, actions: written.extend(actions) or _ok(len(actions)))
     client = type("C", (), {"indices": type("I", (), {"refresh": staticmethod(lambda **_: None)})()})()
     error = "ConnectionError: http://admin:s3cret@db:9200/_bulk refused (api_key=abc123)"

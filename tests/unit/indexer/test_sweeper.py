@@ -11,7 +11,7 @@ from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavail
 from semdup.indexer import ledger, sweeper
 from semdup.indexer.ledger import LedgerEntry, SentMark, task_id
 from semdup.indexer.outcomes import Job
-from semdup.indexer.sweeper import Sweeper, SweepSettings
+from semdup.indexer.sweeper import DEFAULT_SWEEP_AFTER, Sweeper, SweepSettings
 from semdup.indexer.waiting import WaitState, format_duration
 
 JOB = Job("j1", "travel", "bow-cnn-0123456789ab", total=40)
@@ -150,16 +150,17 @@ def test_on_rabbitmq_only_batches_the_producer_never_published_are_sent_again(mo
     assert s2.sweep().resent == () and app2.sent == []
 
 
-def test_sweep_settings_come_from_the_environment_with_a_bound_above_a_task(monkeypatch) -> None:
-    monkeypatch.delenv("SEMDUP_SWEEP_AFTER", raising=False)
-    default = SweepSettings.from_env()
-    assert default.after_s == 300 and default.every_s == 30
-    monkeypatch.setenv("SEMDUP_SWEEP_AFTER", "8")
-    assert SweepSettings.from_env().every_s == 2
+def test_sweep_settings_come_from_the_environment_with_a_bound_above_a_task() -> None:
+    from semdup.apps.settings import load_settings
+
+    default = load_settings(env={}).sweep_settings()
+    assert default.after_s == DEFAULT_SWEEP_AFTER == 300 and default.every_s == 30
+    assert load_settings(env={"SEMDUP_SWEEP_AFTER": "8"}).sweep_settings().every_s == 2
     for bad in ("soon", "0", "-5"):
-        monkeypatch.setenv("SEMDUP_SWEEP_AFTER", bad)
         with pytest.raises(ConfigError, match="SEMDUP_SWEEP_AFTER must be seconds > 0"):
-            SweepSettings.from_env()
+            load_settings(env={"SEMDUP_SWEEP_AFTER": bad})
+    with pytest.raises(ConfigError, match="SEMDUP_SWEEP_AFTER must be seconds > 0"):
+        SweepSettings(after_s=0)
 
 
 def test_the_wait_state_says_what_holds_a_job_up() -> None:

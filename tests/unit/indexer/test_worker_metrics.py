@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError
 from semdup.devstack.local_process import any_free_port
 from semdup.indexer.worker_metrics import WorkerMetrics, WorkerMetricsSettings
@@ -59,11 +60,11 @@ def test_result_without_counts_only_times_the_batch() -> None:
 
 
 def test_settings_from_env() -> None:
-    assert WorkerMetricsSettings.from_env({}).port is None
-    s = WorkerMetricsSettings.from_env({"SEMDUP_METRICS_PORT": "9108", "PROMETHEUS_MULTIPROC_DIR": "/tmp/m"})
+    assert load_settings(env={}).metrics.port is None
+    s = load_settings(env={"SEMDUP_METRICS_PORT": "9108", "PROMETHEUS_MULTIPROC_DIR": "/tmp/m"}).metrics
     assert (s.port, s.addr, s.multiproc_dir) == (9108, "0.0.0.0", "/tmp/m")
     with pytest.raises(ConfigError, match="SEMDUP_METRICS_PORT must be a TCP port number, got 'nine'"):
-        WorkerMetricsSettings.from_env({"SEMDUP_METRICS_PORT": "nine"})
+        load_settings(env={"SEMDUP_METRICS_PORT": "nine"})
     with pytest.raises(ConfigError, match="1-65535"):
         WorkerMetricsSettings(port=70000)
 
@@ -96,7 +97,9 @@ def probe_ok(n):
 def probe_fail():
     raise ValueError("probe failure")
 
-worker_metrics.connect_signals()
+from semdup.apps.settings import load_settings
+
+worker_metrics.connect_signals(load_settings().metrics)  # what semdup.apps.worker does: the tree's metrics section
 """
 
 

@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app
+from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.admission import RETRY_AFTER_S, Gate
-from semdup.reranker.service import READY_TIMEOUT_S, create_app
+from semdup.reranker.routers.probes import READY_TIMEOUT_S
 from semdup.reranker.settings import ServiceSettings
 
 KEY = "key-5b1e90ad"
@@ -51,7 +54,7 @@ class BlockingReranker:
 
 
 def settings(**values: Any) -> ServiceSettings:
-    return ServiceSettings.from_mapping(
+    return service_settings(
         {"bundle": "b", "index": "travel", "api_key": KEY, **values}, OpenSearchSettings(url="http://127.0.0.1:9")
     )
 
@@ -169,7 +172,7 @@ def test_max_in_flight_setting() -> None:
         "SEMDUP_API_KEY": KEY,
         "SEMDUP_OPENSEARCH_URL": os_settings.url,
     }
-    assert ServiceSettings.from_env(env=env).max_in_flight == ServiceSettings.max_in_flight > 0
-    assert ServiceSettings.from_env(env={**env, "SEMDUP_MAX_IN_FLIGHT": "0"}).max_in_flight == 0
+    assert load_settings(env=env).service_settings().max_in_flight == ServiceSettings.max_in_flight > 0
+    assert load_settings(env={**env, "SEMDUP_MAX_IN_FLIGHT": "0"}).service_settings().max_in_flight == 0
     with pytest.raises(ConfigError, match="SEMDUP_MAX_IN_FLIGHT"):
-        ServiceSettings.from_mapping({"bundle": "b", "index": "t", "api_key": KEY, "max_in_flight": -1}, os_settings)
+        service_settings({"bundle": "b", "index": "t", "api_key": KEY, "max_in_flight": -1}, os_settings)

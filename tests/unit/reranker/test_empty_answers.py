@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi.testclient import TestClient
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app, error_status
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.reranker import NothingIndexed
-from semdup.reranker.service import create_app, error_status
-from semdup.reranker.settings import ServiceSettings
 
 KEY = "key-5b1e90ad"
 
@@ -36,7 +36,7 @@ class EmptyReranker:
 
 
 def _client(why: str | Exception) -> TestClient:
-    settings = ServiceSettings.from_mapping(
+    settings = service_settings(
         {"bundle": "b", "index": "site-posts", "api_key": KEY}, OpenSearchSettings(url="http://127.0.0.1:9")
     )
     return TestClient(create_app(settings, reranker=EmptyReranker(why)))  # type: ignore[arg-type]

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from settings_tree import service_settings
 
+from semdup.apps.http import create_app
+from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, IndexError_
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import CelerySender
-from semdup.reranker.service import create_app
 from semdup.reranker.settings import ServiceSettings
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
@@ -62,7 +64,7 @@ def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSe
         "api_keys": f"{COOK_KEY}:cooking",
         **values,
     }
-    return ServiceSettings.from_mapping(config, OS, broker=broker)
+    return service_settings(config, OS, broker=broker)
 
 
 def client(sender: Any = None, reranker: FakeReranker | None = None, **kw: Any) -> TestClient:
@@ -197,12 +199,11 @@ def test_ingest_is_on_by_default_only_with_a_broker() -> None:
     with pytest.raises(ConfigError, match="SEMDUP_BROKER_URL"):
         settings(broker=None, ingest="1")
     env = {"SEMDUP_BUNDLE": "b", "SEMDUP_INDEX": "travel", "SEMDUP_API_KEY": "k", "SEMDUP_OPENSEARCH_URL": OS.url}
-    assert ServiceSettings.from_env(env=env).broker is None
-    on = ServiceSettings.from_env(env={**env, "SEMDUP_BROKER_URL": "redis://:s3cr3t@h:6379/0"})
+    assert load_settings(env=env).service_settings().broker is None
+    on = load_settings(env={**env, "SEMDUP_BROKER_URL": "redis://:s3cr3t@h:6379/0"}).service_settings()
     assert on.ingest is True and on.broker is not None and "s3cr3t" not in repr(on)
-    assert (
-        ServiceSettings.from_env(env={**env, "SEMDUP_BROKER_URL": "redis://h/0", "SEMDUP_INGEST": "0"}).ingest is False
-    )
+    off = load_settings(env={**env, "SEMDUP_BROKER_URL": "redis://h/0", "SEMDUP_INGEST": "0"}).service_settings()
+    assert off.ingest is False
     with pytest.raises(ConfigError, match="unknown reranker setting"):
         settings(broker_url="redis://h/0")  # the broker comes from SEMDUP_BROKER_URL / the broker: section
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from settings_tree import service_settings
 
 from semdup.core.errors import ConfigError
 from semdup.core.settings import OpenSearchSettings
-from semdup.reranker.service import request_model
+from semdup.reranker.routers.schemas import request_model
 from semdup.reranker.settings import ApiKey, ServiceSettings, parse_api_keys
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
 
 
 def settings(**values: object) -> ServiceSettings:
-    return ServiceSettings.from_mapping({"bundle": "b", "index": "travel", **values}, OS)
+    return service_settings({"bundle": "b", "index": "travel", **values}, OS)
 
 
 def test_api_keys_format_and_errors_that_never_show_the_key() -> None:

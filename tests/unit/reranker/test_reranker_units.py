@@ -10,14 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from settings_tree import service_settings
 
+from semdup.apps.http import error_status
+from semdup.apps.settings import load_settings
 from semdup.core.errors import BundleError, ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
 from semdup.reranker.candidates import MAX_SPARSE_TERMS, SearchTimeout, knn_query, merge_hits, sparse_query
 from semdup.reranker.fusion import compute_components, compute_fused, sparse_dot
 from semdup.reranker.reranker import ModelMismatch
-from semdup.reranker.service import error_status
 from semdup.reranker.settings import RerankerSettings, ServiceSettings
 
 FUSION = {"beta_bow": 1.0, "beta_dense": 0.5, "alpha": 0.25}
@@ -140,7 +142,7 @@ def test_settings_validate_names_and_refuse_missing_key(tmp_path: Path) -> None:
         RerankerSettings(templates=("bm99",))
     with pytest.raises(ConfigError, match="SEMDUP_API_KEY"):
         ServiceSettings(bundle="b", index="i", opensearch=os_settings)
-    s = ServiceSettings.from_mapping(
+    s = service_settings(
         {
             "bundle": "b",
             "index": "i",
@@ -154,9 +156,9 @@ def test_settings_validate_names_and_refuse_missing_key(tmp_path: Path) -> None:
     assert s.reranker.templates == ("bm25", "dfr") and s.reranker.sparse and s.max_body_bytes == 4096
     assert "secret" not in repr(s)
     env = {"SEMDUP_BUNDLE": "b", "SEMDUP_INDEX": "i", "SEMDUP_AUTH": "off", "SEMDUP_OPENSEARCH_URL": "http://h:1"}
-    assert ServiceSettings.from_env(env=env).auth is False
+    assert load_settings(env=env).service_settings().auth is False
     with pytest.raises(ConfigError, match="unknown reranker setting"):
-        ServiceSettings.from_mapping({"bundle": "b", "index": "i", "auth": "off", "colour": 1}, os_settings)
+        service_settings({"bundle": "b", "index": "i", "auth": "off", "colour": 1}, os_settings)
 
 
 def test_error_statuses() -> None:
@@ -171,8 +173,8 @@ def test_error_statuses() -> None:
 def test_service_logs_through_the_one_scrubbing_json_formatter(monkeypatch, capsys) -> None:
     """The service's log setup is semdup's: SEMDUP_LOG_FORMAT=json gives JsonFormatter at INFO (one record per
     request), extra fields kept, secrets scrubbed; there is no second formatter or switch."""
+    from semdup.apps.http import configure_service_logging
     from semdup.core.logs import JsonFormatter
-    from semdup.reranker.service import configure_service_logging
 
     root = logging.getLogger()
     level, hooks = root.level, (sys.excepthook, threading.excepthook)
@@ -183,7 +185,7 @@ def test_service_logs_through_the_one_scrubbing_json_formatter(monkeypatch, caps
         assert configure_service_logging() == "json"
         (handler,) = [h for h in root.handlers if getattr(h, "_semdup_handler", False)]
         assert isinstance(handler.formatter, JsonFormatter) and root.level <= logging.INFO
-        logging.getLogger("semdup.reranker.service").info(
+        logging.getLogger("semdup.apps.http").info(
             "request from http://admin:Pl4nted@proxy", extra={"path": "/v1/rerank", "status": 200, "api_key": "k-1"}
         )
         (line,) = [json.loads(x) for x in capsys.readouterr().err.splitlines()]

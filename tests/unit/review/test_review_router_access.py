@@ -14,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import exceptions as os_exc
+from settings_tree import service_settings
 
 from semdup.core.settings import OpenSearchSettings
-from semdup.reranker.settings import ServiceSettings
 from semdup.review.context import review_context
 from semdup.review.router import LOGIN_COOKIE, SESSION_COOKIE, router
 
@@ -36,7 +36,7 @@ class EmptyCluster:
 
 
 def make_app(api_keys: str = f"{SEARCH_KEY}:travel,{REVIEW_KEY}:travel:review:alice") -> tuple[TestClient, Any]:
-    settings = ServiceSettings.from_mapping(
+    settings = service_settings(
         {
             "bundle": "b",
             "index": "travel",

@@ -1,0 +1,150 @@
+"""The sections of the settings tree that no lower layer declares (the service, the review page, the workers'
+delivery, flagging, logging, the model); the others are the layers' own frozen dataclasses
+(:class:`~semdup.core.settings.OpenSearchSettings`, :class:`~semdup.reranker.settings.RerankerSettings`, ...).
+Each is a frozen pydantic model: types coerced and checked when the tree is read (:mod:`semdup.apps.settings`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from semdup.core.errors import ConfigError
+from semdup.core.post_rules import MAX_TEXT_CHARS
+from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.indexer.retry import DEFAULT_RETRY_BUDGET
+from semdup.indexer.worker_metrics import WorkerMetricsSettings
+from semdup.reranker.settings import ApiKey, RerankerSettings
+
+__all__ = [
+    "ModelSection",
+    "ServiceSection",
+    "ReviewSection",
+    "WorkerSection",
+    "AlertsSection",
+    "LoggingSection",
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "DEFAULT_SWEEP_AFTER",
+    "SECTION_TYPES",
+]
+
+# The defaults of semdup.indexer.celery_app and .sweeper (modules that import Celery: a test checks they agree)
+DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; celery_app's doc says why it must exceed a task plus a retry wait
+DEFAULT_SWEEP_AFTER = 300.0
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSection(_Section):
+    """The model bundle every process runs, and its calibration file (None: ``<bundle>.calibration.json``)."""
+
+    bundle: str | None = None
+    calibration: str | None = None
+
+
+class ServiceSection(_Section):
+    """The HTTP service: what it serves, to whom, and within which bounds."""
+
+    index: str | None = None
+    indices: tuple[str, ...] = ()
+    api_key: str | None = None
+    api_keys: tuple[ApiKey, ...] = ()
+    auth: bool = True
+    max_body_bytes: int = 1 << 20
+    max_text_chars: int = MAX_TEXT_CHARS
+    max_k: int = 100
+    threads: int = 16
+    onnx_threads: int = 1
+    max_in_flight: int = 4
+    workers: int | None = None
+    ingest: bool | None = None
+    max_ingest_posts: int = 1000
+
+    def __repr__(self) -> str:  # keys never in a repr
+        shown = self.model_dump(exclude={"api_key", "api_keys"})
+        shown["api_key"] = "***" if self.api_key else None
+        shown["api_keys"] = self.api_keys  # ApiKey's own repr masks the key
+        return "ServiceSection(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    __str__ = __repr__
+
+
+class ReviewSection(_Section):
+    """The review page: its session cookies and links to the site."""
+
+    session_secret: str | None = None
+    session_max_age: int = 12 * 3600
+    post_url: str | None = None
+    stats_ttl: float = 60.0
+
+    def __repr__(self) -> str:
+        shown = self.model_dump(exclude={"session_secret"})
+        return "ReviewSection(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ", session_secret=***)"
+
+    __str__ = __repr__
+
+
+class WorkerSection(_Section):
+    """Delivery of the indexing tasks: redelivery, the retry budget, the producers' sweeper."""
+
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
+    retry_budget: float = DEFAULT_RETRY_BUDGET
+    sweep_after: float = DEFAULT_SWEEP_AFTER
+
+    @field_validator("visibility_timeout")
+    @classmethod
+    def _visibility(cls, value: int) -> int:
+        if value < 10:
+            raise ConfigError(f"SEMDUP_VISIBILITY_TIMEOUT must be at least 10 seconds, found {value}; e.g. 300")
+        return value
+
+    @field_validator("retry_budget")
+    @classmethod
+    def _budget(cls, value: float) -> float:
+        if value < 0:
+            raise ConfigError(f"SEMDUP_RETRY_BUDGET must be seconds >= 0, found {value!r}; e.g. 1800")
+        return value
+
+    @field_validator("sweep_after")
+    @classmethod
+    def _sweep(cls, value: float) -> float:
+        if not value > 0:
+            raise ConfigError(f"SEMDUP_SWEEP_AFTER must be seconds > 0, found {value!r}; e.g. 300")
+        return value
+
+
+class AlertsSection(_Section):
+    """Duplicate flagging chained by the indexing tasks."""
+
+    flag_duplicates: bool = False
+    flag_k: int = 10
+
+    @field_validator("flag_k")
+    @classmethod
+    def _k(cls, value: int) -> int:
+        if not 1 <= value <= 100:
+            raise ConfigError(f"SEMDUP_FLAG_K must be within 1..100, got {value}")
+        return value
+
+
+class LoggingSection(_Section):
+    format: Literal["text", "json"] = "text"
+
+
+# Every section of the tree, by the name it has in the tree and in a config file (semdup.apps.settings.Settings
+# declares one field per entry, in this order; a test checks they agree).
+SECTION_TYPES: dict[str, type] = {
+    "opensearch": OpenSearchSettings,
+    "broker": BrokerSettings,
+    "model": ModelSection,
+    "candidates": RerankerSettings,
+    "service": ServiceSection,
+    "review": ReviewSection,
+    "worker": WorkerSection,
+    "alerts": AlertsSection,
+    "metrics": WorkerMetricsSettings,
+    "logging": LoggingSection,
+}

@@ -1,0 +1,115 @@
+"""The worker app: the Celery app that runs the indexer's and the alerts' tasks, with the worker metrics.
+
+    celery -A semdup.apps.worker worker --pool prefork -c 2     # settings from the environment / $SEMDUP_CONFIG
+    semdup worker --bundle /bundles/current -c 2                # the same, through run_worker
+
+The app object is the indexer queue's (:data:`semdup.indexer.celery_app.app`; producers send through it too).
+This module is where it is wired: it lists the task modules a worker loads (the indexer's, and the alerts' from a
+layer above the indexer, which therefore never names them), points the app at the settings tree's broker when it
+is first configured, hands the worker metrics their settings, and gives the app the loader of a worker process's
+runtime (bundle, client, retry policy, flagging settings). Each pool process builds its runtime once, after fork
+(``worker_process_init`` in :mod:`semdup.indexer.celery_app`): an onnxruntime session never crosses a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery, signals
+
+from semdup.apps.settings import Settings, load_settings
+from semdup.core.errors import ConfigError
+from semdup.indexer import worker_metrics
+from semdup.indexer.celery_app import WorkerRuntime, app, celery_config, explicitly_configured, set_runtime_loader
+
+__all__ = ["app", "TASK_MODULES", "configure_worker", "build_runtime", "run_worker"]
+
+logger = logging.getLogger(__name__)
+
+TASK_MODULES = ("semdup.indexer.tasks", "semdup.alerts.tasks")
+
+app.conf.include = list(TASK_MODULES)
+_settings: dict[str, Settings] = {}
+_lock = threading.Lock()
+
+
+def _tree() -> Settings:
+    """The tree this worker runs with: given to :func:`configure_worker`, else read once here."""
+    with _lock:
+        if "current" not in _settings:
+            _settings["current"] = load_settings()
+        return _settings["current"]
+
+
+def build_runtime(settings: Settings) -> WorkerRuntime:
+    """One worker process's runtime from the tree: the bundle loaded and verified, a checked client, the retry
+    policy, whether flagging is chained, and how the flagging task flags."""
+    from semdup.bundle.bundle import Bundle
+    from semdup.core.clients import connect
+
+    path = settings.bundle()
+    bundle = Bundle.load(path)
+    client = connect(settings.opensearch_settings())
+    logger.info(
+        "worker process %d loaded bundle %s (arch %s, dimension %s) from %s",
+        os.getpid(),
+        bundle.version,
+        getattr(bundle, "arch", "?"),
+        getattr(bundle, "dimension", "?"),
+        path,
+    )
+    return WorkerRuntime(
+        bundle=bundle,
+        client=client,
+        retry=settings.retry_policy(),
+        flag_duplicates=settings.alerts.flag_duplicates,
+        alerts=settings.alert_settings(),
+    )
+
+
+def configure_worker(settings: Settings | None = None) -> Celery:
+    """Wire the app for a worker process: ``settings`` (default: the environment's tree) give the broker, the worker
+    metrics and each pool process's runtime. Call before the pool forks."""
+    with _lock:
+        if settings is not None:
+            _settings["current"] = settings
+    worker_metrics.configure(_tree().metrics)
+    set_runtime_loader(lambda: build_runtime(_tree()))
+    return app
+
+
+@app.on_configure.connect
+def _configure_from_settings(sender: Celery, **_: Any) -> None:
+    """The broker of the tree, when nothing pointed the app at one before it was first used (``celery -A``)."""
+    if explicitly_configured():
+        return
+    tree = _tree()
+    sender.conf.update(celery_config(tree.broker_settings().url, visibility_timeout=tree.worker.visibility_timeout))
+
+
+def run_worker(settings: Settings, argv: Sequence[str]) -> None:
+    """Run a worker in this process with ``settings`` (``semdup worker``); ``argv``: Celery's worker options."""
+    from semdup.indexer.celery_app import configure_app
+
+    configure_app(settings.broker_settings().url, visibility_timeout=settings.worker.visibility_timeout)
+    configure_worker(settings)
+    app.worker_main(["worker", *argv])
+
+
+def _metrics_from_settings(**_: Any) -> None:
+    """Before the worker metrics start (``worker_init``, main process): their settings from the tree."""
+    try:
+        worker_metrics.configure(_tree().metrics)
+    except ConfigError as exc:
+        logger.error("worker metrics are off: %s", exc)
+
+
+# Wired at import, so that `celery -A semdup.apps.worker worker` needs nothing else; nothing is read or connected
+# before a worker starts (the tree is read on first use).
+signals.worker_init.connect(_metrics_from_settings, weak=False)  # before worker_metrics' own handler
+worker_metrics.connect_signals()
+set_runtime_loader(lambda: build_runtime(_tree()))

@@ -1,0 +1,167 @@
+"""semdup's own indices in the cluster, one declaration each, created through one function.
+
+    ensure(client, PARKED)                    # created with its settings and strict mapping unless it exists
+    ensure(client, FLAGS, name="test-flags")  # the same declaration under another name (tests, a second site)
+
+A declaration (:class:`SystemIndex`) is the index's name, its settings and its mapping's fields; :func:`ensure`
+creates it unless it exists (workers and service processes race to create it first: the loser's
+``resource_already_exists_exception`` is fine), and adds to an index an older semdup created the fields declared
+since (a mapping only grows), once per client and name in a process. Every call uses the client's timeout
+(``SEMDUP_OPENSEARCH_TIMEOUT``, set where the client is built, :func:`semdup.core.clients.connect`).
+
+The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.indexer.parking`), ``semdup-jobs``
+(index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.indexer.outcomes`,
+:mod:`semdup.indexer.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
+``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from semdup.core.errors import OpenSearchUnavailable
+
+__all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SYSTEM_INDICES", "ensure"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SystemIndex:
+    """One of semdup's stores: its name, settings and fields (the mapping is ``dynamic: strict``)."""
+
+    name: str
+    properties: dict[str, Any]
+    settings: dict[str, Any] = field(
+        default_factory=lambda: {"index": {"number_of_shards": 1, "number_of_replicas": 0}}
+    )
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The ``PUT /<name>`` body."""
+        return {"settings": self.settings, "mappings": {"dynamic": "strict", "properties": self.properties}}
+
+
+PARKED = SystemIndex(
+    "semdup-parked",
+    {
+        "index": {"type": "keyword"},
+        "post_id": {"type": "keyword", "ignore_above": 4096},  # kept whole in _source; searchable if shorter
+        "task": {"type": "keyword"},
+        "error": {"type": "text"},
+        "model_version": {"type": "keyword"},
+        "payload": {"type": "object", "enabled": False},
+        "parked_at": {"type": "date", "format": "epoch_second"},
+    },
+)
+
+JOBS = SystemIndex(
+    "semdup-jobs",
+    {
+        "kind": {"type": "keyword"},  # "job", "outcome" or "batch"
+        "job": {"type": "keyword"},
+        "index": {"type": "keyword"},
+        "model_version": {"type": "keyword"},
+        "task": {"type": "keyword"},
+        "total": {"type": "integer"},
+        "written": {"type": "integer"},
+        "parked": {"type": "integer"},
+        "skipped": {"type": "integer"},
+        "at": {"type": "date", "format": "epoch_second"},
+        # the ledger (semdup.indexer.ledger): a batch's key, order and size, its message (stored, not indexed:
+        # it is only read back to send the batch again), and on the job record the batches published so far
+        "batch": {"type": "keyword"},
+        "seq": {"type": "integer"},
+        "size": {"type": "integer"},
+        "call": {"type": "object", "enabled": False},
+        "sent": {"type": "integer"},
+        "sent_at": {"type": "date", "format": "epoch_second"},
+    },
+)
+
+FLAGS = SystemIndex(
+    "semdup-duplicates",
+    {
+        "index": {"type": "keyword"},
+        "post_id": {"type": "keyword", "ignore_above": 4096},
+        "candidate_id": {"type": "keyword", "ignore_above": 4096},
+        "probability": {"type": "float"},
+        "score": {"type": "float"},
+        "model": {"type": "keyword"},
+        "flagged_at": {"type": "date"},
+    },
+)
+
+VERDICTS = SystemIndex(
+    "semdup-verdicts",
+    {
+        "pair": {"type": "keyword"},
+        "index": {"type": "keyword"},
+        "post_id": {"type": "keyword", "ignore_above": 4096},
+        "candidate_id": {"type": "keyword", "ignore_above": 4096},
+        "verdict": {"type": "keyword"},
+        "who": {"type": "keyword"},
+        "when": {"type": "date"},
+        "model": {"type": "keyword"},
+        "score": {"type": "float"},
+        "probability": {"type": "float"},
+    },
+)
+
+SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS)
+
+_current: set[tuple[int, str]] = set()  # (client id, index name) known to hold the declared mapping
+_lock = threading.Lock()
+
+
+def ensure(client: Any, decl: SystemIndex, name: str | None = None) -> bool:
+    """Make sure ``decl`` exists as ``name`` (default: its own name) with every declared field; True when this call
+    created it.
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    from opensearchpy import exceptions as os_exc
+
+    name = name or decl.name
+    key = (id(client), name)
+    if key in _current:
+        return False
+    try:
+        created = _create(client, decl, name, os_exc)
+        if not created:
+            _add_fields(client, decl, name)
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(
+            f"OpenSearch did not answer while creating {name!r} ({type(exc).__name__}); {exc}"
+        ) from exc
+    with _lock:
+        _current.add(key)
+    if created:
+        logger.info("created %s", name)
+    return created
+
+
+def _create(client: Any, decl: SystemIndex, name: str, os_exc: Any) -> bool:
+    try:
+        if client.indices.exists(index=name):
+            return False
+        client.indices.create(index=name, body=decl.body)
+        return True
+    except os_exc.RequestError as exc:
+        if exc.error != "resource_already_exists_exception":
+            raise
+        return False
+
+
+def _add_fields(client: Any, decl: SystemIndex, name: str) -> None:
+    """Add the fields declared since an older semdup created ``name`` (e.g. the ledger's, on ``semdup-jobs``)."""
+    found = client.indices.get_mapping(index=name)
+    props = next(iter(found.values()), {}).get("mappings", {}).get("properties", {})
+    missing = {k: v for k, v in decl.properties.items() if k not in props}
+    if missing:
+        client.indices.put_mapping(index=name, body={"properties": missing})
+        logger.info("added the fields %s to %s", ", ".join(sorted(missing)), name)

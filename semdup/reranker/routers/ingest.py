@@ -1,0 +1,129 @@
+"""HTTP ingest endpoints: ``POST /v1/posts``, ``/v1/posts/sync``, ``/v1/posts/delete`` (202 Accepted).
+
+For sites that cannot talk to Celery: each request is checked like ``/v1/rerank`` (the same ``X-API-Key``
+dependency, the same per-key index allow-list and 404, the same error format) and its posts or ids are enqueued
+as the indexer's tasks, :data:`~semdup.reranker.ingest.BATCH` per task, through :mod:`semdup.reranker.ingest`.
+202 means queued, not written: the workers write (or park) them. Deleting is a ``POST`` to ``/v1/posts/delete``
+rather than ``DELETE /v1/posts`` with a body, which HTTP gives no meaning and some proxies drop.
+
+``/v1/posts/sync`` is for a site's own index connected with ``semdup enable``: one semdup created gets 409
+``NotASiteIndex`` before anything is enqueued (its workers would find no site's index to re-read and park every id).
+Without a broker (``SEMDUP_BROKER_URL`` unset) or with ``SEMDUP_INGEST=0`` the endpoints answer 503 saying so;
+``/readyz`` does not depend on them. The endpoints read the sender (``app.state.sender``, None: off) and the
+reranker (``app.state.reranker``: which index it searches for a site's index) from the app; :func:`router` makes
+the router of one app.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from semdup.core.errors import BrokerUnavailable, IndexError_
+from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
+from semdup.reranker.ingest import NotASiteIndex, TaskSender, enqueue_batches
+from semdup.reranker.reranker import ModelMismatch
+from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
+from semdup.reranker.routers.schemas import (
+    NOT_SERVED,
+    RETRY_AFTER_HEADER,
+    IngestAccepted,
+    IngestErrorResponse,
+    ingest_models,
+    responses,
+)
+from semdup.reranker.settings import ServiceSettings
+
+__all__ = ["INGEST_PATHS", "router", "post_posts", "sync_posts", "delete_posts"]
+
+logger = logging.getLogger(__name__)
+
+INGEST_PATHS = ("/v1/posts", "/v1/posts/sync", "/v1/posts/delete")
+
+
+def _off_reason(settings: ServiceSettings) -> str:
+    if settings.broker is None:
+        return (
+            "HTTP ingest needs the indexer's Celery broker and this server has none: set SEMDUP_BROKER_URL "
+            "(e.g. redis://host:6379/0) and restart `semdup serve`"
+        )
+    return "HTTP ingest is turned off on this server (SEMDUP_INGEST=0); set SEMDUP_INGEST=1 to turn it on"
+
+
+def _target(request: Request, requested: str | None, allowed: tuple[str, ...]) -> tuple[str, TaskSender, str]:
+    """The index (checked exactly as ``/v1/rerank`` checks it), the sender (or 503) and the bundle version."""
+    st = state(request)
+    name = served_index(st.settings, requested, allowed)
+    if st.sender is None or not st.settings.ingest:
+        raise BrokerUnavailable(_off_reason(st.settings))
+    return name, st.sender, st.reranker.version
+
+
+def post_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+    """Enqueue new or edited posts (``index_posts``) for an index semdup created; 202 once they are queued."""
+    name, to, version = _target(request, req.index, allowed)
+    done = enqueue_batches(to, INDEX_POSTS, name, [p.model_dump() for p in req.posts], [version])
+    return _answer(name, INDEX_POSTS, version, done.items, done.tasks)
+
+
+def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+    """These posts of the site's own index (``semdup enable``) were created, edited or deleted: the workers
+    re-read them from it (``sync_posts``), encode and write semdup's side, and remove the deleted ones."""
+    name, to, version = _target(request, req.index, allowed)
+    try:
+        own = state(request).reranker.target(name) == name  # looked up on the first sync request, not at start
+    except IndexError_ as exc:
+        if isinstance(exc, ModelMismatch):
+            raise
+        logger.warning("sync for served index %s refused: %s", name, exc)
+        raise IndexError_(NOT_SERVED.format(name=name)) from exc
+    if own:
+        raise NotASiteIndex(
+            f"index {name!r} is one semdup created, not a site's index connected with `semdup enable`: "
+            "/v1/posts/sync re-reads posts from the site's index, which it does not have. Send the posts "
+            "themselves to POST /v1/posts"
+        )
+    done = enqueue_batches(to, SYNC_POSTS, name, list(dict.fromkeys(req.ids)), [version])
+    return _answer(name, SYNC_POSTS, version, done.items, done.tasks)
+
+
+def delete_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+    """Enqueue the deletion of posts by id (``delete_posts``; an id already gone is harmless)."""
+    name, to, _ = _target(request, req.index, allowed)
+    done = enqueue_batches(to, DELETE_POSTS, name, list(dict.fromkeys(req.ids)))
+    return _answer(name, DELETE_POSTS, None, done.items, done.tasks)
+
+
+def router(settings: ServiceSettings) -> APIRouter:
+    """The three ingest endpoints of an app serving ``settings`` (their bodies carry its bounds)."""
+    posts_model, ids_model = ingest_models(settings)
+    access = access_for(settings)
+    said = responses(401, 404, 413, 422, 500)
+    said[503] = {
+        "model": IngestErrorResponse,
+        "description": "No broker configured, ingest turned off, or the broker down; after a failure part-way, "
+        "enqueued and tasks say how many went out before it (sending the request again is harmless). Or "
+        "Overloaded: this worker has SEMDUP_MAX_IN_FLIGHT requests in flight (with Retry-After).",
+        "headers": RETRY_AFTER_HEADER,
+    }
+    sync_said = {**said, **responses(409)}  # an index semdup created, or one of another model
+    out = APIRouter()
+    for path, endpoint, body in zip(
+        INGEST_PATHS, (post_posts, sync_posts, delete_posts), (posts_model, ids_model, ids_model), strict=True
+    ):
+        out.add_api_route(
+            path,
+            bind(endpoint, body, access),
+            methods=["POST"],
+            status_code=202,
+            response_model=IngestAccepted,
+            tags=["ingest"],
+            responses=sync_said if endpoint is sync_posts else said,
+        )
+    return out
+
+
+def _answer(index: str, task: str, model: str | None, enqueued: int, tasks: int) -> dict[str, Any]:
+    return {"index": index, "task": task.rsplit(".", 1)[-1], "model": model, "enqueued": enqueued, "tasks": tasks}

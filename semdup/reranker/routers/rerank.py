@@ -1,0 +1,66 @@
+"""``POST /v1/rerank``: the top-k duplicate candidates of a new post, with fused scores and decisions.
+
+The endpoint is a plain ``def``: FastAPI runs it in its thread pool (``SEMDUP_THREADS`` threads), so the event loop
+never waits on OpenSearch. :func:`router` makes the router of one app (its body model carries the app's bounds);
+:func:`rerank` is the endpoint itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from semdup.core.errors import IndexError_
+from semdup.reranker.reranker import ModelMismatch, NothingIndexed
+from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
+from semdup.reranker.routers.schemas import NOT_SERVED, RerankResponse, request_model, responses
+from semdup.reranker.settings import ServiceSettings
+
+__all__ = ["rerank", "router", "PATH"]
+
+logger = logging.getLogger(__name__)
+
+PATH = "/v1/rerank"
+
+
+def rerank(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+    """Top-k duplicate candidates for a post: fused score, components, probability, decision."""
+    from semdup.core.posts import Post
+
+    st = state(request)
+    name = served_index(st.settings, req.index, allowed)
+    rr = st.reranker
+    if req.templates:
+        rr = rr.with_settings(templates=tuple(dict.fromkeys(req.templates)))
+    post = Post(id=req.exclude_id or "_query", title=req.title, body=req.body)
+    try:
+        cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=name)
+        reason = rr.empty_reason(name) if not cands else None
+    except IndexError_ as exc:
+        if isinstance(exc, (ModelMismatch, NothingIndexed)):
+            raise
+        logger.warning("served index %s cannot be searched: %s", name, exc)
+        raise IndexError_(NOT_SERVED.format(name=name)) from exc
+    return {
+        "model": rr.version,
+        "index": name,
+        "threshold": rr.threshold,
+        "candidates": [c.to_json() for c in cands],
+        "reason": reason,
+    }
+
+
+def router(settings: ServiceSettings) -> APIRouter:
+    """The ``/v1/rerank`` router of an app serving ``settings``."""
+    out = APIRouter()
+    out.add_api_route(
+        PATH,
+        bind(rerank, request_model(settings), access_for(settings)),
+        methods=["POST"],
+        response_model=RerankResponse,
+        tags=["rerank"],
+        responses=responses(401, 404, 409, 413, 422, 500, 503, 504),
+    )
+    return out

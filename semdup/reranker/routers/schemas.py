@@ -1,0 +1,238 @@
+"""The HTTP service's request and response bodies, one module for every router (rerank, ingest, probes).
+
+Request bodies carry this server's bounds in their schema (``max_text_chars``, ``max_k``, ``max_ingest_posts``),
+so they are made per app from its :class:`~semdup.reranker.settings.ServiceSettings` (:func:`request_model`,
+:func:`ingest_models`); what the schema allows is what the service takes, and a schema-driven client or fuzzer
+reaches the search path. Errors are ``{"error": {"type", "message"}}`` (:class:`ErrorResponse`); a 422 adds
+FastAPI's ``detail`` list (:class:`ValidationErrorResponse`). :func:`responses` documents an endpoint's error
+answers in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from semdup.core.post_rules import MAX_ID_BYTES
+from semdup.index_format.schema import LEXICAL_MODELS
+from semdup.reranker.admission import RETRY_AFTER_S
+from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostId, PostText, check_visible, text_field
+from semdup.reranker.settings import ServiceSettings
+
+__all__ = [
+    "API_KEY_HEADER",
+    "MAX_INDEX_CHARS",
+    "NOT_SERVED",
+    "RETRY_AFTER_HEADER",
+    "request_model",
+    "ingest_models",
+    "responses",
+    "CandidateOut",
+    "RerankResponse",
+    "ErrorBody",
+    "ErrorResponse",
+    "ValidationItem",
+    "ValidationErrorResponse",
+    "ReadyResponse",
+    "IngestAccepted",
+    "IngestErrorResponse",
+]
+
+API_KEY_HEADER = "X-API-Key"
+MAX_INDEX_CHARS = 255
+NOT_SERVED = "index {name!r} is not one this API key may search, or it does not exist; name one of your indices"
+
+
+def _whole_number(value: Any) -> Any:
+    """JSON Schema counts ``87.0`` as an integer; strict pydantic does not. Strings and booleans stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def request_model(settings: ServiceSettings) -> type[BaseModel]:
+    """The ``/v1/rerank`` body, with this server's bounds in its schema: what the schema allows is what the
+    service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart). The
+    title and body meet the rules every post meets (:mod:`semdup.reranker.post_fields`)."""
+    limit = settings.max_text_chars
+
+    class RerankRequest(BaseModel):
+        """A new post to find duplicates of: a title or a body (or both) holding visible text."""
+
+        model_config = POST_TEXT_CONFIG
+
+        title: PostText = text_field(limit, "The new post's title.")
+        body: PostText = text_field(limit, "The new post's body (HTML allowed; cleaned like indexed posts).")
+        k: Annotated[int, BeforeValidator(_whole_number)] = Field(
+            10, ge=1, le=settings.max_k, description="How many candidates to return."
+        )
+        exclude_id: str | None = Field(
+            None, min_length=1, max_length=MAX_ID_BYTES, description="Leave this post out (the query itself)."
+        )
+        index: str | None = Field(
+            None,
+            min_length=1,
+            max_length=MAX_INDEX_CHARS,
+            description="One of the indices this API key may search (default: the server's index).",
+        )
+        templates: list[Literal[tuple(LEXICAL_MODELS)]] | None = Field(  # type: ignore[valid-type]
+            None,
+            min_length=1,
+            max_length=len(LEXICAL_MODELS),
+            description="Lexical candidate templates, the first one's score is lexnorm's (default: the server's).",
+        )
+
+        @model_validator(mode="after")
+        def _has_text(self) -> RerankRequest:
+            check_visible(self.title, self.body, markup=False)  # markup-only: the reranker's PostError, as before
+            return self
+
+    return RerankRequest
+
+
+def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The ingest request bodies (posts, ids), with this server's bounds in their schema, like ``request_model``."""
+    limit, most = settings.max_text_chars, settings.max_ingest_posts
+    index_field = Field(
+        None,
+        min_length=1,
+        max_length=MAX_INDEX_CHARS,
+        description="One of the indices this API key may use (default: the server's index).",
+    )
+
+    class PostIn(BaseModel):
+        """A new or edited post: an id and a title or a body (or both) holding visible text, by the rules that
+        `semdup index-posts --input` and the workers apply too."""
+
+        model_config = POST_TEXT_CONFIG
+
+        id: PostId
+        title: PostText = text_field(limit, "The post's title.")
+        body: PostText = text_field(limit, "The post's body (HTML allowed).")
+
+        @model_validator(mode="after")
+        def _has_text(self) -> PostIn:
+            check_visible(self.title, self.body, self.id)
+            return self
+
+    class IngestPosts(BaseModel):
+        """Posts to encode and write into an index semdup created (``semdup index-posts``)."""
+
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+        index: str | None = index_field
+        posts: list[PostIn] = Field(min_length=1, max_length=most, description=f"1 to {most} posts, ids distinct.")
+
+        @model_validator(mode="after")
+        def _distinct(self) -> IngestPosts:
+            seen: set[str] = set()
+            for post in self.posts:
+                if post.id in seen:  # two versions of one post could be written in either order
+                    raise ValueError(f"post id {post.id[:80]!r} appears twice; send each post once")
+                seen.add(post.id)
+            return self
+
+    class IngestIds(BaseModel):
+        """Ids of posts; repeated ids are sent once."""
+
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+        index: str | None = index_field
+        ids: list[PostId] = Field(min_length=1, max_length=most, description=f"1 to {most} post ids.")
+
+    return IngestPosts, IngestIds
+
+
+class CandidateOut(BaseModel):
+    id: str
+    score: float
+    components: dict[str, float | None]
+    probability: float | None
+    is_duplicate: bool | None
+    complete: bool
+    sources: list[str]
+
+
+class RerankResponse(BaseModel):
+    model: str
+    index: str
+    threshold: float | None
+    candidates: list[CandidateOut]
+    reason: str | None = Field(
+        default=None, description="Why there are no candidates, when there are none (never a silent empty answer)."
+    )
+
+
+class ErrorBody(BaseModel):
+    type: str = Field(description="The error's kind, e.g. Unauthorized, IndexError_, SearchTimeout.")
+    message: str = Field(description="What was wrong and how to fix it.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ValidationItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """FastAPI's ``detail`` list, and the service's one-line ``error`` beside it."""
+
+    detail: list[ValidationItem]
+    error: ErrorBody
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    checks: dict[str, Any]
+    reason: str | None = None
+
+
+class IngestAccepted(BaseModel):
+    """What went to the broker: ``enqueued`` posts or ids in ``tasks`` tasks (queued, not yet written)."""
+
+    index: str
+    task: str = Field(description="The indexer task enqueued: index_posts, sync_posts or delete_posts.")
+    model: str | None = Field(description="The bundle version the workers must run (none for deletes).")
+    enqueued: int
+    tasks: int
+
+
+class IngestErrorResponse(BaseModel):
+    """The error, and for a broker that failed part-way how many were enqueued before it."""
+
+    error: ErrorBody
+    enqueued: int | None = Field(None, description="Posts or ids enqueued before the broker failed (503 only).")
+    tasks: int | None = Field(None, description="Tasks enqueued before the broker failed (503 only).")
+
+
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "description": f"Seconds to wait before retrying ({RETRY_AFTER_S}); sent with the Overloaded 503.",
+        "schema": {"type": "integer"},
+    }
+}
+
+
+def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of an endpoint that may answer these error statuses."""
+    said = {
+        401: "Missing or wrong X-API-Key.",
+        404: "An index this key may not search, or that does not exist (the same answer for both).",
+        409: "The index holds vectors of another model version, holds no encoded post yet, or (sync) is one "
+        "semdup created rather than a site's index.",
+        413: "Request body over the server's max_body_bytes.",
+        422: "Bad input: a schema violation, malformed JSON, or a post without usable text.",
+        500: "An unexpected error (logged by the service).",
+        503: "OpenSearch is down, or this worker has SEMDUP_MAX_IN_FLIGHT requests in flight (type Overloaded, "
+        f"with Retry-After: {RETRY_AFTER_S}); retry later or on another replica.",
+        504: "OpenSearch did not answer within the search timeout.",
+    }
+    out: dict[int | str, dict[str, Any]] = {
+        c: {"model": ValidationErrorResponse if c == 422 else ErrorResponse, "description": said[c]} for c in codes
+    }
+    if 503 in out:
+        out[503]["headers"] = RETRY_AFTER_HEADER
+    return out

@@ -1,0 +1,72 @@
+"""Each feature router of the HTTP service works on its own: a bare FastAPI app that includes one router and sets
+the ``app.state`` it reads (no app factory, no other router, no middleware), as the composition root wires them."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from settings_tree import service_settings
+
+from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.core.task_names import INDEX_POSTS
+from semdup.reranker.routers import ingest, probes, rerank
+from semdup.reranker.routers.access import AuthError
+
+KEY = "key-router-7c1d"
+OS = OpenSearchSettings(url="http://127.0.0.1:9")
+
+
+class FakeReranker:
+    version = "bow-cnn-0123abcd"
+    threshold = 0.5
+
+    def rank(self, post: Any, k: int, exclude_id: Any, index: str) -> list[Any]:
+        found = {"id": "87", "score": 0.9, "components": {}, "probability": None, "is_duplicate": True}
+        return [SimpleNamespace(to_json=lambda: {**found, "complete": True, "sources": ["bm25"]})]
+
+    def target(self, index: str) -> str:
+        return index + ".semdup-companion"
+
+
+def _app(router: Any, **state: Any) -> FastAPI:
+    app = FastAPI()
+    for name, value in state.items():
+        setattr(app.state, name, value)
+    app.include_router(router)
+    return app
+
+
+def test_the_rerank_router_alone() -> None:
+    settings = service_settings({"bundle": "b", "index": "travel", "api_key": KEY}, OS)
+    client = TestClient(_app(rerank.router(settings), settings=settings, reranker=FakeReranker()))
+    r = client.post("/v1/rerank", json={"title": "Visa on arrival?", "k": 1}, headers={"X-API-Key": KEY})
+    assert r.status_code == 200, r.text
+    assert r.json()["index"] == "travel" and r.json()["candidates"][0]["id"] == "87"
+    with pytest.raises(AuthError):  # the app factory turns it into a 401; alone, the router raises it
+        client.post("/v1/rerank", json={"title": "Visa?"}, headers={"X-API-Key": "wrong"})
+
+
+def test_the_ingest_router_alone() -> None:
+    sent: list[tuple[str, list[Any]]] = []
+    sender = SimpleNamespace(send=lambda name, args: sent.append((name, args)))
+    settings = service_settings(
+        {"bundle": "b", "index": "travel", "api_key": KEY}, OS, broker=BrokerSettings("redis://127.0.0.1:9/0")
+    )
+    app = _app(ingest.router(settings), settings=settings, reranker=FakeReranker(), sender=sender)
+    r = TestClient(app).post("/v1/posts", json={"posts": [{"id": "1", "title": "Visa?"}]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202 and r.json()["enqueued"] == 1, r.text
+    assert sent == [(INDEX_POSTS, ["travel", [{"id": "1", "title": "Visa?", "body": ""}], FakeReranker.version])]
+
+
+def test_the_probes_router_alone() -> None:
+    from prometheus_client import CollectorRegistry
+
+    state = {"reranker": FakeReranker(), "metrics": SimpleNamespace(registry=CollectorRegistry())}
+    client = TestClient(_app(probes.router, probes=ThreadPoolExecutor(1), **state))
+    assert client.get("/healthz").json() == {"status": "ok", "model": FakeReranker.version}
+    assert client.get("/metrics").status_code == 200
