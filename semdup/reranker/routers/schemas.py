@@ -233,6 +233,7 @@ class SimilarOut(BaseModel):
     title: str | None = Field(description="The post's title as indexed (markup removed); show it as text.")
     sources: list[str] = Field(description="The candidate paths that found it: bm25, knn.")
     complete: bool = Field(description="False when the post's semdup fields are not indexed yet.")
+    url: str | None = Field(description="The post's page on the site (SEMDUP_POST_URL), None without one.")
 
 
 class SimilarResponse(BaseModel):

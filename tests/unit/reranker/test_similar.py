@@ -193,6 +193,7 @@ def test_through_the_app_answers_and_access() -> None:
         "title": "Visa on arrival",
         "sources": ["knn"],
         "complete": True,
+        "url": None,
     }
     assert client.get("/v1/similar", params={"title": "Visa?"}).status_code == 401
     assert client.get("/v1/similar", params={"title": "Visa?"}, headers={"X-API-Key": REVIEW_ONLY}).status_code == 401
@@ -221,3 +222,20 @@ def test_through_the_app_bad_input_is_422_and_a_vanished_index_404() -> None:
     app = create_app(settings, reranker=FakeReranker())  # type: ignore[arg-type]
     r = TestClient(app).get("/v1/similar", params={"title": "Visa?", "index": "missing"}, headers=head)
     assert r.status_code == 404 and "missing" in r.json()["error"]["message"]
+
+
+def test_each_post_links_to_the_site_and_the_example_page_is_served_with_a_strict_policy() -> None:
+    app = create_app(
+        _settings(post_url="https://travel.stackexchange.com/questions/{id}?from={index}"), reranker=FakeReranker()
+    )  # type: ignore[arg-type]
+    client = TestClient(app)
+    r = client.get("/v1/similar", params={"title": "Visa?"}, headers={"X-API-Key": KEY})
+    assert r.json()["similar"][0]["url"] == "https://travel.stackexchange.com/questions/near?from=travel"
+    page = client.get("/examples/ask.html")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"] and '<script src="ask.js">' in page.text
+    script = client.get("/examples/ask.js")
+    assert "/v1/similar" in script.text and "textContent" in script.text and "innerHTML" not in script.text
+    assert client.get("/examples/ask.css").status_code == 200
+    assert client.get("/examples/..%2Fsimilar.py").status_code == 404
+    assert client.get("/examples/other.html").status_code == 404
