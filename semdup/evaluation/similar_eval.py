@@ -33,7 +33,7 @@ from semdup.core import progress as progress_bar
 from semdup.core.metrics import retrieval_scores
 from semdup.reranker.similar import CANDIDATES, SIMILAR_FUSION, TitleSearch
 
-__all__ = ["GRID", "TOP", "title_runs", "choose_fusion", "main"]
+__all__ = ["GRID", "TOP", "title_runs", "choose_fusion", "run", "print_result", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def run(
     return out
 
 
-def _print(result: Mapping[str, Any]) -> None:
+def print_result(result: Mapping[str, Any]) -> None:
     print(f"model {result['model']}; {result['candidates_per_path']} candidates per path; MAP over the top {TOP}")
     print(f"fusion chosen on dev: {json.dumps(result['fusion'])}")
     print(f"{'split':<6}{'method':<26}{'Acc@1':>7}{'Acc@5':>7}{'Acc@10':>7}{'MAP':>7}{'MRR':>7}{'n':>5}")
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        _print(result)
+        print_result(result)
     return 0
 
 
