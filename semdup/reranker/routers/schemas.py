@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from semdup.core.post_rules import MAX_ID_BYTES
+from semdup.core.post_rules import MAX_ID_BYTES, VISIBLE_TEXT_PATTERN, blank_problem, text_problem
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.admission import RETRY_AFTER_S
 from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostId, PostText, check_visible, text_field
@@ -212,11 +212,22 @@ class IngestErrorResponse(BaseModel):
     tasks: int | None = Field(None, description="Tasks enqueued before the broker failed (503 only).")
 
 
+def _visible_title(value: str) -> str:
+    problem = text_problem("title", value, max_chars=None) or blank_problem(value, "")
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 class SimilarQuery(BaseModel):
     """``GET /v1/similar``'s query parameters: the title being typed, the index, how many posts."""
 
-    title: str = Field(
-        min_length=1, max_length=MAX_TITLE_CHARS, description="The title the asker is typing (visible text)."
+    title: Annotated[str, AfterValidator(_visible_title)] = Field(
+        min_length=1,
+        max_length=MAX_TITLE_CHARS,
+        description="The title the asker is typing: a visible character, no control character but tab, newline "
+        "and return, no U+FFFD.",
+        json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN},
     )
     index: str | None = Field(
         None,
