@@ -1,4 +1,4 @@
-"""The HTTP app: the reranking service's routers (rerank, ingest, probes, review) composed into one FastAPI app.
+"""The HTTP app: the service's routers (rerank, similar, ingest, probes, review) composed into one FastAPI app.
 
     app = create_app(load_settings().service_settings())    # semdup serve builds one per uvicorn worker
     uvicorn semdup.apps.http:app_from_env --factory --workers 2
@@ -7,11 +7,11 @@ Each feature is an ``APIRouter`` of its own, importable and testable alone: ``/v
 (:mod:`semdup.reranker.routers.rerank`), the ingest endpoints ``/v1/posts``, ``/sync``, ``/delete``
 (:mod:`semdup.reranker.routers.ingest`), the probes ``/healthz``, ``/readyz``, ``/metrics``
 (:mod:`semdup.reranker.routers.probes`), and the review page ``/review`` (:mod:`semdup.review.router`); their
-bodies come from one schema module (:mod:`semdup.reranker.routers.schemas`). A ``similar`` router (posts like a
-given one) goes into :data:`FEATURES` the same way. This factory only builds what the routers share and puts it in
-``app.state`` (the settings, the reranker, the ingest sender, the admission gate, the metrics, the probes' threads,
-the review context), includes the routers, and adds the middleware and error handlers; no endpoint is defined
-here.
+bodies come from one schema module (:mod:`semdup.reranker.routers.schemas`). ``/v1/similar`` (posts like a title
+being typed, :mod:`semdup.reranker.routers.similar`) is one of :data:`FEATURES` the same way. This factory only
+builds what the routers share and puts it in ``app.state`` (the settings, the reranker, the ingest sender, the
+admission gate, the metrics, the probes' threads, the review context), includes the routers, and adds the
+middleware and error handlers; no endpoint is defined here.
 
 Nothing is created at import time: the factory loads the bundle (one onnxruntime session per process, so one per
 uvicorn worker; :func:`load_reranker`, which ``semdup serve`` also runs once before any worker starts) and a
@@ -61,7 +61,7 @@ from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
-from semdup.reranker.routers import ingest, probes, rerank
+from semdup.reranker.routers import ingest, probes, rerank, similar
 from semdup.reranker.routers.access import AuthError
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
@@ -80,10 +80,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
-_KEYED_PATHS = {rerank.PATH, *ingest.INGEST_PATHS}  # metrics' path label
+_KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS}  # metrics' path label
 # The feature routers every app includes, in order; each takes the app's ServiceSettings. The review page's router
-# is included beside them (create_app). A `similar` router goes here.
-FEATURES = (rerank.router, ingest.router)
+# is included beside them (create_app).
+FEATURES = (rerank.router, similar.router, ingest.router)
 
 
 def error_status(exc: BaseException) -> int:

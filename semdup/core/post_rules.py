@@ -58,6 +58,7 @@ __all__ = [
     "ID_PATTERN",
     "TEXT_PATTERN",
     "VISIBLE_PATTERN",
+    "VISIBLE_TEXT_PATTERN",
     "id_problem",
     "opensearch_id_problem",
     "text_problem",
@@ -80,6 +81,8 @@ _BLANK = r"\s\x85\ufeff"
 VISIBLE_PATTERN = rf"[^{_BLANK}]"
 ID_PATTERN = rf"^[^{ID_FORBIDDEN}]*[^{ID_FORBIDDEN}{_BLANK}][^{ID_FORBIDDEN}]*$"
 TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*$"
+# a text field that must hold a visible character itself (``/v1/similar``'s title): TEXT_PATTERN and VISIBLE_PATTERN
+VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}][^{TEXT_FORBIDDEN}]*$"
 
 _ID_BAD = re.compile(rf"[{ID_FORBIDDEN}\ud800-\udfff]")
 _TEXT_BAD = re.compile(rf"[{TEXT_FORBIDDEN}\ud800-\udfff]")

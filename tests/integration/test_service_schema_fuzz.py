@@ -21,7 +21,13 @@ from semdup.core.settings import OpenSearchSettings
 pytestmark = pytest.mark.slow
 
 KEY = "fuzz-key-3e1d"
-OPERATIONS = [("/v1/rerank", "POST", 120), ("/readyz", "GET", 5), ("/healthz", "GET", 5), ("/metrics", "GET", 5)]
+OPERATIONS = [
+    ("/v1/rerank", "POST", 120),
+    ("/v1/similar", "GET", 60),
+    ("/readyz", "GET", 5),
+    ("/healthz", "GET", 5),
+    ("/metrics", "GET", 5),
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +45,7 @@ def test_every_schema_valid_request_is_answered_as_documented(service_schema: An
     for path, method, examples in OPERATIONS:
         fuzz(service_schema[path][method], examples, statuses)
     assert statuses["/v1/rerank", 200] > 0, statuses  # the search path was reached
+    assert statuses["/v1/similar", 200] > 0, statuses
 
 
 def fuzz(operation: Any, examples: int, statuses: Counter[tuple[str, int]]) -> None:

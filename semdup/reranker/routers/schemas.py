@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from semdup.core.post_rules import MAX_ID_BYTES
+from semdup.core.post_rules import MAX_ID_BYTES, VISIBLE_TEXT_PATTERN, blank_problem, text_problem
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.admission import RETRY_AFTER_S
 from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostId, PostText, check_visible, text_field
 from semdup.reranker.settings import ServiceSettings
+from semdup.reranker.similar import MAX_SIZE, MAX_TITLE_CHARS
 
 __all__ = [
     "API_KEY_HEADER",
@@ -37,6 +38,9 @@ __all__ = [
     "ReadyResponse",
     "IngestAccepted",
     "IngestErrorResponse",
+    "SimilarQuery",
+    "SimilarOut",
+    "SimilarResponse",
 ]
 
 API_KEY_HEADER = "X-API-Key"
@@ -206,6 +210,47 @@ class IngestErrorResponse(BaseModel):
     error: ErrorBody
     enqueued: int | None = Field(None, description="Posts or ids enqueued before the broker failed (503 only).")
     tasks: int | None = Field(None, description="Tasks enqueued before the broker failed (503 only).")
+
+
+def _visible_title(value: str) -> str:
+    problem = text_problem("title", value, max_chars=None) or blank_problem(value, "")
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+class SimilarQuery(BaseModel):
+    """``GET /v1/similar``'s query parameters: the title being typed, the index, how many posts."""
+
+    title: Annotated[str, AfterValidator(_visible_title)] = Field(
+        min_length=1,
+        max_length=MAX_TITLE_CHARS,
+        description="The title the asker is typing: a visible character, no control character but tab, newline "
+        "and return, no U+FFFD.",
+        json_schema_extra={"pattern": VISIBLE_TEXT_PATTERN},
+    )
+    index: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_INDEX_CHARS,
+        description="One of the indices this API key may search (default: the server's index).",
+    )
+    size: int = Field(5, ge=1, le=MAX_SIZE, description="How many similar posts to return.")
+
+
+class SimilarOut(BaseModel):
+    id: str
+    score: float = Field(description="The fused score of the title against the post (higher is closer).")
+    title: str | None = Field(description="The post's title as indexed (markup removed); show it as text.")
+    sources: list[str] = Field(description="The candidate paths that found it: bm25, knn.")
+    complete: bool = Field(description="False when the post's semdup fields are not indexed yet.")
+    url: str | None = Field(description="The post's page on the site (SEMDUP_POST_URL), None without one.")
+
+
+class SimilarResponse(BaseModel):
+    model: str
+    index: str
+    similar: list[SimilarOut]
 
 
 RETRY_AFTER_HEADER = {

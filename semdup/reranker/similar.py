@@ -1,0 +1,275 @@
+"""Similar questions from a title alone: what ``GET /v1/similar`` answers while an asker types.
+
+    search = TitleSearch(reranker)                 # the service's reranker: its bundle, client and index checks
+    for post in search.search("Visa on arrival in Qatar?", index="travel", size=5):
+        print(post.id, post.score, post.title)
+
+One call costs one title encoding and one ``_msearch``, nothing else (a keystroke must not wait on more):
+
+* the title is encoded once (``Bundle.encode_query`` of a title-only post): its dense vector is the title vector
+  the indexer stores for every post (``encode_titles``), and its BOW weights come from the same tokenisation;
+* one ``_msearch`` with two plain search bodies: BM25 on the ``title`` field (the query of the stored template
+  ``semdup-bm25-title``, :func:`title_query`) and, where the index maps ``semdup.vector`` as a ``knn_vector``,
+  k-NN with the title vector (:func:`semdup.reranker.candidates.knn_query`). Each hit carries its ``semdup.packed``
+  doc value (dense vector, term weights and title vector, :mod:`semdup.index_format.packed_fields`) and its
+  cleaned ``title`` from ``_source`` (what the asker reads);
+* the candidates are fused by :func:`semdup.reranker.fusion.compute_components` with the query's title vector as
+  both its dense vector and its title vector: s = β_title·cos(title, title) + β_dense·cos(title, post)
+  + β_bow·cos_bow + α·lexnorm, with :data:`SIMILAR_FUSION` (chosen on Travel dev,
+  ``python -m semdup.evaluation.similar_eval``).
+
+A candidate without packed fields (not encoded yet) is scored with what it has and ranked after the others; no
+second request reads it. Candidates of another model version are refused (:class:`ModelMismatch`), as in a rerank.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from semdup.core.errors import PostError
+from semdup.core.posts import Post
+from semdup.core.scoring import check_fusion
+from semdup.core.text_pipeline import check_post
+from semdup.index_format.mapping import candidate_fields
+from semdup.index_format.schema import lexical_field
+from semdup.reranker.candidates import (
+    DOCVALUE_FIELDS,
+    CandidateSet,
+    call_opensearch,
+    knn_query,
+    merge_hits,
+)
+from semdup.reranker.candidates import _response_hits as response_hits
+from semdup.reranker.fusion import compute_components, compute_fused
+from semdup.reranker.reranker import ModelMismatch, Reranker
+from semdup.search_templates import query_text
+
+__all__ = [
+    "SIMILAR_FUSION",
+    "CANDIDATES",
+    "MAX_SIZE",
+    "MAX_TITLE_CHARS",
+    "SimilarPost",
+    "TitleCandidates",
+    "TitleSearch",
+    "title_query",
+]
+
+logger = logging.getLogger(__name__)
+
+# Chosen on Travel dev by MAP over a grid of 383 points (title-only queries, bundle hybrid-minilm-2e00a27a4c08;
+# `python -m semdup.evaluation.similar_eval`): dev MAP 53.81, test (once) MAP 39.12 / Acc@5 48.92, where BM25 of
+# the title against titles gets 21.15 / 30.74 and against title + body 28.94 / 35.50. The title's cosine with the
+# whole post's vector carried the ranking; the title-to-title cosine and BM25's own score added nothing on dev.
+SIMILAR_FUSION: dict[str, float] = {"beta_title": 0.0, "beta_dense": 1.0, "beta_bow": 0.25, "alpha": 0.0}
+CANDIDATES = 20  # hits per path (BM25, k-NN): few, so a call stays within a keystroke's budget
+MAX_SIZE = 50
+MAX_TITLE_CHARS = 300  # Stack Exchange titles have at most 150 characters
+_TITLE_SOURCE = ["title"]
+
+
+@dataclass(frozen=True)
+class SimilarPost:
+    """One similar question: its id, fused score, cleaned title (None when the hit carried none), the paths that
+    found it (``bm25``, ``knn``), and whether its semdup fields were indexed (False: scored with BM25 alone)."""
+
+    id: str
+    score: float
+    title: str | None
+    sources: tuple[str, ...] = ()
+    complete: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "score": self.score,
+            "title": self.title,
+            "sources": list(self.sources),
+            "complete": self.complete,
+        }
+
+
+@dataclass
+class TitleCandidates:
+    """The merged candidates of one title, their fields as the fusion reads them, and their titles."""
+
+    ids: list[str]
+    docs: list[dict[str, Any]]
+    lexical: list[float]
+    sources: dict[str, list[str]]
+    titles: dict[str, str] = field(default_factory=dict)
+
+
+def title_query(
+    text: str,
+    size: int,
+    exclude_id: str | None = None,
+    docvalue_fields: Sequence[str] | None = DOCVALUE_FIELDS,
+    source: Sequence[str] | None = _TITLE_SOURCE,
+) -> dict[str, Any]:
+    """BM25 on the ``title`` field: the search body the stored template ``semdup-bm25-title`` renders (its
+    ``match``, size, exclusion and doc values), with the hits' titles from ``_source`` when ``source`` is given.
+
+    Example::
+
+        >>> title_query("visa qatar", 3, docvalue_fields=None, source=None)["query"]["bool"]["must"]
+        [{'match': {'title': {'query': 'visa qatar'}}}]
+    """
+    body: dict[str, Any] = {
+        "size": int(size),
+        "_source": list(source) if source else False,
+        "track_total_hits": False,
+        "query": {
+            "bool": {
+                "must": [{"match": {lexical_field("bm25", "title"): {"query": text}}}],
+                "filter": [],
+                "must_not": [{"ids": {"values": [str(exclude_id)]}}] if exclude_id is not None else [],
+            }
+        },
+    }
+    if docvalue_fields:
+        body["docvalue_fields"] = list(docvalue_fields)
+    return body
+
+
+def _check_title(title: str) -> str:
+    """The title, or PostError (422) for one that is empty, only white space, too long or not text."""
+    if not isinstance(title, str) or not title.strip():
+        raise PostError("title is empty; send the title the asker is typing (at least one visible character)")
+    if len(title) > MAX_TITLE_CHARS:
+        raise PostError(f"title has {len(title)} characters, over the limit of {MAX_TITLE_CHARS}; send a title")
+    check_post(Post("_title", title, ""))
+    return title
+
+
+class TitleSearch:
+    """Similar questions of a title (module doc) over the reranker's bundle, client and served indices.
+
+    Args:
+        reranker: the service's :class:`~semdup.reranker.reranker.Reranker` (its index checks and companion
+            lookup are reused; its candidate settings are not: titles have their own paths).
+        fusion: the weights (default :data:`SIMILAR_FUSION`).
+        candidates: hits per path.
+    """
+
+    def __init__(self, reranker: Reranker, fusion: Mapping[str, float] | None = None, candidates: int = CANDIDATES):
+        if candidates < 1:
+            raise ValueError(f"candidates must be at least 1, got {candidates}")
+        self.reranker = reranker
+        self.fusion = check_fusion(fusion or SIMILAR_FUSION)
+        self.candidates = candidates
+        self._knn: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> str:
+        return self.reranker.version
+
+    def _has_knn(self, target: str) -> bool:
+        """k-NN candidates where the bundle has a dense encoder, the reranker allows them (``knn`` not False) and
+        every index behind ``target`` maps ``semdup.vector`` as a knn_vector (read once per target)."""
+        known = self._knn.get(target)
+        if known is None:
+            allowed = self.reranker.settings.knn is not False and self.reranker.bundle.dimension is not None
+            known = allowed and candidate_fields(self.reranker.client, target).knn
+            with self._lock:
+                self._knn[target] = known
+        return known
+
+    def candidates_of(
+        self, title: str, index: str | None = None, *, exclude_id: str | None = None, size: int | None = None
+    ) -> tuple[TitleCandidates, np.ndarray | None, Any]:
+        """The merged candidates of ``title`` (``size`` hits per path, default :attr:`candidates`), and the title's
+        encoding (dense vector, BOW weights): one encoding, one ``_msearch``.
+
+        Raises:
+            PostError: a bad title. IndexError_: an index that does not exist. ModelMismatch: another model's.
+        """
+        title = _check_title(title)
+        rr = self.reranker
+        target = rr.target(index or rr.index)
+        n = size or self.candidates
+        vector, terms = rr.bundle.encode_query(Post("_title", title, ""))
+        timeout = rr.settings.search_timeout
+        dv = list(DOCVALUE_FIELDS)
+        bodies: list[tuple[str, dict[str, Any]]] = [("bm25", title_query(query_text(title), n, exclude_id, dv))]
+        if vector is not None and self._has_knn(target):
+            body = knn_query(vector, n, exclude_id, None, dv)
+            body["_source"] = list(_TITLE_SOURCE)
+            bodies.append(("knn", body))
+        request: list[dict[str, Any]] = []
+        for _, body in bodies:
+            request += [{"index": target}, body]
+        resp = call_opensearch(
+            rr.client.msearch,
+            f"searching similar titles in {target!r}",
+            body=request,
+            params={"request_timeout": timeout},
+        )
+        fields: dict[str, dict[str, Any]] = {}
+        titles: dict[str, str] = {}
+        named = []
+        for (name, _), r in zip(bodies, resp["responses"], strict=True):
+            named.append((name, response_hits(r, target, name, fields)))
+            for hit in r.get("hits", {}).get("hits", ()):
+                got = (hit.get("_source") or {}).get("title")
+                if isinstance(got, str):
+                    titles.setdefault(str(hit["_id"]), got)
+        merged: CandidateSet = merge_hits(named, primary="bm25")
+        docs = [fields.get(i, {}) for i in merged.ids]
+        wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
+        if wrong:
+            raise ModelMismatch(
+                f"posts in {target!r} were indexed by model {', '.join(wrong)}, but this service serves bundle "
+                f"{self.version}; serve the index's bundle, or re-index the posts with this one"
+            )
+        lexical = [merged.lexical.get(i, 0.0) for i in merged.ids]
+        return TitleCandidates(merged.ids, docs, lexical, merged.sources, titles), vector, terms
+
+    def components(self, cands: TitleCandidates, vector: np.ndarray | None, terms: Any) -> dict[str, np.ndarray]:
+        """Per-candidate ``cos_title``, ``cos_dense``, ``cos_bow``, ``lexical``, ``lexnorm`` (the query's title
+        vector stands for its dense vector too: the query is its title)."""
+        return compute_components(vector, terms, cands.docs, cands.lexical, vector)
+
+    def rank(
+        self,
+        cands: TitleCandidates,
+        comps: Mapping[str, np.ndarray],
+        size: int,
+        fusion: Mapping[str, float] | None = None,
+    ) -> list[SimilarPost]:
+        """The top ``size`` candidates by the fused score (complete ones first, ties by id)."""
+        scores, complete = compute_fused(comps, check_fusion(fusion) if fusion is not None else self.fusion)
+        complete &= np.asarray([d.get("model") is not None for d in cands.docs], dtype=bool)
+        order = sorted(range(len(cands.ids)), key=lambda i: (not complete[i], -scores[i], cands.ids[i]))[:size]
+        return [
+            SimilarPost(
+                id=cands.ids[i],
+                score=float(scores[i]),
+                title=cands.titles.get(cands.ids[i]),
+                sources=tuple(cands.sources.get(cands.ids[i], ())),
+                complete=bool(complete[i]),
+            )
+            for i in order
+        ]
+
+    def search(
+        self, title: str, index: str | None = None, size: int = 5, *, exclude_id: str | None = None
+    ) -> list[SimilarPost]:
+        """The ``size`` posts most similar to ``title`` (module doc).
+
+        Raises:
+            PostError: an empty, too long or binary title; ValueError: ``size`` out of 1..MAX_SIZE.
+        """
+        if not 1 <= size <= MAX_SIZE:
+            raise ValueError(f"size must be within 1..{MAX_SIZE}, got {size}")
+        cands, vector, terms = self.candidates_of(title, index, exclude_id=exclude_id, size=max(size, self.candidates))
+        if not cands.ids:
+            return []
+        return self.rank(cands, self.components(cands, vector, terms), size)
