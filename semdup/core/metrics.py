@@ -1,7 +1,9 @@
 """The official quality measures: SemEval-2016 Task 3 ranking scores, retrieval scores, pair accuracy.
 
 Pure Python/numpy, no torch, so lexical baselines and the reranker are measured without it.
-Every score is returned in percent (0-100), like the published tables.
+Every score is returned in percent (0-100), like the published tables. ``pair_accuracy`` and
+``best_threshold`` are defined with the rest of the fitting code (:mod:`semdup.core.fitting`) and re-exported
+here, where the measures' callers look for them.
 
 SemEval rules, taken from the official scorer (``ev.py`` + ``metrics.py`` of the SemEval-2016
 Task 3 scorer) and checked by reproducing the IR baseline exactly (test MAP 74.75 / MRR 83.79,
@@ -38,6 +40,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+
+from semdup.core.fitting import best_threshold, pair_accuracy  # the threshold fit lives with the fitting code
 
 __all__ = [
     "semeval_scores",
@@ -230,48 +234,6 @@ def retrieval_scores(
     n = len(relevant)
     scores.update({"MAP": 100.0 * ap / n, "MRR": 100.0 * rr / n, "n_queries": n})
     return scores
-
-
-def _as_arrays(scores: Sequence[float], labels: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
-    s = np.asarray(scores, dtype=float)
-    y = np.asarray(labels, dtype=bool)
-    if s.shape != y.shape or s.ndim != 1:
-        raise ValueError(f"scores and labels must be two flat sequences of one length; found {s.shape} and {y.shape}.")
-    if s.size == 0:
-        raise ValueError("scores and labels are empty; pass at least one pair.")
-    if np.isnan(s).any():
-        raise ValueError("scores hold NaN; every pair needs a number.")
-    return s, y
-
-
-def pair_accuracy(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> float:
-    """Percent of pairs classified right when ``score >= threshold`` means duplicate."""
-    s, y = _as_arrays(scores, labels)
-    return 100.0 * float(np.mean((s >= threshold) == y))
-
-
-def best_threshold(scores: Sequence[float], labels: Sequence[bool]) -> tuple[float, float]:
-    """The decision threshold that maximises accuracy on these (train or dev) pairs.
-
-    Candidates are the midpoints between adjacent distinct sorted scores, plus one point below
-    the lowest score (all duplicate) and one above the highest (none duplicate), each 1.0 away.
-    Ties in accuracy go to the lowest threshold.
-
-    Returns:
-        ``(threshold, accuracy in percent)``; apply it with ``pair_accuracy`` on test.
-    """
-    s, y = _as_arrays(scores, labels)
-    values = np.unique(s)  # sorted, distinct
-    candidates = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0, [values[-1] + 1.0]])
-    order = np.argsort(s, kind="stable")
-    s_sorted, y_sorted = s[order], y[order]
-    # For each candidate t: pairs below t predicted non-duplicate, at/above predicted duplicate.
-    below = np.searchsorted(s_sorted, candidates, side="left")
-    neg_below = np.concatenate([[0], np.cumsum(~y_sorted)])[below]
-    pos_at_or_above = int(y.sum()) - np.concatenate([[0], np.cumsum(y_sorted)])[below]
-    correct = neg_below + pos_at_or_above
-    best = int(np.argmax(correct))
-    return float(candidates[best]), 100.0 * float(correct[best]) / s.size
 
 
 def precision_recall_f1_accuracy(pred_bool: Sequence[bool], gold_bool: Sequence[bool]) -> dict[str, float]:

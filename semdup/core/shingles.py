@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from semdup.core.fitting import best_threshold, grid_search
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipeline
 
@@ -76,15 +77,13 @@ class ShingleJaccardScorer:
 
 def tune_shingle_size(pipeline: TextPipeline, pairs: Sequence[Any]) -> tuple[int, float, float]:
     """Best (size, threshold, train accuracy %) over sizes 1–4 on labelled ``PostPair`` records."""
-    from semdup.core.metrics import best_threshold
-
     labels = [bool(p.duplicate) for p in pairs]
-    best: tuple[int, float, float] | None = None
-    for n in SHINGLE_SIZES:
+
+    def threshold_at(n: int) -> dict[str, float]:
         scorer = ShingleJaccardScorer(pipeline, n)
-        scores = [jaccard(*scorer._sets([p.query, p.candidate])) for p in pairs]
-        thr, acc = best_threshold(scores, labels)
+        thr, acc = best_threshold([jaccard(*scorer._sets([p.query, p.candidate])) for p in pairs], labels)
         logger.info("shingle size %d: best train accuracy %.2f at threshold %.4f", n, acc, thr)
-        if best is None or acc > best[2]:
-            best = (n, thr, acc)
-    return best
+        return {"threshold": thr, "accuracy": acc}
+
+    fit = grid_search(SHINGLE_SIZES, threshold_at, metric="accuracy")  # ties: the smaller size
+    return fit.point, fit.figures["threshold"], fit.value

@@ -40,6 +40,7 @@ from semdup.alerts.flag import flag_duplicates
 from semdup.bundle.bundle import Bundle
 from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError, DataError
+from semdup.core.fitting import grid_search, threshold_candidates
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump, load_stackexchange_dump
 from semdup.indexer.lexical_index import create_index, delete_index
@@ -184,17 +185,13 @@ def _flags_at(ranked: dict[str, list[tuple[str, float]]], k: int, threshold: flo
 def choose_on_dev(
     ranked: dict[str, list[tuple[str, float]]], gold: dict[str, set[str]], ks: Sequence[int] = K_CHOICES
 ) -> tuple[int, float, dict[str, float]]:
-    """(k, threshold, dev scores) maximising F1 of the flags; thresholds are midpoints between the scores seen."""
-    scores = np.unique([s for cands in ranked.values() for _, s in cands])
-    grid = np.concatenate([[scores[0] - 1.0], (scores[:-1] + scores[1:]) / 2.0, [scores[-1] + 1.0]])
-    best: tuple[float, int, float] = (-1.0, ks[0], float(grid[-1]))
-    for k in ks:
-        for t in grid:
-            f1 = flag_scores(_flags_at(ranked, k, float(t)), gold)["F1"]
-            if f1 > best[0] + 1e-12:
-                best = (f1, k, float(t))
-    _, k, t = best
-    return k, t, flag_scores(_flags_at(ranked, k, t), gold)
+    """(k, threshold, dev scores) maximising F1 of the flags; thresholds are midpoints between the scores seen
+    (:func:`semdup.core.fitting.threshold_candidates`); the first best (k, threshold), smallest k first, wins."""
+    thresholds = threshold_candidates([s for cands in ranked.values() for _, s in cands])
+    grid = [(k, float(t)) for k in ks for t in thresholds]
+    fit = grid_search(grid, lambda flags: flag_scores(flags, gold), run=lambda kt: _flags_at(ranked, *kt),
+                      metric="F1", tolerance=1e-12)
+    return fit.point[0], fit.point[1], fit.figures
 
 
 def alerts_run(

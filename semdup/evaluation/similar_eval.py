@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semdup.core import progress as progress_bar
+from semdup.core.fitting import grid_search
 from semdup.core.metrics import retrieval_scores
 from semdup.reranker.similar import CANDIDATES, SIMILAR_FUSION, TitleSearch
 
@@ -68,14 +69,11 @@ def _ranked(search: TitleSearch, runs: Sequence[tuple[str, Any]], fusion: Mappin
 def choose_fusion(
     search: TitleSearch, runs: Sequence[tuple[str, Any]], relevant: Mapping[str, set[str]]
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """(weights, dev scores) of the grid point with the best dev MAP."""
-    best: tuple[float, dict[str, float], dict[str, float]] | None = None
-    for point in _grid():
-        scores = retrieval_scores(_ranked(search, runs, point), relevant, cutoff=TOP)
-        if best is None or scores["MAP"] > best[0] + 1e-9:
-            best = (scores["MAP"], point, scores)
-    assert best is not None
-    return best[1], best[2]
+    """(weights, dev scores) of the grid point with the best dev MAP (:func:`semdup.core.fitting.grid_search`: the
+    earliest of the best, a later point must be better by more than 1e-9)."""
+    fit = grid_search(_grid(), lambda ranked: retrieval_scores(ranked, relevant, cutoff=TOP),
+                      run=lambda point: _ranked(search, runs, point), metric="MAP", tolerance=1e-9)
+    return fit.point, fit.figures
 
 
 def _bm25(client: Any, index: str, queries: Sequence[Any], variant: str) -> dict[str, list[str]]:

@@ -27,13 +27,14 @@ import numpy as np
 from semdup.bundle.bundle import Bundle
 from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError
-from semdup.core.metrics import best_threshold, pair_accuracy, precision_recall_f1_accuracy
+from semdup.core.fitting import THRESHOLD_MEASURES, best_threshold, pair_accuracy
+from semdup.core.metrics import precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.lexical_index import create_index, delete_index
 from semdup.indexer.semantic import ensure_index_model, index_batch
-from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, save_calibration
+from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, save_calibration
 from semdup.reranker.candidates import lexical_scores_for
 from semdup.reranker.fusion import compute_fused
 from semdup.reranker.reranker import Reranker
@@ -52,7 +53,6 @@ __all__ = [
     "candidate_recall",
     "DecisionRun",
     "CRITERIA",
-    "best_f1_threshold",
     "semeval_decisions",
     "askubuntu_decisions",
 ]
@@ -351,40 +351,13 @@ class DecisionRun:
     calibration_file: Path | None
 
 
-CRITERIA = ("accuracy", "f1")
-
-
-def best_f1_threshold(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """The threshold (midpoint between adjacent distinct scores) that maximises F1 of the duplicate class.
-
-    Returns:
-        ``(threshold, accuracy in percent at it)``, the same shape as ``best_threshold``.
-    """
-    values = np.unique(scores)
-    candidates = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
-    best_t, best_f1 = float(candidates[0]), -1.0
-    for t in candidates:
-        f1 = precision_recall_f1_accuracy(scores >= t, labels)["F1"]
-        if f1 > best_f1:
-            best_t, best_f1 = float(t), f1
-    return best_t, pair_accuracy(scores, labels, best_t)
+CRITERIA = THRESHOLD_MEASURES
 
 
 def _fit(scores: np.ndarray, labels: np.ndarray, fitted_on: str, criterion: str = "accuracy") -> Calibration:
     if criterion not in CRITERIA:
         raise ValueError(f"unknown threshold criterion {criterion!r}; accepted: {', '.join(CRITERIA)}")
-    threshold, acc = (best_threshold if criterion == "accuracy" else best_f1_threshold)(scores, labels)
-    fitted_on = f"{fitted_on}, threshold by {criterion}"
-    platt = fit_platt(scores, labels)
-    return Calibration(
-        a=platt.a,
-        b=platt.b,
-        threshold=threshold,
-        fitted_on=fitted_on,
-        n=platt.n,
-        positives=platt.positives,
-        dev_accuracy=acc,
-    )
+    return fit_decision(scores, labels, f"{fitted_on}, threshold by {criterion}", criterion)
 
 
 def _semeval_pair_scores(client: Any, bundle: Bundle, sem: Any, progress: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -23,12 +23,14 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from semdup.core.fitting import grid_search
 from semdup.core.scoring import fused_scores, minmax_normalise
 
 __all__ = ["GRID_BOW", "GRID_ALPHA", "GRID_TITLE", "Group", "FusionFit", "group_scores", "choose_fusion"]
@@ -120,17 +122,14 @@ def choose_fusion(
         raise ValueError("choose_fusion needs at least one dev query with candidates")
     if not grid_bow or not grid_alpha or not grid_title:
         raise ValueError("the fusion grid is empty; give at least one beta_bow, one alpha and one beta_title")
-    best_value, best_fusion = -np.inf, {}
-    table = []
-    for beta_title in grid_title:
-        for beta_bow in grid_bow:
-            for alpha in grid_alpha:
-                fusion = {"beta_bow": float(beta_bow), "beta_dense": 1.0, "alpha": float(alpha)}
-                if beta_title:
-                    fusion["beta_title"] = float(beta_title)
-                value = float(measure(group_scores(groups, fusion)))
-                table.append((float(beta_bow), float(alpha), float(beta_title), value))
-                if value > best_value + 1e-12:
-                    best_value, best_fusion = value, fusion
+    def fusion(point: tuple[float, float, float]) -> dict[str, float]:
+        beta_title, beta_bow, alpha = point
+        out = {"beta_bow": float(beta_bow), "beta_dense": 1.0, "alpha": float(alpha)}
+        return out | {"beta_title": float(beta_title)} if beta_title else out
+
+    fit = grid_search(itertools.product(grid_title, grid_bow, grid_alpha), measure,
+                      run=lambda point: group_scores(groups, fusion(point)), tolerance=1e-12)
+    best_value, best_fusion = fit.value, fusion(fit.point)
+    table = [(float(b), float(a), float(t), value) for (t, b, a), value in fit.table]
     logger.info("fusion grid: %d points, best %s %.2f at %s", len(table), measure_name, best_value, best_fusion)
     return FusionFit(best_fusion, best_value, measure_name, table)

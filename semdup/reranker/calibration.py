@@ -3,13 +3,15 @@
     P(duplicate | s) = 1 / (1 + exp(-(a·s + b)))
 
 fitted by Newton's method on held-out pairs with Platt's smoothed targets (N₊+1)/(N₊+2) and 1/(N₋+2)
-(Platt 1999, "Probabilistic outputs for support vector machines", §2.2). The bundle is content-hashed, so
+(Platt 1999, "Probabilistic outputs for support vector machines", §2.2); the maths is
+:func:`semdup.core.fitting.platt_scaling`, the project's one fitting module. The bundle is content-hashed, so
 the fit lives in a separate ``<bundle>.calibration.json`` next to it, keyed by the bundle version::
 
     {"t-scqa-c47dab540f62": {"a": 6.1, "b": -4.2, "threshold": 0.71, "fitted_on": "SemEval dev", "n": 500, ...}}
 
 ``threshold`` is the decision threshold on the fused score chosen on the same held-out pairs
-(:func:`semdup.core.metrics.best_threshold`, maximum accuracy); it overrides the bundle's own.
+(:func:`semdup.core.fitting.best_threshold`, maximum accuracy or F1; :func:`fit_decision` fits both); it
+overrides the bundle's own.
 
 Example::
 
@@ -24,15 +26,16 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from semdup.core.errors import BundleError
+from semdup.core.fitting import best_threshold, platt_scaling
 
-__all__ = ["Calibration", "fit_platt", "calibration_path", "load_calibration", "save_calibration"]
+__all__ = ["Calibration", "fit_platt", "fit_decision", "calibration_path", "load_calibration", "save_calibration"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ class Calibration:
 
 
 def fit_platt(scores: Sequence[float], labels: Sequence[bool], max_iter: int = 100) -> Calibration:
-    """Fit (a, b) by Newton's method with a backtracking line search (as Lin, Lin & Weng 2007 advise).
+    """Platt's (a, b) on held-out pairs (:func:`semdup.core.fitting.platt_scaling`), with no threshold yet.
 
     Args:
         scores: fused scores of held-out pairs [N].
@@ -68,41 +71,28 @@ def fit_platt(scores: Sequence[float], labels: Sequence[bool], max_iter: int = 1
     Raises:
         ValueError: fewer than two pairs, or only one class.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    y = np.asarray(labels, dtype=bool)
-    if s.shape != y.shape or s.ndim != 1 or s.size < 2:
-        raise ValueError(f"need two flat arrays of one length (>= 2 pairs); found {s.shape} and {y.shape}")
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError(f"Platt scaling needs both classes; found {n_pos} duplicates and {n_neg} non-duplicates")
-    t = np.where(y, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))  # smoothed targets [N]
+    a, b = platt_scaling(scores, labels, max_iter)
+    return Calibration(a=a, b=b, n=len(scores), positives=int(np.sum(np.asarray(labels, dtype=bool))))
 
-    def loss(a_: float, b_: float) -> float:
-        z = a_ * s + b_
-        return float(np.sum(np.logaddexp(0.0, z) - t * z))  # -log-likelihood of p = sigmoid(z)
 
-    a, b = 0.0, float(np.log((n_pos + 1.0) / (n_neg + 1.0)))
-    current = loss(a, b)
-    for _ in range(max_iter):
-        p = 1.0 / (1.0 + np.exp(-np.clip(a * s + b, -500, 500)))  # [N]
-        g = p - t  # d loss / d z  [N]
-        grad = np.array([np.sum(g * s), np.sum(g)])
-        if np.max(np.abs(grad)) < 1e-9:
-            break
-        w = p * (1.0 - p)
-        hess = np.array([[np.sum(w * s * s), np.sum(w * s)], [np.sum(w * s), np.sum(w)]]) + 1e-10 * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        lr = 1.0
-        while lr > 1e-10:
-            na, nb = a - lr * step[0], b - lr * step[1]
-            new = loss(na, nb)
-            if new <= current - 1e-4 * lr * float(grad @ step):
-                break
-            lr /= 2.0
-        if lr <= 1e-10:
-            break
-        a, b, current = na, nb, new
-    return Calibration(a=float(a), b=float(b), n=int(s.size), positives=n_pos)
+def fit_decision(
+    scores: Sequence[float], labels: Sequence[bool], fitted_on: str, measure: str = "accuracy", floor: bool = False
+) -> Calibration:
+    """The threshold that maximises ``measure`` on these held-out pairs (:func:`semdup.core.fitting.best_threshold`)
+    and Platt's (a, b) on the same pairs, as one :class:`Calibration`.
+
+    ``floor``: keep the threshold at or above the lowest score (a site's verdicts exist only for flagged pairs, so
+    nothing says how far below them the next duplicates lie); ``dev_accuracy`` stays the accuracy at the chosen one.
+
+    Raises:
+        ValueError: an unknown measure, fewer than two pairs, or only one class.
+    """
+    threshold, accuracy = best_threshold(scores, labels, measure)
+    if floor and threshold < min(scores):
+        logger.info("threshold %.4f is below every judged score; kept at the lowest, %.4f", threshold, min(scores))
+        threshold = min(scores)
+    platt = fit_platt(scores, labels)
+    return replace(platt, threshold=float(threshold), fitted_on=fitted_on, dev_accuracy=float(accuracy))
 
 
 def calibration_path(bundle_path: str | Path) -> Path:

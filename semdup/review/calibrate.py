@@ -14,9 +14,10 @@ Samples, each a fused score and a label:
   ``SEMDUP_KNN`` ...), and its top ``k`` complete candidates become samples: a duplicate when the links say so,
   else not. Candidates below the top ``k`` would never be flagged, so they teach the threshold nothing.
 
-The fit is the project's one fitting code: :func:`semdup.core.metrics.best_threshold` (maximum accuracy) and
-:func:`semdup.reranker.calibration.fit_platt`, stored with :func:`~semdup.reranker.calibration.save_calibration`
-in ``<bundle>.calibration.json`` (the bundle's entry replaced, other bundles' kept). Two rules guard it:
+The fit is the project's one fitting code (:mod:`semdup.core.fitting`) through
+:func:`semdup.reranker.calibration.fit_decision` (threshold by maximum accuracy, and Platt), stored with
+:func:`~semdup.reranker.calibration.save_calibration` in ``<bundle>.calibration.json`` (the bundle's entry
+replaced, other bundles' kept). Two rules guard it:
 
 * at least :data:`MIN_PAIRS` samples with :data:`MIN_PER_CLASS` of each label, else :class:`DataError` says how
   many more are needed: Platt's two parameters need both labels, and with fewer than five of a label one verdict
@@ -36,12 +37,12 @@ from typing import Any
 from semdup.alerts.flag import read_posts
 from semdup.bundle.bundle import Bundle
 from semdup.core.errors import DataError, PostError
-from semdup.core.metrics import best_threshold, precision_recall_f1_accuracy
+from semdup.core.metrics import precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.progress import progress
 from semdup.data.pairs import PAIR_LABELS, iter_pair_records
 from semdup.data.stackexchange import load_duplicate_links
-from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
+from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
 from semdup.review.verdicts import VERDICTS_INDEX, iter_verdicts, judged_pairs
@@ -193,22 +194,8 @@ def fit_calibration(samples: Sequence[Samples], fitted_on: str) -> tuple[Calibra
             f"Found: {found}. Judge more flags on the review page (/review), or add the site's duplicate links "
             "(--links PostLinks.xml or a JSONL of pairs)"
         )
-    threshold, accuracy = best_threshold(scores, labels)
-    floor = min(scores)
-    if threshold < floor:
-        logger.info("threshold %.4f is below every judged score; kept at the lowest, %.4f", threshold, floor)
-        threshold = floor
-    platt = fit_platt(scores, labels)
-    cal = Calibration(
-        a=platt.a,
-        b=platt.b,
-        threshold=float(threshold),
-        fitted_on=fitted_on,
-        n=platt.n,
-        positives=platt.positives,
-        dev_accuracy=float(accuracy),
-    )
-    m = precision_recall_f1_accuracy([s >= threshold for s in scores], labels)
+    cal = fit_decision(scores, labels, fitted_on, floor=True)
+    m = precision_recall_f1_accuracy([s >= cal.threshold for s in scores], labels)
     return cal, m["P"], m["R"]
 
 

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from semdup.core.fitting import grid_search
 from semdup.core.posts import Post
 from semdup.training.checkpoint import CheckpointScorer
 
@@ -49,21 +50,21 @@ def best_dense_scale(
     metric: str,
     scales: Sequence[float],
 ) -> tuple[float, dict[str, float], dict[float, float]]:
-    """(best scale s, dev figures at s, metric per scale) for β_dense × s; ties go to the larger s.
+    """(best scale s, dev figures at s, metric per scale) for β_dense × s; ties go to the larger s
+    (:func:`semdup.core.fitting.grid_search`, ``ties="last"`` over the scales in increasing order).
 
     Ties favour the larger scale so that a checkpoint whose CNN does not change the ranking keeps
     its learned weight rather than dropping the path.
     """
     memo = MemoisedScorer(scorer)
     base = dict(memo.fusion)
-    best: tuple[float, float, dict[str, float]] | None = None
-    per_scale: dict[float, float] = {}
-    for s in sorted(set(float(x) for x in scales)):
+
+    def scaled(s: float) -> MemoisedScorer:
         memo.fusion = {**base, "beta_dense": base["beta_dense"] * s}
-        figures = dict(evaluate(memo))
-        per_scale[s] = float(figures[metric])
-        if best is None or figures[metric] >= best[1]:
-            best = (s, float(figures[metric]), figures)
-    assert best is not None, "scales must not be empty"
-    logger.info("dense scale on dev: %s -> best %g (%s %.2f)", per_scale, best[0], metric, best[1])
-    return best[0], best[2], per_scale
+        return memo
+
+    fit = grid_search(sorted(set(float(x) for x in scales)), lambda m: dict(evaluate(m)), run=scaled, metric=metric,
+                      ties="last")
+    per_scale = dict(fit.table)
+    logger.info("dense scale on dev: %s -> best %g (%s %.2f)", per_scale, fit.point, metric, fit.value)
+    return fit.point, fit.figures, per_scale

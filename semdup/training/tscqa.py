@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import ConfigError
+from semdup.core.fitting import best_threshold, grid_search
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.metrics import best_threshold, semeval_scores
+from semdup.core.metrics import semeval_scores
 from semdup.core.protocols import travel_scores
 from semdup.core.scoring import PostScorer, minmax_normalise
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
@@ -138,8 +139,8 @@ def tune_alpha(
 
     else:
         raise ConfigError(f"T-SCQA tuning supports data sets 'semeval' and 'travel' (ranking); got {data!r}")
-    curve = {a: figures("dev", a)[metric] for a in ALPHA_GRID}
-    best = max(ALPHA_GRID, key=lambda a: (curve[a], a))  # ties go to the larger α (more SCQA)
+    fit = grid_search(ALPHA_GRID, lambda a: figures("dev", a), metric=metric, ties="last")  # ties: more SCQA
+    curve, best = dict(fit.table), fit.point
     thr, acc = threshold(best)
     return {
         "threshold": thr,
