@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +43,19 @@ from semdup.core.scoring import TITLE_WEIGHT
 from semdup.core.text_pipeline import check_post
 from semdup.index_format.companion import search_target
 from semdup.index_format.mapping import candidate_fields, index_model
-from semdup.index_format.schema import CandidateFields
+from semdup.index_format.schema import CandidateFields, lexical_field
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
 from semdup.reranker.candidates import (
     CandidateSet,
+    NamedScoresUnsupported,
+    PathHits,
     call_opensearch,
     fetch_semdup_fields,
     lexical_scores_for,
+    merge_paths,
     register_query_template,
     search_candidates,
+    search_paths,
 )
 from semdup.reranker.field_cache import UUID_TTL_S, FieldCache
 from semdup.reranker.fusion import compute_components, compute_fused
@@ -168,6 +173,9 @@ class Reranker:
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
         self._paths: dict[str, CandidateFields] = {}  # index -> the hybrid candidate paths it can serve
         self._targets: dict[str, str] = {}  # index asked for -> the index searched (itself, or its companion)
+        # the lexical search and the title's encoding overlap the query's encoding; False: one after the other
+        self.overlap = True
+        self._named_scores = True  # sparse / k-NN hits carry their lexical score (False: the cluster cannot)
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(
                 f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
@@ -334,31 +342,35 @@ class Reranker:
                     self._query_template = register_query_template(self.client, s.search_timeout)
             query_template = self._query_template or None
 
-        def search(q_vec: np.ndarray | None, q_terms: dict[str, float] | None) -> CandidateSet:
-            return search_candidates(
+        text = query_text(post.title, post.body if s.variant == "text" else "")
+        size = s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1)
+        common: dict[str, Any] = {
+            "variant": s.variant,
+            "size": size,
+            "timeout": s.search_timeout,
+            "exclude_id": exclude_id,
+            "restrict_ids": restrict_ids,
+        }
+        if not self.overlap:  # one step after the other (the reference the overlapped path must equal)
+            query = self._encode(post, concurrent=False)
+            cands = search_candidates(
                 self.client,
                 name,
-                query_text(post.title, post.body if s.variant == "text" else ""),
+                text,
                 templates=s.templates,
-                variant=s.variant,
-                size=s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1),
-                timeout=s.search_timeout,
-                exclude_id=exclude_id,
-                restrict_ids=restrict_ids,
-                sparse_terms=q_terms if paths.sparse else None,
-                knn_vector=q_vec if paths.knn else None,
+                sparse_terms=query.terms if paths.sparse else None,
+                knn_vector=query.vector if paths.knn else None,
                 query_template=query_template,
+                **common,
             )
-
-        if paths.sparse or paths.knn:  # the search needs the encoding
-            query = self._encode(post)
-            cands = search(query.vector, query.terms)
-        else:  # lexical only: search while encoding (see the module doc)
-            pending = _searches().submit(search, None, None)
+        else:  # the lexical search runs while the query is encoded (see the module doc)
+            pending = _searches().submit(search_paths, self.client, name, text, templates=s.templates, **common)
             try:
                 query = self._encode(post)
+                vector = self._vector_paths(name, text, query, paths, query_template, common)
             finally:
-                cands = pending.result()  # its error first: the cluster's state matters more than the text's
+                lexical = pending.result()  # its error first: the cluster's state matters more than the text's
+            cands = merge_paths([lexical, vector], primary=s.templates[0])
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
             for rid in restrict_ids:
                 if str(rid) not in cands.sources and str(rid) != exclude_id:
@@ -366,9 +378,49 @@ class Reranker:
                     cands.sources[str(rid)] = ["restrict"]
         return cands, query
 
-    def _encode(self, post: Post) -> QueryEncoding:
-        vector, terms = self.bundle.encode_query(post)
-        title = self.bundle.encode_titles([post])[0] if self.bundle.uses_title else None
+    def _vector_paths(
+        self,
+        name: str,
+        text: str,
+        query: QueryEncoding,
+        paths: CandidateFields,
+        query_template: str | None,
+        common: dict[str, Any],
+    ) -> PathHits:
+        """The learned-sparse and k-NN paths (none: nothing to ask), their hits carrying their lexical score when
+        the fusion reads it and the cluster can (:func:`~semdup.reranker.candidates.with_lexical_score`)."""
+        terms = query.terms if paths.sparse else None
+        vector = query.vector if paths.knn else None
+        if not terms and vector is None:
+            return PathHits()
+        s = self.settings
+        lex = lexical_field(s.templates[0], s.variant) if self._named_scores and self.fusion.get("alpha") else None
+        search = partial(
+            search_paths, self.client, name, text, templates=(), sparse_terms=terms, knn_vector=vector,
+            query_template=query_template, **common,
+        )  # fmt: skip
+        try:
+            return search(lexical_field=lex)
+        except NamedScoresUnsupported as exc:
+            logger.warning("%s; sparse / k-NN candidates' lexical scores take a second request", exc)
+            self._named_scores = False
+            return search(lexical_field=None)
+
+    def _encode(self, post: Post, concurrent: bool = True) -> QueryEncoding:
+        """The query's vector and terms, and its title's vector when the fusion reads it: encoded on a pool thread
+        beside the body's (two onnxruntime runs at once, each exact; batched together, the title would be padded
+        to the body's length)."""
+        if not (self.bundle.uses_title and post.title):
+            vector, terms = self.bundle.encode_query(post)
+            return QueryEncoding(vector, terms, None)
+        if not concurrent:
+            vector, terms = self.bundle.encode_query(post)
+            return QueryEncoding(vector, terms, self.bundle.encode_titles([post])[0])
+        pending = _searches().submit(self.bundle.encode_titles, [post])
+        try:
+            vector, terms = self.bundle.encode_query(post)
+        finally:
+            title = pending.result()[0]
         return QueryEncoding(vector, terms, title)
 
     def _ensure_templates(self) -> None:
@@ -409,7 +461,7 @@ class Reranker:
         name = self.target(index or self.index)
         s = self.settings
         if self.fusion.get("alpha", 0.0) != 0.0:
-            unscored = [i for i in cands.ids if i not in cands.lexical]
+            unscored = [i for i in cands.ids if i not in cands.lexical and i not in cands.scored]
             if unscored:  # found by sparse / k-NN / restrict only: ask the primary template for their score
                 cands.lexical.update(
                     lexical_scores_for(
@@ -532,6 +584,7 @@ class Reranker:
         if (other.settings.knn, other.settings.sparse) == (self.settings.knn, self.settings.sparse):
             other._checked, other._paths, other._targets = self._checked, self._paths, self._targets
         other._query_template = self._query_template
+        other.overlap, other._named_scores = self.overlap, self._named_scores
         other._templates_ensured = self._templates_ensured
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids
