@@ -6,7 +6,7 @@ down as plain arguments; nothing below :mod:`semdup.apps` reads the environment:
     settings = load_settings()                      # environment > $SEMDUP_CONFIG file > defaults
     client = connect(settings.opensearch_settings())
     app = create_app(settings.service_settings())   # the HTTP service's part
-    settings.explain()   # {"opensearch.url": {"value": "https://h:9200", "source": "env SEMDUP_OPENSEARCH_URL"}, ...}
+    explain(settings, environment())  # settings_report: {"opensearch.url": {"value": ..., "source": "env ..."}, ...}
 
 Sources, highest first: values the CLI passes (``--bundle`` ...), environment variables (:data:`VARIABLES`), one
 YAML or TOML config file (``$SEMDUP_CONFIG`` or ``--config``), the defaults. The file holds the tree's sections
@@ -78,6 +78,7 @@ __all__ = [
     "load_settings",
     "handoff",
     "log_format_setting",
+    "environment",
     "defaults",
     # the table of variables and the sections, for the tree's users (semdup.apps.variables, .sections)
     "Var",
@@ -102,6 +103,11 @@ _DATA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar
 def _environ() -> Mapping[str, str]:
     env = _ENV.get()
     return os.environ if env is None else env
+
+
+def environment() -> Mapping[str, str]:
+    """The environment the tree is read from (this process's): for reports of where each value came from."""
+    return _environ()
 
 
 class _EnvSource(PydanticBaseSettingsSource):
@@ -262,14 +268,6 @@ class Settings(BaseSettings):
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy.within(self.worker.retry_budget, self.worker.visibility_timeout)
-
-    # -- what `semdup config show` prints --
-    def explain(self, env: Mapping[str, str] | None = None, cli: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Every leaf of the tree: ``{"value": masked, "source": "cli" | "env NAME" | "file PATH" | "default"}``
-        (:func:`semdup.apps.settings_report.explain`; ``env`` default: this process's environment)."""
-        from semdup.apps.settings_report import explain
-
-        return explain(self, _environ() if env is None else env, cli)
 
 
 def load_settings(

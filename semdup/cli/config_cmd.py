@@ -38,10 +38,11 @@ def show(as_json: bool, config_file: str | None) -> None:
     Example:
       SEMDUP_OPENSEARCH_URL=http://127.0.0.1:9200 semdup config show
     """
-    from semdup.apps.settings import load_settings
+    from semdup.apps.settings import environment, load_settings
+    from semdup.apps.settings_report import explain
 
     settings = load_settings(config_file=config_file)
-    rows = settings.explain()
+    rows = explain(settings, environment())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from semdup.cli import edge
-from semdup.cli.job_wait import finish_job, sweep_settings, wait_job
+from semdup.cli.job_wait import finish_job, show_parked, sweep_settings, wait_job
 
 __all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
 
@@ -41,16 +41,6 @@ def _client() -> Any:
 def _broker() -> None:
     """Point the producers' Celery app at the configured broker and check that it answers."""
     edge.connect_broker()
-
-
-def _show_parked(client: Any, index: str, limit: int = 20) -> None:
-    from semdup.indexer.parking import iter_parked
-
-    for n, rec in enumerate(iter_parked(client, index)):
-        if n >= limit:
-            click.echo(f"... more: semdup index-posts --index {index} --list-parked")
-            break
-        click.echo(f"  parked {rec.post_id} ({rec.task}): {rec.error[:150]}")
 
 
 @click.command("worker")
@@ -177,7 +167,7 @@ def index_posts(
         from semdup.indexer.parking import count_parked
 
         click.echo(f"{count_parked(client, index)} parked posts in {index}")
-        _show_parked(client, index, limit=10_000)
+        show_parked(client, index, limit=10_000)
         return
     from semdup.indexer import jobs
 

@@ -13,9 +13,20 @@ from typing import Any
 
 import click
 
-__all__ = ["WaitReport", "wait_job", "finish_job", "sweep_settings"]
+__all__ = ["WaitReport", "wait_job", "finish_job", "show_parked", "sweep_settings"]
 
 logger = logging.getLogger(__name__)
+
+
+def show_parked(client: Any, index: str, limit: int = 20) -> None:
+    """Print the index's parked posts (the first ``limit``), and how to list them all."""
+    from semdup.indexer.parking import iter_parked
+
+    for n, rec in enumerate(iter_parked(client, index)):
+        if n >= limit:
+            click.echo(f"... more: semdup index-posts --index {index} --list-parked")
+            break
+        click.echo(f"  parked {rec.post_id} ({rec.task}): {rec.error[:150]}")
 
 
 def sweep_settings() -> Any:
@@ -80,9 +91,7 @@ def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: st
         f"{done.written} posts written to {job.index} with model {job.model_version}, {done.parked} parked{gone}"
     )
     if done.parked:
-        from semdup.cli.indexer_cmd import _show_parked
-
-        _show_parked(client, job.index)
+        show_parked(client, job.index)
     if not done.finished:
         sweep = sweep_settings()
         found = census(client, job, sweep=sweep)  # two reads: a message in flight at one is seen at the other

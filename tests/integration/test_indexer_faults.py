@@ -328,6 +328,8 @@ def test_a_wait_says_that_opensearch_is_unreachable_while_it_is(
         proxy.down()
         wait_until(lambda: said("OpenSearch unreachable for", err), "the outage line", STEP_S, every=0.2)
         proxy.up()
+        # no worker runs yet, so the recovery line can only say 0 of 40; the worker starts once it is said
+        wait_until(lambda: said("nothing holds it up now", err), "the recovery line", STEP_S, every=0.2)
         worker.start()
         assert proc.wait(timeout=STEP_S * 2) == 0, err.read_text()[-2000:]
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,8 +76,9 @@ def test_serve_with_a_broken_bundle_exits_1_in_one_line(fmt: str, how: str, tiny
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_workers_that_cannot_start_end_the_command_with_exit_1(fmt: str, tiny_bundle: Path, tmp_path: Path) -> None:
-    """No check before the workers here: both load the broken bundle, each logs one line and exits with uvicorn's
-    STARTUP_FAILURE, the supervisor stops, and the command exits 1 with the reason (not 0, not a restart loop)."""
+    """No check before the workers here: both load the broken bundle, a worker logs one line and exits with uvicorn's
+    STARTUP_FAILURE, the supervisor stops the other (which may have failed too, or not yet), and the command exits 1
+    with the reason (not 0, not a restart loop)."""
     broken = _tampered(tiny_bundle, tmp_path, "flipped-byte")
     script = (  # what `semdup serve` runs after its own check, and how the CLI reports a SemdupError
         "import sys\n"
@@ -96,13 +98,14 @@ def test_workers_that_cannot_start_end_the_command_with_exit_1(fmt: str, tiny_bu
     )
     assert out.returncode == 1, out.stderr
     *lines, last = _lines(out.stderr)
-    assert last.startswith("Error: 2 of 2 uvicorn worker process(es) could not start"), out.stderr
+    # uvicorn stops the other worker as soon as one has failed: it may have exited 3 too, or been terminated first
+    assert re.match(r"Error: [12] of 2 uvicorn worker process\(es\) could not start", last), out.stderr
     if fmt == "json":
         messages = [json.loads(line)["message"] for line in lines]  # one JSON object a line, tracebacks inside
     else:
         assert "Traceback" not in out.stderr
         messages = lines
     failed = [m for m in messages if "the reranking service could not start" in m]
-    assert len(failed) == 2 and all("sha256" in m for m in failed), out.stderr
+    assert 1 <= len(failed) <= 2 and all("sha256" in m for m in failed), out.stderr
     assert any("Child process" in m and "failed to start" in m for m in messages), out.stderr
     assert not any("died" in m for m in messages), out.stderr  # uvicorn never restarted one

@@ -20,7 +20,7 @@ from semdup.apps.settings import (
     handoff,
     load_settings,
 )
-from semdup.apps.settings_report import settings_table
+from semdup.apps.settings_report import explain, settings_table
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 
 REPO = Path(semdup.__file__).parents[1]
@@ -85,7 +85,7 @@ def test_env_over_file_over_defaults_and_the_old_reranker_section(tmp_path: Path
     assert (service.max_k, service.review_stats_ttl) == (30, 5.0)  # env over file, new sections beside old
     cli = load_settings(env={"SEMDUP_CONFIG": str(path)}, overrides={"service.index": "other", "model.bundle": None})
     assert (cli.service.index, cli.model.bundle) == ("other", "/b")  # an option given wins, one not given does not
-    explained = tree.explain(env={"SEMDUP_CONFIG": str(path), "SEMDUP_MAX_K": "30"})
+    explained = explain(tree, {"SEMDUP_CONFIG": str(path), "SEMDUP_MAX_K": "30"})
     assert explained["service.max_k"]["source"] == "env SEMDUP_MAX_K"
     assert explained["candidates.templates"]["source"] == f"file {path} (reranker.templates)"
     assert explained["service.threads"]["source"] == "default"
