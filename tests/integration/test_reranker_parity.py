@@ -22,7 +22,8 @@ from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.indexer.lexical_index import create_index
 from semdup.indexer.semantic import index_batch
 from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
-from semdup.reranker.candidates import search_candidates, sparse_query
+from semdup.reranker.candidates import sparse_query
+from semdup.reranker.path_search import search_candidates
 
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[2]

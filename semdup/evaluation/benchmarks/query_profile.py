@@ -57,7 +57,8 @@ def _cluster(url: str | None, workdir: Path) -> Iterator[str]:
 
 def _sequential_steps(rr: Any, post: Any) -> dict[str, float]:
     """The sequential call's steps, each timed (what ``rank`` did before the overlap)."""
-    from semdup.reranker.candidates import lexical_scores_for, search_candidates
+    from semdup.reranker.candidates import lexical_scores_for
+    from semdup.reranker.path_search import search_candidates
     from semdup.search_templates import query_text
 
     s, name = rr.settings, rr.target()
@@ -96,7 +97,7 @@ def _sequential_steps(rr: Any, post: Any) -> dict[str, float]:
 
 def _overlapped_steps(rr: Any, post: Any) -> dict[str, float]:
     """The overlapped call's pieces: each piece's own duration, and the wall clock of the encoding stage."""
-    from semdup.reranker.candidates import merge_paths, search_paths
+    from semdup.reranker.path_search import merge_paths, search_paths
     from semdup.reranker.reranker import _searches
     from semdup.search_templates import query_text
 
