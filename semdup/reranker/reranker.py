@@ -4,20 +4,29 @@
     for c in reranker.rank(Post("q", "How do I get a visa for Qatar?", "")):
         print(c.id, c.score, c.components, c.probability, c.is_duplicate)
 
-One call: encode the query with the bundle (one onnxruntime session per process), one ``_msearch/template``
-for every candidate path whose hits carry the candidates' packed vectors and term weights as docvalue fields
-(:mod:`semdup.reranker.candidates`), then the bundle's fusion over them (:mod:`semdup.reranker.fusion`). Only
-candidates whose hits carried none (written before ``semdup.packed`` existed, not indexed yet) take one ``mget``
-of their ``_source``. Scores equal ``BundleScorer.score`` on the same candidates
-(``tests/integration/test_reranker_parity.py``).
+One call, its steps overlapped so that the query's encoding is its critical path (issue #19):
+
+1. the lexical templates' ``_msearch/template`` (BM25 …) leaves on a pool thread, and the title's encoding (a
+   bundle with a title term) on another, while the calling thread encodes the body: onnxruntime and the wait for
+   OpenSearch both release the GIL. The title is a second onnxruntime run, not a batch with the body: batched, it
+   would be padded to the body's length, and each run alone gives exactly the sequential vectors;
+2. once the vector is there, the k-NN (or learned-sparse) query goes as one ``_search`` whose hits carry their BM25
+   score as a named query (:func:`~semdup.reranker.path_search.with_lexical_score`): the candidates only k-NN found
+   need no second request for the lexical score the fusion reads;
+3. every hit carries the candidate's packed vectors and term weights as docvalue fields
+   (:mod:`semdup.reranker.candidates`), so the bundle's fusion (:mod:`semdup.reranker.fusion`) needs no fetch. Only
+   candidates whose hits carried none (written before ``semdup.packed`` existed, not indexed yet) take one ``mget``
+   of their ``_source``.
+
+``Reranker.overlap = False`` runs the same steps one after the other (encode the body, the title, one
+``_msearch/template`` of every path, a second request for the k-NN-only candidates' lexical scores): the reference
+the overlapped call equals to the bit (``tests/unit/reranker/test_query_overlap.py``,
+``tests/integration/test_reranker_parity.py``). Scores equal ``BundleScorer.score`` on the same candidates.
+``python -m semdup.evaluation.benchmarks.query_profile`` times both, step by step.
 
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
 have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
 ``complete=False``.
-
-Where no candidate path needs the query's vector or terms (the default: lexical templates only), the search runs
-on a pool thread while the calling thread encodes the query: onnxruntime and the wait for OpenSearch both release
-the GIL, so a call costs about the longer of the two instead of their sum.
 """
 
 from __future__ import annotations
@@ -48,17 +57,14 @@ from semdup.reranker.calibration import Calibration, calibration_path, load_cali
 from semdup.reranker.candidates import (
     CandidateSet,
     NamedScoresUnsupported,
-    PathHits,
     call_opensearch,
     fetch_semdup_fields,
     lexical_scores_for,
-    merge_paths,
     register_query_template,
-    search_candidates,
-    search_paths,
 )
 from semdup.reranker.field_cache import UUID_TTL_S, FieldCache
 from semdup.reranker.fusion import compute_components, compute_fused
+from semdup.reranker.path_search import PathHits, merge_paths, search_candidates, search_paths
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import ensure_templates, query_text
 
@@ -176,6 +182,8 @@ class Reranker:
         # the lexical search and the title's encoding overlap the query's encoding; False: one after the other
         self.overlap = True
         self._named_scores = True  # sparse / k-NN hits carry their lexical score (False: the cluster cannot)
+        # the query's wordpiece limit (a transformer bundle); None: the bundle's own (its tokenizer's max_len)
+        self.query_wordpieces: int | None = None
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(
                 f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
@@ -388,7 +396,7 @@ class Reranker:
         common: dict[str, Any],
     ) -> PathHits:
         """The learned-sparse and k-NN paths (none: nothing to ask), their hits carrying their lexical score when
-        the fusion reads it and the cluster can (:func:`~semdup.reranker.candidates.with_lexical_score`)."""
+        the fusion reads it and the cluster can (:func:`~semdup.reranker.path_search.with_lexical_score`)."""
         terms = query.terms if paths.sparse else None
         vector = query.vector if paths.knn else None
         if not terms and vector is None:
@@ -410,15 +418,17 @@ class Reranker:
         """The query's vector and terms, and its title's vector when the fusion reads it: encoded on a pool thread
         beside the body's (two onnxruntime runs at once, each exact; batched together, the title would be padded
         to the body's length)."""
+        cut = self.query_wordpieces
+        encode = self.bundle.encode_query if cut is None else partial(self.bundle.encode_query, max_wordpieces=cut)
         if not (self.bundle.uses_title and post.title):
-            vector, terms = self.bundle.encode_query(post)
+            vector, terms = encode(post)
             return QueryEncoding(vector, terms, None)
         if not concurrent:
-            vector, terms = self.bundle.encode_query(post)
+            vector, terms = encode(post)
             return QueryEncoding(vector, terms, self.bundle.encode_titles([post])[0])
         pending = _searches().submit(self.bundle.encode_titles, [post])
         try:
-            vector, terms = self.bundle.encode_query(post)
+            vector, terms = encode(post)
         finally:
             title = pending.result()[0]
         return QueryEncoding(vector, terms, title)
@@ -585,6 +595,7 @@ class Reranker:
             other._checked, other._paths, other._targets = self._checked, self._paths, self._targets
         other._query_template = self._query_template
         other.overlap, other._named_scores = self.overlap, self._named_scores
+        other.query_wordpieces = self.query_wordpieces
         other._templates_ensured = self._templates_ensured
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids
