@@ -161,3 +161,27 @@ def test_the_title_is_encoded_beside_the_body() -> None:
     cluster, bundle = FakeCluster(POSTS), FakeBundle()
     _reranker(cluster, bundle, overlap=True, k_candidates=3).rank(Post("q", "Visa", "qatar stay"), k=3)
     assert len(bundle.threads) == 2  # the body on the caller's thread, the title on a pool thread
+
+
+class OldCluster(FakeCluster):
+    """A cluster before OpenSearch 2.13: ``_search`` refuses ``include_named_queries_score``."""
+
+    def search(self, index: str, body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        from opensearchpy.exceptions import TransportError
+
+        reason = "request [/posts/_search] contains unrecognized parameter: [include_named_queries_score]"
+        raise TransportError(400, "illegal_argument_exception", {"error": {"type": "x", "reason": reason}})
+
+
+def test_a_cluster_without_named_scores_gets_the_second_request_and_the_same_ranking(caplog: Any) -> None:
+    query = Post("q1", "Visa for Qatar", "how long can I stay")
+    expected = _reranker(FakeCluster(POSTS), FakeBundle(), overlap=False, k_candidates=3).rank(query, 8, "1")
+    assert any(c.sources == ("knn",) for c in expected)
+    cluster = OldCluster(POSTS)
+    rr = _reranker(cluster, FakeBundle(), overlap=True, k_candidates=3)
+    with caplog.at_level("WARNING"):
+        got = rr.rank(query, 8, "1")
+        again = rr.rank(query, 8, "1")  # remembered: no second refusal
+    assert [c.to_json() for c in got] == [c.to_json() for c in expected] == [c.to_json() for c in again]
+    assert caplog.text.count("include_named_queries_score") == 1
+    assert cluster.requests.count("semdup-bm25-text") == 4  # per call: the search, then the k-NN-only scores
