@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -40,19 +41,22 @@ def _ms(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 @contextlib.contextmanager
-def _cluster(url: str | None, workdir: Path) -> Iterator[str]:
-    """``url``, or a throwaway node in ``workdir`` (stopped at the end)."""
+def _cluster(url: str | None) -> Iterator[str]:
+    """``url``, or a throwaway node in a temporary folder (stopped and removed at the end)."""
     if url:
         yield url
         return
     from semdup.devstack.local_opensearch import LocalOpenSearch
     from semdup.devstack.local_process import any_free_port
 
+    workdir = Path(tempfile.mkdtemp(prefix="semdup-query-profile-"))
+    workdir.chmod(0o711)  # the node runs as an unprivileged account when we are root
     node = LocalOpenSearch(state_dir=workdir / "node", port=any_free_port())
     try:
         yield node.start()
     finally:
         node.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _sequential_steps(rr: Any, post: Any) -> dict[str, float]:
@@ -150,10 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     bundle = Bundle.load(args.bundle, providers=["CPUExecutionProvider"], intra_op_threads=args.onnx_threads)
     dump = load_stackexchange_dump(travel_dir())
     queries = [q.post for q in dump.queries("test")][: args.queries]
-    workdir = Path(tempfile.mkdtemp(prefix="semdup-query-profile-"))
-    workdir.chmod(0o711)  # the node runs as an unprivileged account when we are root
     loads = {"start": os.getloadavg()[0]}
-    with _cluster(args.opensearch, workdir) as url:
+    with _cluster(args.opensearch) as url:
         client = OpenSearch(url, timeout=60, pool_maxsize=8)
         built = (
             contextlib.nullcontext(args.index)
