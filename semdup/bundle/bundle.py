@@ -222,6 +222,18 @@ def _verify_files(files: Mapping[str, bytes], manifest: Mapping[str, Any], where
                           f"hashes to {version!r}; the manifest was edited after export: re-export the bundle")
 
 
+def _cut_wordpieces(arrays: Mapping[str, np.ndarray], max_len: int) -> dict[str, np.ndarray]:
+    """Wordpiece inputs cut to ``max_len`` pieces: a longer row keeps its first ``max_len - 1`` pieces and its own
+    last one ([SEP]), as :func:`semdup.core.wordpiece.wordpiece_inputs` with ``max_len`` cuts."""
+    if max_len < 3:
+        raise ValueError(f"max_wordpieces must be at least 3 ([CLS] x [SEP]); got {max_len}")
+    lengths = arrays["attention_mask"].sum(axis=1)
+    out = {name: np.array(a[:, :max_len]) for name, a in arrays.items()}
+    for row in np.flatnonzero(lengths > max_len):
+        out["input_ids"][row, max_len - 1] = arrays["input_ids"][row, lengths[row] - 1]
+    return out
+
+
 class Bundle:
     """A loaded, verified model bundle with one onnxruntime session (create it in each worker after fork).
 
@@ -313,7 +325,13 @@ class Bundle:
         (their batches are length-sorted, so small batches pad little), :data:`DEFAULT_BATCH` otherwise."""
         return WORDPIECE_BATCH if self.input_kind in _LENGTH_SORTED_KINDS else DEFAULT_BATCH
 
-    def _dense(self, posts: Sequence[Post], ids: list[list[int]] | None, batch_size: int | None) -> np.ndarray:
+    def _dense(
+        self,
+        posts: Sequence[Post],
+        ids: list[list[int]] | None,
+        batch_size: int | None,
+        max_wordpieces: int | None = None,
+    ) -> np.ndarray:
         """Unit vectors [N, D]; ``ids`` (from :meth:`_text_ids`) spare the ``text_ids`` kind a second tokenisation.
 
         ``wordpiece`` encoders get length-sorted batches (:meth:`_dense_sorted`): the attention mask makes a
@@ -326,7 +344,7 @@ class Bundle:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
         batch_size = batch_size or self.default_batch_size()
         if self.input_kind in _LENGTH_SORTED_KINDS:
-            x = self._dense_sorted(posts, batch_size)
+            x = self._dense_sorted(posts, batch_size, max_wordpieces)
         else:
             chunks = []
             for i in range(0, len(posts), batch_size):
@@ -339,7 +357,7 @@ class Bundle:
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         return (x / np.maximum(norms, 1e-12)).astype(np.float32)
 
-    def _dense_sorted(self, posts: Sequence[Post], batch_size: int) -> np.ndarray:
+    def _dense_sorted(self, posts: Sequence[Post], batch_size: int, max_wordpieces: int | None = None) -> np.ndarray:
         """Raw vectors [N, D] in the posts' order, encoded in batches of similar length.
 
         Each window of :data:`_SORT_WINDOW` posts is tokenised once, ordered by wordpiece count (longest first,
@@ -351,6 +369,8 @@ class Bundle:
         rows_out: np.ndarray | None = None
         for start in range(0, len(posts), _SORT_WINDOW):
             arrays = build_inputs(self.input_kind, self.pipeline, posts[start : start + _SORT_WINDOW])
+            if max_wordpieces is not None:
+                arrays = _cut_wordpieces(arrays, max_wordpieces)
             lengths = arrays["attention_mask"].sum(axis=1)
             order = np.argsort(-lengths, kind="stable")
             for i in range(0, len(order), batch_size):
@@ -432,17 +452,22 @@ class Bundle:
             check_post(p)
         return self._terms(self._text_ids(posts))
 
-    def encode_query(self, post: Post) -> tuple[np.ndarray | None, PackedTerms | None]:
+    def encode_query(
+        self, post: Post, max_wordpieces: int | None = None
+    ) -> tuple[np.ndarray | None, PackedTerms | None]:
         """One post's (unit dense vector [D] or None, BOW weights or None): ``encode_dense`` and ``encode_terms``
         of ``[post]``, tokenised once (the reranker's query). The weights come as :class:`PackedTerms`: they
         read as the ``encode_terms`` dict and carry the vocabulary ids the fusion matches candidates on.
+
+        ``max_wordpieces``: a transformer encoder reads at most this many wordpieces of the query ([CLS] and [SEP]
+        included; the last kept piece becomes [SEP], as the tokenizer's own cut); None: the bundle's limit.
 
         Raises:
             PostError: a post with neither title nor body, or binary text.
         """
         check_post(post)
         ids = self._shared_text_ids([post])
-        dense = None if self.session is None else self._dense([post], ids, 1)[0]
+        dense = None if self.session is None else self._dense([post], ids, 1, max_wordpieces)[0]
         terms = None
         if self.term_weights is not None:
             keys, weights = self._term_weights(ids)[0]

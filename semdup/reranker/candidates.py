@@ -1,6 +1,7 @@
 """Candidate generation: stored lexical templates, learned-sparse and k-NN queries, merged without duplicates.
 
-One ``_msearch/template`` call runs every stored template (BM25, LMJ, DFR, IB …) and, through a stored
+The requests (which paths go together, :mod:`semdup.reranker.path_search`): one ``_msearch/template`` runs every
+stored template (BM25, LMJ, DFR, IB …) and, through a stored
 pass-through template (``{{#toJson}}body{{/toJson}}``, compiled once), the learned-sparse query (a ``bool``
 ``should`` of ``rank_feature`` clauses on ``semdup.terms.<feature>`` with the ``linear`` function and
 boost = the query's own weight, i.e. the dot product cos_bow inside OpenSearch) and the ``knn`` query on
@@ -41,7 +42,9 @@ __all__ = [
     "sparse_query",
     "knn_query",
     "merge_hits",
-    "search_candidates",
+    "response_hits",
+    "LEXICAL_QUERY_NAME",
+    "NamedScoresUnsupported",
     "lexical_scores_for",
     "fetch_semdup_fields",
     "stored_semdup_fields",
@@ -57,6 +60,8 @@ logger = logging.getLogger(__name__)
 # The bool query's clause limit is 1024 by default; the heaviest query terms carry the dot product.
 MAX_SPARSE_TERMS = 512
 QUERY_TEMPLATE_ID = "semdup-reranker-query"
+# the named query that carries the primary template's score on sparse / k-NN hits (with_lexical_score)
+LEXICAL_QUERY_NAME = "semdup-lexical"
 _QUERY_SOURCE = "{{#toJson}}body{{/toJson}}"
 _MODEL_FIELD = "semdup.model"
 # what every candidate path asks each hit to carry: the packed vector + term weights, and the model version
@@ -65,6 +70,11 @@ DOCVALUE_FIELDS = (PACKED_FIELD, _MODEL_FIELD)
 
 class SearchTimeout(OpenSearchUnavailable):
     """OpenSearch did not answer within the reranker's request timeout (the service answers 504)."""
+
+
+class NamedScoresUnsupported(SemdupError):
+    """The cluster answers named queries without their scores (OpenSearch before 2.13): the lexical scores of
+    sparse / k-NN candidates take their own request (:func:`lexical_scores_for`)."""
 
 
 @dataclass
@@ -76,6 +86,7 @@ class CandidateSet:
     lexical: dict[str, float] = field(default_factory=dict)
     sources: dict[str, list[str]] = field(default_factory=dict)
     fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scored: set[str] = field(default_factory=set)  # ids whose primary-template score is known (absent = no match)
 
 
 def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
@@ -195,10 +206,16 @@ def merge_hits(named: Sequence[tuple[str, Sequence[tuple[str, float]]]], primary
     return out
 
 
-def _response_hits(
-    resp: Mapping[str, Any], index: str, what: str, fields: dict[str, dict[str, Any]] | None = None
+def response_hits(
+    resp: Mapping[str, Any],
+    index: str,
+    what: str,
+    fields: dict[str, dict[str, Any]] | None = None,
+    lexical: dict[str, float] | None = None,
 ) -> list[tuple[str, float]]:
-    """(id, score) of each hit; with ``fields``, the hits' packed semdup fields are decoded into it."""
+    """(id, score) of each hit; with ``fields``, the hits' packed semdup fields are decoded into it; with
+    ``lexical``, the named lexical scores of the hits that matched
+    (:func:`~semdup.reranker.path_search.with_lexical_score`)."""
     if "error" in resp:
         err = resp["error"]
         if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
@@ -212,6 +229,13 @@ def _response_hits(
                 decoded = _hit_fields(h)
                 if decoded is not None:
                     fields[doc_id] = decoded
+    if lexical is not None:
+        for h in hits:
+            matched = h.get("matched_queries")
+            if isinstance(matched, Mapping) and LEXICAL_QUERY_NAME in matched:
+                lexical[str(h["_id"])] = float(matched[LEXICAL_QUERY_NAME])
+            elif isinstance(matched, list):  # names without scores: the cluster ignored include_named_queries_score
+                raise NamedScoresUnsupported(f"the cluster behind {index!r} returns named queries without scores")
     return [(str(h["_id"]), float(h["_score"])) for h in hits]
 
 
@@ -256,88 +280,6 @@ def stored_semdup_fields(semdup: Mapping[str, Any], feature_names: Sequence[str]
     return out
 
 
-def search_candidates(
-    client: Any,
-    index: str,
-    text: str,
-    *,
-    templates: Sequence[str],
-    variant: str,
-    size: int,
-    timeout: float,
-    exclude_id: str | None = None,
-    restrict_ids: Sequence[str] | None = None,
-    sparse_terms: Mapping[str, float] | None = None,
-    knn_vector: Sequence[float] | None = None,
-    query_template: str | None = None,
-    docvalue_fields: Sequence[str] | None = DOCVALUE_FIELDS,
-) -> CandidateSet:
-    """Run every candidate path in one ``_msearch/template`` call and merge the hits.
-
-    Args:
-        text: the query text (``query_text(title, body)``).
-        templates: lexical models; the first one's scores become the lexical scores.
-        sparse_terms: the query's learned BOW weights (adds the learned-sparse path), or None.
-        knn_vector: the query's dense vector (adds the k-NN path), or None.
-        query_template: the stored pass-through template (:func:`register_query_template`); without it the
-            sparse and k-NN queries go in a second ``_msearch`` call.
-        docvalue_fields: what each hit carries (decoded into ``CandidateSet.fields``); None = ids and scores only.
-    """
-    body: list[dict[str, Any]] = []
-    names: list[str] = []
-    ids = list(restrict_ids) if restrict_ids is not None else None
-    dv = list(docvalue_fields) if docvalue_fields else None
-    for model in templates:
-        body += [
-            {"index": index},
-            {
-                "id": template_id(model, variant),
-                "params": template_params(text, size=size, exclude_id=exclude_id, ids=ids, docvalue_fields=dv),
-            },
-        ]
-        names.append(model)
-    inline: list[tuple[str, dict[str, Any]]] = []
-    if sparse_terms:
-        inline.append(("sparse", sparse_query(sparse_terms, size, exclude_id, ids, dv)))
-    if knn_vector is not None:
-        inline.append(("knn", knn_query(knn_vector, size, exclude_id, ids, dv)))
-    plain: list[dict[str, Any]] = []
-    for name, query in inline:
-        if query_template:  # the stored pass-through template: no script compilation per request
-            body += [{"index": index}, {"id": query_template, "params": {"body": query}}]
-            names.append(name)
-        else:
-            plain += [{"index": index}, query]
-    try:
-        resp = call_opensearch(
-            client.msearch_template,
-            f"searching candidates in {index!r}",
-            body=body,
-            params={"request_timeout": timeout},
-        )
-    except SemdupError as exc:
-        if "no requests added" not in str(exc):
-            raise
-        # OpenSearch drops a template request whose stored script is missing, then refuses the empty batch
-        raise SemdupError(
-            f"the cluster lacks the stored search templates {', '.join(template_id(m, variant) for m in templates)}; "
-            "store them once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker itself "
-            "when its user may)"
-        ) from exc
-    responses = list(resp["responses"])
-    if plain:  # no stored pass-through template (no right to store scripts): a second round trip
-        more = call_opensearch(
-            client.msearch, f"searching candidates in {index!r}", body=plain, params={"request_timeout": timeout}
-        )
-        responses += more["responses"]
-        names += [name for name, _ in inline]
-    fields: dict[str, dict[str, Any]] | None = {} if dv and PACKED_FIELD in dv else None
-    named = [(name, _response_hits(r, index, name, fields)) for name, r in zip(names, responses, strict=True)]
-    out = merge_hits(named, primary=templates[0])
-    out.fields = fields or {}
-    return out
-
-
 def register_query_template(client: Any, timeout: float = 10.0) -> str | None:
     """Store :data:`QUERY_TEMPLATE_ID` (renders its ``body`` parameter as the search body); None if refused.
 
@@ -378,7 +320,7 @@ def lexical_scores_for(
     resp = call_opensearch(
         client.msearch_template, f"scoring candidates in {index!r}", body=body, params={"request_timeout": timeout}
     )
-    return dict(_response_hits(resp["responses"][0], index, model))
+    return dict(response_hits(resp["responses"][0], index, model))
 
 
 def _doc_error(doc: Mapping[str, Any], index: str) -> None:

@@ -4,20 +4,29 @@
     for c in reranker.rank(Post("q", "How do I get a visa for Qatar?", "")):
         print(c.id, c.score, c.components, c.probability, c.is_duplicate)
 
-One call: encode the query with the bundle (one onnxruntime session per process), one ``_msearch/template``
-for every candidate path whose hits carry the candidates' packed vectors and term weights as docvalue fields
-(:mod:`semdup.reranker.candidates`), then the bundle's fusion over them (:mod:`semdup.reranker.fusion`). Only
-candidates whose hits carried none (written before ``semdup.packed`` existed, not indexed yet) take one ``mget``
-of their ``_source``. Scores equal ``BundleScorer.score`` on the same candidates
-(``tests/integration/test_reranker_parity.py``).
+One call, its steps overlapped so that the query's encoding is its critical path (issue #19):
+
+1. the lexical templates' ``_msearch/template`` (BM25 …) leaves on a pool thread, and the title's encoding (a
+   bundle with a title term) on another, while the calling thread encodes the body: onnxruntime and the wait for
+   OpenSearch both release the GIL. The title is a second onnxruntime run, not a batch with the body: batched, it
+   would be padded to the body's length, and each run alone gives exactly the sequential vectors;
+2. once the vector is there, the k-NN (or learned-sparse) query goes as one ``_search`` whose hits carry their BM25
+   score as a named query (:func:`~semdup.reranker.path_search.with_lexical_score`): the candidates only k-NN found
+   need no second request for the lexical score the fusion reads;
+3. every hit carries the candidate's packed vectors and term weights as docvalue fields
+   (:mod:`semdup.reranker.candidates`), so the bundle's fusion (:mod:`semdup.reranker.fusion`) needs no fetch. Only
+   candidates whose hits carried none (written before ``semdup.packed`` existed, not indexed yet) take one ``mget``
+   of their ``_source``.
+
+``Reranker.overlap = False`` runs the same steps one after the other (encode the body, the title, one
+``_msearch/template`` of every path, a second request for the k-NN-only candidates' lexical scores): the reference
+the overlapped call equals to the bit (``tests/unit/reranker/test_query_overlap.py``,
+``tests/integration/test_reranker_parity.py``). Scores equal ``BundleScorer.score`` on the same candidates.
+``python -m semdup.evaluation.benchmarks.query_profile`` times both, step by step.
 
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
 have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
 ``complete=False``.
-
-Where no candidate path needs the query's vector or terms (the default: lexical templates only), the search runs
-on a pool thread while the calling thread encodes the query: onnxruntime and the wait for OpenSearch both release
-the GIL, so a call costs about the longer of the two instead of their sum.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +52,19 @@ from semdup.core.scoring import TITLE_WEIGHT
 from semdup.core.text_pipeline import check_post
 from semdup.index_format.companion import search_target
 from semdup.index_format.mapping import candidate_fields, index_model
-from semdup.index_format.schema import CandidateFields
+from semdup.index_format.schema import CandidateFields, lexical_field
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
 from semdup.reranker.candidates import (
     CandidateSet,
+    NamedScoresUnsupported,
     call_opensearch,
     fetch_semdup_fields,
     lexical_scores_for,
     register_query_template,
-    search_candidates,
 )
 from semdup.reranker.field_cache import UUID_TTL_S, FieldCache
 from semdup.reranker.fusion import compute_components, compute_fused
+from semdup.reranker.path_search import PathHits, merge_paths, search_candidates, search_paths
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import ensure_templates, query_text
 
@@ -168,6 +179,11 @@ class Reranker:
         self._uuids: dict[str, tuple[float, dict[str, str]]] = {}
         self._paths: dict[str, CandidateFields] = {}  # index -> the hybrid candidate paths it can serve
         self._targets: dict[str, str] = {}  # index asked for -> the index searched (itself, or its companion)
+        # the lexical search and the title's encoding overlap the query's encoding; False: one after the other
+        self.overlap = True
+        self._named_scores = True  # sparse / k-NN hits carry their lexical score (False: the cluster cannot)
+        # the query's wordpiece limit (a transformer bundle); None: the bundle's own (its tokenizer's max_len)
+        self.query_wordpieces: int | None = None
         if self.settings.sparse and bundle.term_weights is None:
             raise ValueError(
                 f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
@@ -334,31 +350,35 @@ class Reranker:
                     self._query_template = register_query_template(self.client, s.search_timeout)
             query_template = self._query_template or None
 
-        def search(q_vec: np.ndarray | None, q_terms: dict[str, float] | None) -> CandidateSet:
-            return search_candidates(
+        text = query_text(post.title, post.body if s.variant == "text" else "")
+        size = s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1)
+        common: dict[str, Any] = {
+            "variant": s.variant,
+            "size": size,
+            "timeout": s.search_timeout,
+            "exclude_id": exclude_id,
+            "restrict_ids": restrict_ids,
+        }
+        if not self.overlap:  # one step after the other (the reference the overlapped path must equal)
+            query = self._encode(post, concurrent=False)
+            cands = search_candidates(
                 self.client,
                 name,
-                query_text(post.title, post.body if s.variant == "text" else ""),
+                text,
                 templates=s.templates,
-                variant=s.variant,
-                size=s.k_candidates if restrict_ids is None else max(len(restrict_ids), 1),
-                timeout=s.search_timeout,
-                exclude_id=exclude_id,
-                restrict_ids=restrict_ids,
-                sparse_terms=q_terms if paths.sparse else None,
-                knn_vector=q_vec if paths.knn else None,
+                sparse_terms=query.terms if paths.sparse else None,
+                knn_vector=query.vector if paths.knn else None,
                 query_template=query_template,
+                **common,
             )
-
-        if paths.sparse or paths.knn:  # the search needs the encoding
-            query = self._encode(post)
-            cands = search(query.vector, query.terms)
-        else:  # lexical only: search while encoding (see the module doc)
-            pending = _searches().submit(search, None, None)
+        else:  # the lexical search runs while the query is encoded (see the module doc)
+            pending = _searches().submit(search_paths, self.client, name, text, templates=s.templates, **common)
             try:
                 query = self._encode(post)
+                vector = self._vector_paths(name, text, query, paths, query_template, common)
             finally:
-                cands = pending.result()  # its error first: the cluster's state matters more than the text's
+                lexical = pending.result()  # its error first: the cluster's state matters more than the text's
+            cands = merge_paths([lexical, vector], primary=s.templates[0])
         if restrict_ids is not None:  # rank exactly these: ones no path matched join with lexical score 0
             for rid in restrict_ids:
                 if str(rid) not in cands.sources and str(rid) != exclude_id:
@@ -366,9 +386,51 @@ class Reranker:
                     cands.sources[str(rid)] = ["restrict"]
         return cands, query
 
-    def _encode(self, post: Post) -> QueryEncoding:
-        vector, terms = self.bundle.encode_query(post)
-        title = self.bundle.encode_titles([post])[0] if self.bundle.uses_title else None
+    def _vector_paths(
+        self,
+        name: str,
+        text: str,
+        query: QueryEncoding,
+        paths: CandidateFields,
+        query_template: str | None,
+        common: dict[str, Any],
+    ) -> PathHits:
+        """The learned-sparse and k-NN paths (none: nothing to ask), their hits carrying their lexical score when
+        the fusion reads it and the cluster can (:func:`~semdup.reranker.path_search.with_lexical_score`)."""
+        terms = query.terms if paths.sparse else None
+        vector = query.vector if paths.knn else None
+        if not terms and vector is None:
+            return PathHits()
+        s = self.settings
+        lex = lexical_field(s.templates[0], s.variant) if self._named_scores and self.fusion.get("alpha") else None
+        search = partial(
+            search_paths, self.client, name, text, templates=(), sparse_terms=terms, knn_vector=vector,
+            query_template=query_template, **common,
+        )  # fmt: skip
+        try:
+            return search(lexical_field=lex)
+        except NamedScoresUnsupported as exc:
+            logger.warning("%s; sparse / k-NN candidates' lexical scores take a second request", exc)
+            self._named_scores = False
+            return search(lexical_field=None)
+
+    def _encode(self, post: Post, concurrent: bool = True) -> QueryEncoding:
+        """The query's vector and terms, and its title's vector when the fusion reads it: encoded on a pool thread
+        beside the body's (two onnxruntime runs at once, each exact; batched together, the title would be padded
+        to the body's length)."""
+        cut = self.query_wordpieces
+        encode = self.bundle.encode_query if cut is None else partial(self.bundle.encode_query, max_wordpieces=cut)
+        if not (self.bundle.uses_title and post.title):
+            vector, terms = encode(post)
+            return QueryEncoding(vector, terms, None)
+        if not concurrent:
+            vector, terms = encode(post)
+            return QueryEncoding(vector, terms, self.bundle.encode_titles([post])[0])
+        pending = _searches().submit(self.bundle.encode_titles, [post])
+        try:
+            vector, terms = encode(post)
+        finally:
+            title = pending.result()[0]
         return QueryEncoding(vector, terms, title)
 
     def _ensure_templates(self) -> None:
@@ -409,7 +471,7 @@ class Reranker:
         name = self.target(index or self.index)
         s = self.settings
         if self.fusion.get("alpha", 0.0) != 0.0:
-            unscored = [i for i in cands.ids if i not in cands.lexical]
+            unscored = [i for i in cands.ids if i not in cands.lexical and i not in cands.scored]
             if unscored:  # found by sparse / k-NN / restrict only: ask the primary template for their score
                 cands.lexical.update(
                     lexical_scores_for(
@@ -532,6 +594,8 @@ class Reranker:
         if (other.settings.knn, other.settings.sparse) == (self.settings.knn, self.settings.sparse):
             other._checked, other._paths, other._targets = self._checked, self._paths, self._targets
         other._query_template = self._query_template
+        other.overlap, other._named_scores = self.overlap, self._named_scores
+        other.query_wordpieces = self.query_wordpieces
         other._templates_ensured = self._templates_ensured
         if other.settings.field_cache == self.settings.field_cache:
             other.field_cache, other._uuids = self.field_cache, self._uuids

@@ -22,7 +22,8 @@ from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.indexer.lexical_index import create_index
 from semdup.indexer.semantic import index_batch
 from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
-from semdup.reranker.candidates import search_candidates, sparse_query
+from semdup.reranker.candidates import sparse_query
+from semdup.reranker.path_search import search_candidates
 
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[2]
@@ -259,3 +260,41 @@ def test_knn_candidates_are_on_by_default_where_the_index_maps_the_vector(
         plain = Reranker(bundle, opensearch_client, unique_index).rank(q, k=1000, exclude_id=q.id)
     assert plain and all("knn" not in c.sources for c in plain)
     assert "k-NN candidates are off" not in caplog.text
+
+
+@pytest.mark.parametrize("paths", [{"knn": True}, {"sparse": True}, {"knn": True, "sparse": True}])
+def test_the_overlapped_query_path_ranks_exactly_as_the_sequential_one(
+    opensearch_client: Any,
+    served: tuple[Bundle, str],
+    real_posts: list[Post],
+    paths: dict[str, bool],
+    monkeypatch: Any,
+) -> None:
+    """BM25 in flight while the query is encoded, then the k-NN (or learned-sparse) search whose hits carry their
+    BM25 score as a named query: the same answers, to the bit, as encode → one search of every path → a second
+    request for the lexical scores of the candidates BM25 did not find → fuse."""
+    bundle, index = served
+    if paths.get("knn") and not knn_available(opensearch_client):
+        pytest.skip("this cluster has no k-NN plugin")
+    saved = bundle.fusion
+    bundle.fusion = {**bundle.fusion, "alpha": 0.5}  # the fusion reads the lexical score of every candidate
+    try:
+        settings = RerankerSettings(k_candidates=10, knn=paths.get("knn", False), sparse=paths.get("sparse", False))
+        overlapped = Reranker(bundle, opensearch_client, index, settings)
+        sequential = overlapped.with_settings()
+        sequential.overlap = False
+        queries = real_posts[:10]
+        expected = [[c.to_json() for c in sequential.rank(q, k=100, exclude_id=q.id)] for q in queries]
+        if len(paths) == 1:  # one vector path: its hits carry their lexical score, no second request
+            import semdup.reranker.reranker as module
+
+            def refused(*args: Any, **kwargs: Any) -> None:
+                raise AssertionError("a second request for lexical scores")
+
+            monkeypatch.setattr(module, "lexical_scores_for", refused)
+        got = [[c.to_json() for c in overlapped.rank(q, k=100, exclude_id=q.id)] for q in queries]
+    finally:
+        bundle.fusion = saved
+    assert got == expected
+    only_vector = [c for ranked in expected for c in ranked if "bm25" not in c["sources"]]
+    assert only_vector and any(c["components"]["lexical"] for c in only_vector)  # the named scores were exercised

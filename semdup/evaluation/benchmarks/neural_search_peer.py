@@ -243,6 +243,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     "equal slice of every batch at once (1: in this process)")
     ap.add_argument("--queries", type=int, default=100, help="Travel test queries")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--with-sequential", action="store_true",
+                    help="also time the default call with its steps one after the other (Reranker.overlap=False)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls of each system before the query timing")
     ap.add_argument("--query-corpus", choices=("all", "ingested"), default="all",
                     help="search all Travel posts (the rest indexed untimed) or only the ingested sample")
@@ -353,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
 
         query_calls = {"peer": peer_query, "semdup": lambda p: rr.rank(p, k=10),
                        "semdup_fast": lambda p: rr_fast.rank(p, k=10)}
+        if args.with_sequential:  # the default's steps one after the other, as before issue #19's overlap
+            rr_seq = rr.with_settings()
+            rr_seq.overlap = False
+            query_calls["semdup_sequential"] = lambda p: rr_seq.rank(p, k=10)
         encode_calls = {"peer": lambda p: peer_embed([wordpiece_text(p, settings)]), "semdup": semdup_encode}
         for post in queries[: args.warmup]:
             for fn in (*query_calls.values(), *encode_calls.values()):

@@ -62,7 +62,7 @@ def build_report(
     """
     query = {name: _latency(ms) for name, ms in query_ms.items()}
     peer_q = query.get("peer", {})
-    for prefix, name in (("", "semdup"), ("fast_", "semdup_fast")):
+    for prefix, name in (("", "semdup"), ("fast_", "semdup_fast"), ("sequential_", "semdup_sequential")):
         if name in query:
             for p in ("p50", "p95", "p99"):
                 query[f"{prefix}{p}_ratio"] = safe_ratio(query[name][p], peer_q.get(p))
@@ -109,13 +109,16 @@ def format_report(report: Mapping[str, Any]) -> str:
                  f"{_fmt(ing.get('cpu_ratio'))})")
     q = report["query"]
     rows = [[name, q[name]["n"], q[name]["p50"], q[name]["p95"], q[name]["p99"]]
-            for name in ("peer", "semdup", "semdup_fast") if name in q]
+            for name in ("peer", "semdup", "semdup_fast", "semdup_sequential") if name in q]
     lines += ["", "query latency (ms)", format_table(["system", "calls", "p50", "p95", "p99"], rows)]
     lines.append(f"query ratio semdup default / peer hybrid: p50 {_fmt(q.get('p50_ratio'))}, "
                  f"p95 {_fmt(q.get('p95_ratio'))}, p99 {_fmt(q.get('p99_ratio'))}")
     if "fast_p50_ratio" in q:
         lines.append(f"query ratio semdup fast / peer hybrid: p50 {_fmt(q.get('fast_p50_ratio'))}, "
                      f"p99 {_fmt(q.get('fast_p99_ratio'))}")
+    if "sequential_p50_ratio" in q:
+        lines.append(f"query ratio semdup sequential (the path before issue #19's overlap) / peer hybrid: p50 "
+                     f"{_fmt(q.get('sequential_p50_ratio'))}, p99 {_fmt(q.get('sequential_p99_ratio'))}")
     e = report["encoding"]
     rows = [[name, e[name]["n"], e[name]["p50"], e[name]["p99"]] for name in ("peer", "semdup") if name in e]
     lines += ["", "query encoding (ms)", format_table(["system", "calls", "p50", "p99"], rows)]
