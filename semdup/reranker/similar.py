@@ -45,7 +45,7 @@ from semdup.reranker.candidates import (
     knn_query,
     merge_hits,
 )
-from semdup.reranker.candidates import _response_hits as response_hits
+from semdup.reranker.candidates import response_hits
 from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.search_templates import query_text
