@@ -79,6 +79,7 @@ class AlertsRun:
     test: dict[str, float]
     bundle_threshold_test: dict[str, float] | None = None
     seconds: float = 0.0
+    given: bool = False  # the calibration was given (--calibration), not chosen on this run's dev
     calibration_file: str | None = None
     notes: list[str] = field(default_factory=list)
     # with keep_ranked: each post's top candidates (id, fused score), best first, and the test gold
@@ -100,18 +101,39 @@ def earlier_duplicates(dump: StackExchangeDump, post_id: str) -> set[str]:
 
 class StoredVectors:
     """A document encoder (the indexer's ``DocumentEncoder``) whose dense vectors come from a table computed once;
-    term weights and the model id from the bundle, as ``Bundle.document_fields`` gives them."""
+    term weights and the model id from the bundle, as ``Bundle.document_fields`` gives them; for a bundle with a
+    title term, the title vectors too (``titles``; without them every title cosine would be 0 and the run would
+    measure another model than the workers')."""
 
-    def __init__(self, bundle: Bundle, vectors: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, bundle: Bundle, vectors: dict[str, np.ndarray], titles: dict[str, np.ndarray | None] | None = None
+    ) -> None:
+        if bundle.uses_title and titles is None:
+            raise ValueError(f"bundle {bundle.version} has a title term: give its posts' title vectors")
         self.version = bundle.version
         self.vectors = vectors
+        self.titles = titles if bundle.uses_title else None
         self._terms = Bundle(bundle.path, bundle.manifest, bundle.pipeline, bundle.term_weights, None)
 
     def document_fields(self, posts: Sequence[Post]) -> list[dict[str, Any]]:
         out = self._terms.document_fields(posts)
         for post, fields in zip(posts, out, strict=True):
             fields["vector"] = self.vectors[post.id].tolist()
+            if self.titles is not None:
+                title = self.titles[post.id]
+                fields["title_vector"] = None if title is None else title.tolist()
         return out
+
+
+def title_table(bundle: Bundle, corpus: Sequence[Post], *, progress: bool) -> dict[str, np.ndarray | None] | None:
+    """Each post's title vector (None without a title) for a bundle with a title term, else None."""
+    if not bundle.uses_title:
+        return None
+    out: dict[str, np.ndarray | None] = {}
+    for i in progress_bar.progress(range(0, len(corpus), 256), desc="encoding the titles", enabled=progress):
+        chunk = corpus[i : i + 256]
+        out.update(zip((p.id for p in chunk), bundle.encode_titles(chunk), strict=True))
+    return out
 
 
 def dense_table(bundle: Bundle, corpus: Sequence[Post], cache: str | Path | None, *, progress: bool) -> StoredVectors:
@@ -121,7 +143,8 @@ def dense_table(bundle: Bundle, corpus: Sequence[Post], cache: str | Path | None
             bundle.encode_dense(corpus[i : i + 64])
             for i in progress_bar.progress(range(0, len(corpus), 64), desc="encoding the corpus", enabled=progress)
         ]
-        return StoredVectors(bundle, {p.id: v for p, v in zip(corpus, np.concatenate(chunks), strict=True)})
+        vectors = {p.id: v for p, v in zip(corpus, np.concatenate(chunks), strict=True)}
+        return StoredVectors(bundle, vectors, title_table(bundle, corpus, progress=progress))
     x = np.load(cache, allow_pickle=False)
     if x.shape != (len(corpus), bundle.dimension):
         raise DataError(
@@ -132,7 +155,8 @@ def dense_table(bundle: Bundle, corpus: Sequence[Post], cache: str | Path | None
     if diff > 1e-3:
         raise DataError(f"{cache}: its vectors differ from bundle {bundle.version}'s by up to {diff:.3g}; drop it")
     logger.info("dense vectors from %s (max difference %.2g on 8 posts re-encoded)", cache, diff)
-    return StoredVectors(bundle, {p.id: v for p, v in zip(corpus, x, strict=True)})
+    vectors = {p.id: v for p, v in zip(corpus, x, strict=True)}
+    return StoredVectors(bundle, vectors, title_table(bundle, corpus, progress=progress))
 
 
 def stream(
@@ -235,6 +259,7 @@ def alerts_run(
         calibration=asdict(cal),
         dev=dev,
         test={},
+        given=given is not None,
         notes=notes,
     )
     if keep_ranked:
@@ -288,9 +313,11 @@ def write_curve(run: AlertsRun, path: str | Path) -> Path:
 
 
 def _print(run: AlertsRun) -> None:
-    print(f"model {run.model}, candidates {run.candidates}; chosen on dev: k={run.k}, threshold {run.threshold:.4f}")
+    how = "given" if run.given else "chosen on dev"
+    print(f"model {run.model}, candidates {run.candidates}; {how}: k={run.k}, threshold {run.threshold:.4f}")
     cal = run.calibration
-    print(f"Platt on dev: a={cal['a']:.3f} b={cal['b']:.3f} ({cal['n']} pairs, {cal['positives']} duplicates)")
+    platt = "Platt" if run.given else "Platt on dev"
+    print(f"{platt}: a={cal['a']:.3f} b={cal['b']:.3f} ({cal['n']} pairs, {cal['positives']} duplicates)")
     print(f"{'':<6}{'P':>7}{'R':>7}{'F1':>7}{'posts':>7}{'w/ dup':>7}{'gold':>6}{'flags':>7}{'true':>6}{'flagged':>8}")
     rows = [("dev", run.dev)] + ([("test", run.test)] if run.test else [])
     if run.bundle_threshold_test is not None:
