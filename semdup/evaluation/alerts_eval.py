@@ -364,11 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         if given is None:
             ap.error(f"{args.calibration} holds no calibration for {args.bundle}")
     with contextlib.ExitStack() as stack:
-        settings = load_settings().opensearch_settings()
         if args.own_node:
             from semdup.evaluation.benchmarks.similar_latency import own_opensearch
 
             settings = OpenSearchSettings(url=stack.enter_context(own_opensearch(None)))
+        else:
+            settings = load_settings().opensearch_settings()
         run = _run(args, connect(settings), given)
     if args.curve:
         write_curve(run, args.curve)
