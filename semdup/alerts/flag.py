@@ -43,8 +43,9 @@ def decision_threshold(reranker: Reranker) -> float:
     if threshold is None:
         raise ConfigError(
             f"bundle {reranker.version} has no duplicate threshold and no calibration gives one, so no post can be "
-            "flagged; fit one on held-out duplicates (`semdup eval decisions --fit`, or `python -m "
-            "semdup.evaluation.alerts_eval --save-calibration` for a Stack Exchange dump) and put the "
+            "flagged; fit one on held-out duplicates (`semdup fit-default` on a Stack Exchange dump writes one, "
+            "as does `python -m semdup.evaluation.alerts_eval --save-calibration`; `semdup calibrate` from a "
+            "site's verdicts and links; `semdup eval decisions --fit` for pairs) and put the "
             "<bundle>.calibration.json beside the bundle"
         )
     return float(threshold)

@@ -20,6 +20,7 @@ index), is logged with its ids and acknowledged rather than parked.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 
 from semdup.alerts.flag import flag_duplicates, read_posts
-from semdup.alerts.settings import AlertSettings
+from semdup.alerts.settings import AlertSettings, resolve_k
 from semdup.alerts.store import delete_flags
 from semdup.core.errors import SemdupError
 from semdup.core.task_names import FLAG_DUPLICATES
@@ -43,8 +44,9 @@ __all__ = ["flag_duplicates_task", "process_reranker"]
 logger = get_task_logger(__name__)
 
 _lock = threading.Lock()
-# (the bundle it was built on, the calibration file's stamp, reranker, settings)
-_cached: tuple[Any, tuple[int, int, int] | None, Reranker, AlertSettings] | None = None
+# (the bundle it was built on, the calibration file's stamp, reranker, the runtime's settings, the settings used:
+# k resolved against the calibration)
+_cached: tuple[Any, tuple[int, int, int] | None, Reranker, AlertSettings, AlertSettings] | None = None
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -58,7 +60,8 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 
 
 def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSettings]:
-    """This process's reranker over the runtime's bundle: rebuilt when the runtime loaded another bundle, or when
+    """This process's reranker over the runtime's bundle, and the settings it flags with (``k`` resolved:
+    ``SEMDUP_FLAG_K``, else the calibration's, else 10): rebuilt when the runtime loaded another bundle, or when
     the calibration file changed since (``semdup calibrate`` rewrote it, or it appeared or went): each task
     checks the file's stamp, one ``stat``, so a new threshold applies from the next task on, without a restart.
 
@@ -76,15 +79,21 @@ def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSett
             bundle = rt.bundle
             calibration = load_calibration(cal_file, bundle.version)
             rr = Reranker(bundle, rt.client, index, settings.reranker, calibration)
+            used = replace(settings, k=resolve_k(settings, calibration))
             logger.info(
-                "flagging with bundle %s, threshold %s (%s), k %d",
+                "flagging with bundle %s, threshold %s (%s), k %d (%s)",
                 bundle.version,
                 rr.threshold,
                 "calibration " + str(cal_file) if calibration is not None else "the bundle's",
-                settings.k,
+                used.k,
+                "SEMDUP_FLAG_K"
+                if settings.k is not None
+                else "the calibration's"
+                if calibration is not None and calibration.k is not None
+                else "default",
             )
-            _cached = (bundle, stamp, rr, settings)
-        return _cached[2], _cached[3]
+            _cached = (bundle, stamp, rr, settings, used)
+        return _cached[2], _cached[4]
 
 
 def _retry(task: Task, exc: BaseException, countdown: float) -> BaseException:

@@ -120,12 +120,12 @@ class AlertsSection(_Section):
     """Duplicate flagging chained by the indexing tasks."""
 
     flag_duplicates: bool = False
-    flag_k: int = 10
+    flag_k: int | None = None  # None: the calibration's k (what its threshold was chosen for), else 10
 
     @field_validator("flag_k")
     @classmethod
-    def _k(cls, value: int) -> int:
-        if not 1 <= value <= 100:
+    def _k(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 100:
             raise ConfigError(f"SEMDUP_FLAG_K must be within 1..100, got {value}")
         return value
 

@@ -80,7 +80,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_SWEEP_AFTER", "worker.sweep_after", "seconds a batch may be neither done nor queued before a waiting "
         "producer sends it again", expect="seconds > 0"),
     Var("SEMDUP_FLAG_DUPLICATES", "alerts.flag_duplicates", "1: the indexing tasks chain duplicate flagging", "bool"),
-    Var("SEMDUP_FLAG_K", "alerts.flag_k", "at most this many flags per post (1..100)"),
+    Var("SEMDUP_FLAG_K", "alerts.flag_k",
+        "at most this many flags per post (1..100); unset: the calibration's k, else 10"),
     Var("SEMDUP_METRICS_PORT", "metrics.port", "the worker serves /metrics on this port (unset: off)",
         expect="a TCP port number"),
     Var("SEMDUP_METRICS_ADDR", "metrics.addr", "the address the worker's /metrics listens on"),

@@ -67,7 +67,10 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
                          grid_title=GRID_TITLE if title else (0.0,), int8=int8)
     out = {"bundle": str(result.bundle_dir), "version": result.version, "fusion": result.fusion,
            "dev": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "dev_queries": result.n_dev,
-           "vocab_size": result.vocab_size, "seconds": round(result.seconds, 1), "quantization": result.quantization}
+           "vocab_size": result.vocab_size, "seconds": round(result.seconds, 1), "quantization": result.quantization,
+           "flagging": None if result.flagging is None else {"k": result.flagging.k,
+                                                              "threshold": result.flagging.threshold,
+                                                              "file": str(result.flagging_file)}}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -79,4 +82,7 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
     if q is not None:
         click.echo(f"int8 ({q['mode']}): dev {q['dev_int8']:.2f} vs fp32 {q['dev_fp32']:.2f} ({q['change']:+.2f}); "
                    + ("the int8 encoder is shipped" if q["chosen"] else f"fp32 kept (drop above {q['max_drop']:g})"))
+    if result.flagging is not None:
+        click.echo(f"flagging: k={result.flagging.k}, threshold {result.flagging.threshold:.4f} "
+                   f"({result.flagging.fitted_on}), written to {result.flagging_file}")
     click.echo(f"bundle written to {result.bundle_dir} ({result.vocab_size} terms, {result.seconds:.0f} s)")

@@ -16,6 +16,12 @@ What is chosen is chosen on dev, by the same stream: the threshold on the fused 
 post) maximising F1 of the flags, and the Platt calibration (on every dev post's top-10 candidates). Test runs
 once, with those. If the bundle has a threshold of its own it is reported beside, on test, too.
 
+The choice is :func:`semdup.alerts.choice.fit_flagging`'s (``semdup fit-default`` makes the same one offline,
+:mod:`semdup.export.default_flagging`); the calibration records k, and workers flag with it. ``--calibration FILE``
+tests a given calibration instead (dev still streamed, reported at it); ``--curve X.svg`` draws the test flags'
+precision/recall at every threshold (:mod:`semdup.evaluation.flag_curve`); ``--ranked X.json`` keeps every post's
+streamed top 10 and gold (``experiments/flag_margin.py`` reads it); ``--own-node`` runs on a throwaway node.
+
 ``--dense-cache``: the corpus's dense vectors in Posts.xml order (``semdup fit-default --cache`` keeps them), to
 skip encoding 4,919 posts (about 13 CPU minutes with MiniLM); they are checked against the bundle on a sample first.
 Queries are always encoded by the reranker itself.
@@ -24,6 +30,7 @@ Queries are always encoded by the reranker itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -36,25 +43,26 @@ from typing import Any
 
 import numpy as np
 
+from semdup.alerts.choice import K_CHOICES, choose_on_dev, fit_flagging, flag_scores, flags_at, pr_curve
 from semdup.alerts.flag import flag_duplicates
+from semdup.alerts.settings import DEFAULT_K
 from semdup.bundle.bundle import Bundle
 from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError, DataError
-from semdup.core.fitting import grid_search, threshold_candidates
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump, load_stackexchange_dump
+from semdup.evaluation.flag_curve import curve_svg
 from semdup.indexer.lexical_index import create_index, delete_index
 from semdup.indexer.semantic import ensure_index_model, index_batch
-from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, save_calibration
+from semdup.reranker.calibration import Calibration, calibration_path, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import register_templates
 
-__all__ = ["AlertsRun", "alerts_run", "flag_scores", "choose_on_dev", "main"]
+__all__ = ["AlertsRun", "alerts_run", "flag_scores", "choose_on_dev", "K_CHOICES", "write_curve", "main"]
 
 logger = logging.getLogger(__name__)
 
-K_CHOICES = (1, 2, 3, 5, 10)
 TOP = 10  # dev: every post's top candidates, for the threshold, k and Platt
 
 
@@ -71,8 +79,14 @@ class AlertsRun:
     test: dict[str, float]
     bundle_threshold_test: dict[str, float] | None = None
     seconds: float = 0.0
+    given: bool = False  # the calibration was given (--calibration), not chosen on this run's dev
     calibration_file: str | None = None
     notes: list[str] = field(default_factory=list)
+    # with keep_ranked: each post's top candidates (id, fused score), best first, and the test gold
+    dev_ranked: dict[str, list[tuple[str, float]]] | None = field(default=None, repr=False)
+    test_ranked: dict[str, list[tuple[str, float]]] | None = field(default=None, repr=False)
+    dev_gold: dict[str, list[str]] | None = field(default=None, repr=False)
+    test_gold: dict[str, list[str]] | None = field(default=None, repr=False)
 
 
 def creation_order(dump: StackExchangeDump) -> list[Post]:
@@ -87,18 +101,39 @@ def earlier_duplicates(dump: StackExchangeDump, post_id: str) -> set[str]:
 
 class StoredVectors:
     """A document encoder (the indexer's ``DocumentEncoder``) whose dense vectors come from a table computed once;
-    term weights and the model id from the bundle, as ``Bundle.document_fields`` gives them."""
+    term weights and the model id from the bundle, as ``Bundle.document_fields`` gives them; for a bundle with a
+    title term, the title vectors too (``titles``; without them every title cosine would be 0 and the run would
+    measure another model than the workers')."""
 
-    def __init__(self, bundle: Bundle, vectors: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, bundle: Bundle, vectors: dict[str, np.ndarray], titles: dict[str, np.ndarray | None] | None = None
+    ) -> None:
+        if bundle.uses_title and titles is None:
+            raise ValueError(f"bundle {bundle.version} has a title term: give its posts' title vectors")
         self.version = bundle.version
         self.vectors = vectors
+        self.titles = titles if bundle.uses_title else None
         self._terms = Bundle(bundle.path, bundle.manifest, bundle.pipeline, bundle.term_weights, None)
 
     def document_fields(self, posts: Sequence[Post]) -> list[dict[str, Any]]:
         out = self._terms.document_fields(posts)
         for post, fields in zip(posts, out, strict=True):
             fields["vector"] = self.vectors[post.id].tolist()
+            if self.titles is not None:
+                title = self.titles[post.id]
+                fields["title_vector"] = None if title is None else title.tolist()
         return out
+
+
+def title_table(bundle: Bundle, corpus: Sequence[Post], *, progress: bool) -> dict[str, np.ndarray | None] | None:
+    """Each post's title vector (None without a title) for a bundle with a title term, else None."""
+    if not bundle.uses_title:
+        return None
+    out: dict[str, np.ndarray | None] = {}
+    for i in progress_bar.progress(range(0, len(corpus), 256), desc="encoding the titles", enabled=progress):
+        chunk = corpus[i : i + 256]
+        out.update(zip((p.id for p in chunk), bundle.encode_titles(chunk), strict=True))
+    return out
 
 
 def dense_table(bundle: Bundle, corpus: Sequence[Post], cache: str | Path | None, *, progress: bool) -> StoredVectors:
@@ -108,7 +143,8 @@ def dense_table(bundle: Bundle, corpus: Sequence[Post], cache: str | Path | None
             bundle.encode_dense(corpus[i : i + 64])
             for i in progress_bar.progress(range(0, len(corpus), 64), desc="encoding the corpus", enabled=progress)
         ]
-        return StoredVectors(bundle, {p.id: v for p, v in zip(corpus, np.concatenate(chunks), strict=True)})
+        vectors = {p.id: v for p, v in zip(corpus, np.concatenate(chunks), strict=True)}
+        return StoredVectors(bundle, vectors, title_table(bundle, corpus, progress=progress))
     x = np.load(cache, allow_pickle=False)
     if x.shape != (len(corpus), bundle.dimension):
         raise DataError(
@@ -119,7 +155,8 @@ def dense_table(bundle: Bundle, corpus: Sequence[Post], cache: str | Path | None
     if diff > 1e-3:
         raise DataError(f"{cache}: its vectors differ from bundle {bundle.version}'s by up to {diff:.3g}; drop it")
     logger.info("dense vectors from %s (max difference %.2g on 8 posts re-encoded)", cache, diff)
-    return StoredVectors(bundle, {p.id: v for p, v in zip(corpus, x, strict=True)})
+    vectors = {p.id: v for p, v in zip(corpus, x, strict=True)}
+    return StoredVectors(bundle, vectors, title_table(bundle, corpus, progress=progress))
 
 
 def stream(
@@ -157,43 +194,6 @@ def stream(
         delete_index(client, index)
 
 
-def flag_scores(flagged: dict[str, set[str]], gold: dict[str, set[str]]) -> dict[str, float]:
-    """Precision, recall, F1 (percent) of the flags ``post -> candidates`` against ``gold``, with the counts."""
-    flags = sum(len(v) for v in flagged.values())
-    pairs = sum(len(v) for v in gold.values())
-    hits = sum(len(flagged.get(p, set()) & g) for p, g in gold.items())
-    precision = 100.0 * hits / flags if flags else 0.0
-    recall = 100.0 * hits / pairs if pairs else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {
-        "precision": precision,
-        "recall": recall,
-        "F1": f1,
-        "posts": len(gold),
-        "posts_with_earlier_duplicate": sum(1 for g in gold.values() if g),
-        "gold_pairs": pairs,
-        "flags": flags,
-        "true_flags": hits,
-        "posts_flagged": sum(1 for v in flagged.values() if v),
-    }
-
-
-def _flags_at(ranked: dict[str, list[tuple[str, float]]], k: int, threshold: float) -> dict[str, set[str]]:
-    return {p: {c for c, s in cands[:k] if s >= threshold} for p, cands in ranked.items()}
-
-
-def choose_on_dev(
-    ranked: dict[str, list[tuple[str, float]]], gold: dict[str, set[str]], ks: Sequence[int] = K_CHOICES
-) -> tuple[int, float, dict[str, float]]:
-    """(k, threshold, dev scores) maximising F1 of the flags; thresholds are midpoints between the scores seen
-    (:func:`semdup.core.fitting.threshold_candidates`); the first best (k, threshold), smallest k first, wins."""
-    thresholds = threshold_candidates([s for cands in ranked.values() for _, s in cands])
-    grid = [(k, float(t)) for k in ks for t in thresholds]
-    fit = grid_search(grid, lambda flags: flag_scores(flags, gold), run=lambda kt: _flags_at(ranked, *kt),
-                      metric="F1", tolerance=1e-12)
-    return fit.point[0], fit.point[1], fit.figures
-
-
 def alerts_run(
     client: Any,
     bundle_path: str | Path,
@@ -202,9 +202,18 @@ def alerts_run(
     dense_cache: str | Path | None = None,
     knn: bool = True,
     save: bool = False,
+    test: bool = True,
+    keep_ranked: bool = False,
+    given: Calibration | None = None,
     progress: bool = True,
 ) -> AlertsRun:
-    """Choose k, threshold and calibration on dev, then flag test once (module doc)."""
+    """Choose k, threshold and calibration on dev, then flag test once (module doc).
+
+    ``test=False``: dev only (the choice, e.g. to ``save`` it beside a bundle; no test figure). ``keep_ranked``:
+    also keep every test post's top candidates (``AlertsRun.test_ranked``: the curve, other decision rules).
+    ``given``: flag with this calibration (e.g. the one ``semdup fit-default`` wrote) instead of choosing one on dev;
+    dev is still streamed, to report its figure at that calibration.
+    """
     start = time.monotonic()
     dump = load_stackexchange_dump(dump_dir)
     bundle = Bundle.load(bundle_path)
@@ -227,36 +236,18 @@ def alerts_run(
         ranked[post.id] = [(c.id, c.score) for c in cands if c.complete]
 
     stream(client, encoder, order, dev_ids, rank_dev, knn=settings.knn, progress=progress)
-    k, threshold, dev = choose_on_dev(ranked, dev_gold)
-    pairs = [(s, c in dev_gold[p]) for p, cands in ranked.items() for c, s in cands]
-    platt = fit_platt([s for s, _ in pairs], [y for _, y in pairs])
-    cal = Calibration(
-        a=platt.a,
-        b=platt.b,
-        threshold=threshold,
-        fitted_on=f"{Path(dump_dir).name} dev alerts: {len(dev_ids)} posts against earlier posts, top {TOP}, "
-        f"threshold and k={k} by F1 of the flags",
-        n=platt.n,
-        positives=platt.positives,
-    )
-    # test, once: the worker's path (flag_duplicates) with the dev calibration
-    test_ids, test_gold = split_targets("test")
-    store = f"semdup-alerts-eval-flags-{uuid.uuid4().hex[:8]}"
-    flagged: dict[str, set[str]] = {}
-    top: dict[str, list[tuple[str, float]]] = {}
-    calibrated = Reranker(bundle, client, "", settings, cal)
-
-    def flag_test(index: str, post: Post) -> None:
-        flagged[post.id] = {
-            f.candidate_id for f in flag_duplicates(calibrated, client, index, [post], k=k, store=store)
-        }
-        if bundle.threshold is not None:
-            top[post.id] = [(c.id, c.score) for c in plain.rank(post, k=k, exclude_id=post.id, index=index)]
-
-    try:
-        stream(client, encoder, order, test_ids, flag_test, knn=settings.knn, progress=progress)
-    finally:
-        client.indices.delete(index=store, ignore_unavailable=True, request_timeout=30)
+    if given is None:
+        cal = fit_flagging(
+            ranked,
+            dev_gold,
+            f"{Path(dump_dir).name} dev alerts: {len(dev_ids)} posts against earlier posts, top {TOP}",
+        )
+    elif given.threshold is None:
+        raise DataError(f"the calibration given for {bundle.version} has no threshold: nothing to flag with")
+    else:
+        cal = given
+    k, threshold = int(cal.k or DEFAULT_K), float(cal.threshold)
+    dev = flag_scores(flags_at(ranked, k, threshold), dev_gold)
     notes = [] if bundle.threshold is not None else [f"bundle {bundle.version} has no threshold of its own"]
     if dense_cache is None:
         notes.append("corpus vectors encoded by the bundle in this run")
@@ -267,24 +258,68 @@ def alerts_run(
         threshold=threshold,
         calibration=asdict(cal),
         dev=dev,
-        test=flag_scores(flagged, test_gold),
-        bundle_threshold_test=None
-        if bundle.threshold is None
-        else flag_scores(_flags_at(top, k, bundle.threshold), test_gold),
-        seconds=time.monotonic() - start,
+        test={},
+        given=given is not None,
         notes=notes,
     )
+    if keep_ranked:
+        run.dev_ranked, run.dev_gold = ranked, {p: sorted(g) for p, g in dev_gold.items()}
+    if test:
+        # test, once: the worker's path (flag_duplicates) with the dev calibration
+        test_ids, test_gold = split_targets("test")
+        store = f"semdup-alerts-eval-flags-{uuid.uuid4().hex[:8]}"
+        flagged: dict[str, set[str]] = {}
+        top: dict[str, list[tuple[str, float]]] = {}
+        calibrated = Reranker(bundle, client, "", settings, cal)
+        depth = TOP if keep_ranked else k
+
+        def flag_test(index: str, post: Post) -> None:
+            flagged[post.id] = {
+                f.candidate_id for f in flag_duplicates(calibrated, client, index, [post], k=k, store=store)
+            }
+            if bundle.threshold is not None or keep_ranked:
+                cands = plain.rank(post, k=depth, exclude_id=post.id, index=index)
+                top[post.id] = [(c.id, c.score) for c in cands if c.complete]
+
+        try:
+            stream(client, encoder, order, test_ids, flag_test, knn=settings.knn, progress=progress)
+        finally:
+            client.indices.delete(index=store, ignore_unavailable=True, request_timeout=30)
+        run.test = flag_scores(flagged, test_gold)
+        if bundle.threshold is not None:
+            run.bundle_threshold_test = flag_scores(flags_at(top, k, bundle.threshold), test_gold)
+        if keep_ranked:
+            run.test_ranked, run.test_gold = top, {p: sorted(g) for p, g in test_gold.items()}
+    else:
+        run.notes.append("dev only: test not flagged")
+    run.seconds = time.monotonic() - start
     if save:
         run.calibration_file = str(save_calibration(calibration_path(bundle_path), bundle.version, cal))
     return run
 
 
+def write_curve(run: AlertsRun, path: str | Path) -> Path:
+    """The test flags' precision/recall curve at the chosen k over every threshold (``keep_ranked`` runs), as SVG,
+    with the dev-chosen threshold's test point marked."""
+    if run.test_ranked is None or run.test_gold is None:
+        raise ValueError("the run kept no test candidates: run with test=True, keep_ranked=True")
+    gold = {p: set(g) for p, g in run.test_gold.items()}
+    points = pr_curve(run.test_ranked, gold, run.k)
+    title = f"{run.model}: test flags in creation order, k={run.k}, {run.candidates}"
+    chosen = (run.threshold, run.test["precision"], run.test["recall"])
+    out = Path(path)
+    out.write_text(curve_svg(points, chosen, title), encoding="utf-8")
+    return out
+
+
 def _print(run: AlertsRun) -> None:
-    print(f"model {run.model}, candidates {run.candidates}; chosen on dev: k={run.k}, threshold {run.threshold:.4f}")
+    how = "given" if run.given else "chosen on dev"
+    print(f"model {run.model}, candidates {run.candidates}; {how}: k={run.k}, threshold {run.threshold:.4f}")
     cal = run.calibration
-    print(f"Platt on dev: a={cal['a']:.3f} b={cal['b']:.3f} ({cal['n']} pairs, {cal['positives']} duplicates)")
+    platt = "Platt" if run.given else "Platt on dev"
+    print(f"{platt}: a={cal['a']:.3f} b={cal['b']:.3f} ({cal['n']} pairs, {cal['positives']} duplicates)")
     print(f"{'':<6}{'P':>7}{'R':>7}{'F1':>7}{'posts':>7}{'w/ dup':>7}{'gold':>6}{'flags':>7}{'true':>6}{'flagged':>8}")
-    rows = [("dev", run.dev), ("test", run.test)]
+    rows = [("dev", run.dev)] + ([("test", run.test)] if run.test else [])
     if run.bundle_threshold_test is not None:
         rows.append(("test*", run.bundle_threshold_test))
     for name, m in rows:
@@ -303,7 +338,7 @@ def _print(run: AlertsRun) -> None:
 def main(argv: list[str] | None = None) -> int:
     from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
-    from semdup.data.paths import travel_dir
+    from semdup.core.settings import OpenSearchSettings
 
     ap = argparse.ArgumentParser(prog="python -m semdup.evaluation.alerts_eval", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True, help="the model bundle (directory or .tar.gz)")
@@ -311,25 +346,59 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dense-cache", help="the corpus's dense vectors, .npy in Posts.xml order (checked on a sample)")
     ap.add_argument("--no-knn", action="store_true", help="BM25 candidates only")
     ap.add_argument("--save-calibration", action="store_true", help="write <bundle>.calibration.json for workers")
+    ap.add_argument("--calibration", help="flag with this calibration file's entry for the bundle (no dev choice)")
+    ap.add_argument("--dev-only", action="store_true", help="choose on dev and stop (no test figure)")
+    ap.add_argument("--curve", help="write the test flags' precision/recall curve (top k, every threshold) as SVG")
+    ap.add_argument("--ranked", help="write every dev and test post's top candidates and gold as JSON")
+    ap.add_argument("--own-node", action="store_true", help="start a throwaway OpenSearch node for the run")
     ap.add_argument("--json", action="store_true", help="print the run as JSON")
     args = ap.parse_args(argv)
+    if args.dev_only and args.curve:
+        ap.error("--curve draws the test stream: drop --dev-only")
+    if args.calibration and args.save_calibration:
+        ap.error("--save-calibration writes the dev choice: drop --calibration")
     logging.basicConfig(level=logging.WARNING)
-    client = connect(load_settings().opensearch_settings())
+    given = None
+    if args.calibration:
+        given = load_calibration(args.calibration, Bundle.load(args.bundle).version)
+        if given is None:
+            ap.error(f"{args.calibration} holds no calibration for {args.bundle}")
+    with contextlib.ExitStack() as stack:
+        if args.own_node:
+            from semdup.evaluation.benchmarks.similar_latency import own_opensearch
+
+            settings = OpenSearchSettings(url=stack.enter_context(own_opensearch(None)))
+        else:
+            settings = load_settings().opensearch_settings()
+        run = _run(args, connect(settings), given)
+    if args.curve:
+        write_curve(run, args.curve)
+    if args.ranked:
+        keep = ("k", "threshold", "dev_ranked", "dev_gold", "test_ranked", "test_gold")
+        Path(args.ranked).write_text(json.dumps({name: getattr(run, name) for name in keep}), encoding="utf-8")
+    if args.json:
+        print(json.dumps({k: v for k, v in asdict(run).items() if not k.endswith(("_ranked", "_gold"))}, indent=2))
+    else:
+        _print(run)
+    return 0
+
+
+def _run(args: argparse.Namespace, client: Any, given: Calibration | None) -> AlertsRun:
+    from semdup.data.paths import travel_dir
+
     dump = args.dump or travel_dir()
-    run = alerts_run(
+    return alerts_run(
         client,
         args.bundle,
         dump,
         dense_cache=args.dense_cache,
         knn=not args.no_knn,
         save=args.save_calibration,
+        test=not args.dev_only,
+        keep_ranked=bool(args.curve or args.ranked),
+        given=given,
         progress=sys.stderr.isatty(),
     )
-    if args.json:
-        print(json.dumps(asdict(run), indent=2))
-    else:
-        _print(run)
-    return 0
 
 
 if __name__ == "__main__":

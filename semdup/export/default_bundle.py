@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ from semdup.core.posts import Post
 from semdup.core.scoring import bow_matrix, title_vectors
 from semdup.core.text_pipeline import TextPipeline, Vocabulary
 from semdup.export.default_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
+from semdup.export.default_flagging import EveryPost, flagging_calibration, save_flagging
+from semdup.reranker.calibration import Calibration
 
 __all__ = ["DATA_NAMES", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",
            "write_default_bundle", "fit_default", "INT8_CHOICES", "INT8_MAX_DROP"]
@@ -96,6 +98,8 @@ class DefaultFit:
     vocab_size: int
     seconds: float
     quantization: dict[str, Any] | None = None
+    flagging: Calibration | None = None  # retrieval data: k, threshold, Platt streamed on dev (default_flagging)
+    flagging_file: Path | None = None
 
 
 def _unique(posts: Sequence[Post]) -> list[Post]:
@@ -298,6 +302,7 @@ class _Fitted:
     fit: FusionFit
     measure: str
     threshold: float | None
+    flagging: Calibration | None = None
 
 
 def _fit_on(base_path: str | Path, fit_data: FitData, k: int, knn: bool, cache_dir: Path | None,
@@ -319,7 +324,13 @@ def _fit_on(base_path: str | Path, fit_data: FitData, k: int, knn: bool, cache_d
         preds = group_scores(groups, fit.fusion)
         scores = [next(iter(preds[g.query_id].values())) for g in groups]
         threshold = best_threshold(scores, [p.duplicate for p in fit_data.dev])[0]
-    return _Fitted(pipeline, idf, fit, name, threshold)
+    flagging = None
+    if fit_data.kind == "retrieval":  # every dev post streamed in creation order: semdup.export.default_flagging
+        every = EveryPost(fit_data.dev[0])
+        streamed = dev_groups(base, pipeline, idf, replace(fit_data, dev=(every, fit_data.dev[1])), k=k, knn=knn,
+                              cache_dir=cache_dir, title=title)[0]
+        flagging = flagging_calibration(streamed, fit.fusion, every, fit_data.dev[1])
+    return _Fitted(pipeline, idf, fit, name, threshold, flagging)
 
 
 def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path, corpus: Sequence[Post] = (),
@@ -351,7 +362,8 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
         bundle = write_default_bundle(base_path, out_dir, fp32.pipeline, fp32.idf, fp32.fit, fit_data.name,
                                       fp32.threshold)
         return DefaultFit(Path(out_dir), bundle.version, fp32.fit.fusion, fp32.fit.dev, fp32.measure, fp32.threshold,
-                          fit_data.n_dev, len(fp32.pipeline.vocab), time.perf_counter() - t0)
+                          fit_data.n_dev, len(fp32.pipeline.vocab), time.perf_counter() - t0, None, fp32.flagging,
+                          save_flagging(out_dir, bundle.version, fp32.flagging))
     import tempfile
 
     from semdup.export.quantize import quantize_method, quantized_bundle
@@ -370,4 +382,5 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
         bundle = write_default_bundle(base, out_dir, use.pipeline, use.idf, use.fit, fit_data.name, use.threshold,
                                       quantization=quant)
     return DefaultFit(Path(out_dir), bundle.version, use.fit.fusion, use.fit.dev, use.measure, use.threshold,
-                      fit_data.n_dev, len(use.pipeline.vocab), time.perf_counter() - t0, quant)
+                      fit_data.n_dev, len(use.pipeline.vocab), time.perf_counter() - t0, quant, use.flagging,
+                      save_flagging(out_dir, bundle.version, use.flagging))

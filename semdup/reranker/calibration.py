@@ -10,8 +10,10 @@ the fit lives in a separate ``<bundle>.calibration.json`` next to it, keyed by t
     {"t-scqa-c47dab540f62": {"a": 6.1, "b": -4.2, "threshold": 0.71, "fitted_on": "SemEval dev", "n": 500, ...}}
 
 ``threshold`` is the decision threshold on the fused score chosen on the same held-out pairs
-(:func:`semdup.core.fitting.best_threshold`, maximum accuracy or F1; :func:`fit_decision` fits both); it
-overrides the bundle's own.
+(:func:`semdup.core.fitting.best_threshold`, maximum accuracy or F1; :func:`fit_decision` fits both); it overrides
+the bundle's own. ``k``, when present,
+is how many candidates per post the threshold was chosen for (:func:`semdup.alerts.choice.fit_flagging`): the
+flagging workers take it unless ``SEMDUP_FLAG_K`` is set.
 
 Example::
 
@@ -51,6 +53,11 @@ class Calibration:
     n: int = 0
     positives: int = 0
     dev_accuracy: float | None = None
+    k: int | None = None  # flags per post the threshold was chosen with (None: not recorded; workers use 10)
+
+    def __post_init__(self) -> None:
+        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 100):
+            raise ValueError(f"k must be a whole number within 1..100 or absent, found {self.k!r}")
 
     def probability(self, scores: np.ndarray) -> np.ndarray:
         """P(duplicate) for fused scores [N]."""

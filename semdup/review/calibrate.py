@@ -207,11 +207,12 @@ def calibrate_site(
     links: str | Path | None = None,
     out: str | Path | None = None,
     settings: RerankerSettings | None = None,
-    k: int = TOP_K,
+    k: int | None = None,
     verdicts_store: str = VERDICTS_INDEX,
 ) -> CalibrateResult:
     """Fit from ``index``'s verdicts (and ``links``) and write the bundle's entry of ``out`` (default
-    ``<bundle>.calibration.json``).
+    ``<bundle>.calibration.json``). ``k``: candidates per linked post (None: :data:`TOP_K`, the workers' default);
+    the calibration records no k, so workers flag with ``SEMDUP_FLAG_K`` or 10.
 
     Raises:
         DataError: too few samples (see :func:`fit_calibration`), unreadable links.
@@ -223,7 +224,7 @@ def calibrate_site(
     samples = [verdict_samples(client, index, bundle.version, verdicts_store)]
     if links is not None:
         reranker = Reranker(bundle, client, index, settings or RerankerSettings())
-        samples.append(link_samples(reranker, client, index, read_links(links), k))
+        samples.append(link_samples(reranker, client, index, read_links(links), k or TOP_K))
     fitted_on = f"{index}: " + "; ".join(part.describe() for part in samples)
     cal, precision, recall = fit_calibration(samples, fitted_on)
     save_calibration(path, bundle.version, cal)

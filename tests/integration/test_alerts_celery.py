@@ -79,3 +79,35 @@ def test_a_verbatim_copy_is_flagged_by_the_worker_and_reflagging_follows_edits_a
     finally:
         worker.stop()
         delete_flags(opensearch_client, unique_index, [copy.id, *(p.id for p in posts)])
+
+
+def test_the_worker_flags_as_many_candidates_per_post_as_the_calibration_was_chosen_for(
+    opensearch_client, opensearch_url, redis_url, unique_index, bundle_dir, bundle, tmp_path
+) -> None:
+    """A calibration fitted by `semdup fit-default` or `alerts_eval` records its k: with SEMDUP_FLAG_K unset the
+    worker flags at most that many per post (here every candidate passes the threshold, so exactly k)."""
+    from indexer_stack import configure_celery
+
+    app = configure_celery(redis_url)
+    cal = Calibration(a=1.0, b=0.0, threshold=-100.0, fitted_on="stated by the test", k=2)
+    cal_file = save_calibration(tmp_path / "k2.calibration.json", bundle.version, cal)
+    posts = _travel_posts()[:20]
+    create(opensearch_client, unique_index, bundle)
+    env = worker_env(opensearch_url, redis_url, bundle_dir, SEMDUP_CALIBRATION=str(cal_file))
+    env.pop("SEMDUP_FLAG_K", None)
+    worker = LocalWorker(env, tmp_path / "worker.log")
+    first, second = posts[3].id, posts[7].id
+    try:
+        worker.start()
+        enqueue(unique_index, posts, bundle.version)
+        wait_until(lambda: count(opensearch_client, unique_index, bundle.version) == 20, "20 posts", timeout=WAIT_S)
+        app.send_task(FLAG_DUPLICATES, args=[unique_index, [first], bundle.version])
+        app.send_task(FLAG_DUPLICATES, args=[unique_index, [second], bundle.version])
+        # one worker process takes the tasks in order: once the second post's flags are there, the first's are done
+        wait_until(lambda: list_flags(opensearch_client, unique_index, post_id=second), "flags", timeout=WAIT_S)
+        assert len(list_flags(opensearch_client, unique_index, post_id=first)) == 2
+        assert len(list_flags(opensearch_client, unique_index, post_id=second)) == 2
+        assert "k 2 (the calibration's)" in (tmp_path / "worker.log").read_text(encoding="utf-8")
+    finally:
+        worker.stop()
+        delete_flags(opensearch_client, unique_index, [p.id for p in posts])

@@ -151,3 +151,35 @@ def test_a_rewritten_calibration_file_rebuilds_the_reranker_at_the_next_task(mon
     cal_file.unlink()
     assert tasks.process_reranker(rt, "travel")[0].threshold is None  # removed: back to the bundle's
     assert built == [None, 0.7, 0.9, None]
+
+
+def test_the_worker_flags_with_the_k_the_calibration_was_chosen_with_unless_flag_k_is_set(
+    monkeypatch, tmp_path
+) -> None:
+    """A threshold chosen for the top 1 candidate means nothing at the top 10: the calibration's k is the worker's,
+    SEMDUP_FLAG_K (the operator's explicit word) wins, and a calibration that records none leaves 10."""
+    from semdup.reranker.calibration import Calibration, save_calibration
+
+    class FakeReranker:
+        def __init__(self, bundle, client, index, settings, calibration) -> None:
+            self.threshold = None if calibration is None else calibration.threshold
+
+    monkeypatch.setattr(tasks, "Reranker", FakeReranker)
+    bundle = SimpleNamespace(version="m-1", path=tmp_path / "b1")
+    cal_file = tmp_path / "b1.calibration.json"
+
+    def k_of(alerts: AlertSettings | None) -> int:
+        monkeypatch.setattr(tasks, "_cached", None)
+        rt = WorkerRuntime(bundle=bundle, client=object(), retry=POLICY, alerts=alerts)
+        return tasks.process_reranker(rt, "travel")[1].k
+
+    assert k_of(None) == 10 and k_of(AlertSettings()) == 10  # no calibration at all
+    save_calibration(cal_file, "m-1", Calibration(a=1.0, b=0.0, threshold=0.7, k=1))
+    assert k_of(AlertSettings()) == 1
+    assert k_of(AlertSettings(k=5)) == 5
+    # the file is rewritten without a k (`semdup calibrate`): the same process goes back to 10 at its next task
+    monkeypatch.setattr(tasks, "_cached", None)
+    rt = WorkerRuntime(bundle=bundle, client=object(), retry=POLICY, alerts=AlertSettings())
+    assert tasks.process_reranker(rt, "travel")[1].k == 1
+    save_calibration(cal_file, "m-1", Calibration(a=1.0, b=0.0, threshold=0.8))
+    assert tasks.process_reranker(rt, "travel")[1].k == 10

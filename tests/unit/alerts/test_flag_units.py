@@ -227,7 +227,8 @@ def test_the_switch_is_off_unless_set_and_refuses_a_non_boolean() -> None:
 
 def test_alert_settings_read_the_services_candidate_variables() -> None:
     default = load_settings(env={}).alert_settings()
-    assert default.k == 10 and default.reranker == RerankerSettings() and default.calibration is None
+    assert default.k is None and default.reranker  # None: the calibration's k, else 10
+    assert default.reranker == RerankerSettings() and default.calibration is None
     env = {"SEMDUP_FLAG_K": "3", "SEMDUP_KNN": "1", "SEMDUP_TEMPLATES": "bm25,lmj", "SEMDUP_CALIBRATION": "/c.json"}
     tree = load_settings(env=env)
     s = tree.alert_settings()

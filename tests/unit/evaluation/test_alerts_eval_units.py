@@ -38,3 +38,30 @@ def test_dev_choice_is_the_one_the_former_loop_made() -> None:
     gold = {"p0": {"a"}, "p1": {"d", "e"}, "p2": {"h"}, "p3": {"j"}, "p4": set()}
     k, threshold, dev = choose_on_dev(ranked, gold)
     assert (k, threshold, dev["F1"], dev["flags"]) == (2, 0.7749999999999999, 88.88888888888889, 4)
+
+
+def test_the_stored_vectors_carry_the_title_vectors_of_a_bundle_with_a_title_term(monkeypatch) -> None:
+    """Without them the index has no title vectors, every title cosine is 0, and the run measures another model."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from semdup.core.posts import Post
+    from semdup.evaluation import alerts_eval
+
+    class FakeBundle:
+        def __init__(self, *args) -> None:
+            pass
+
+        def document_fields(self, posts):
+            return [{"terms": {}, "model": "h-1"} for _ in posts]
+
+    monkeypatch.setattr(alerts_eval, "Bundle", FakeBundle)
+    bundle = SimpleNamespace(version="h-1", uses_title=True, path=None, manifest={}, pipeline=None, term_weights=None)
+    with pytest.raises(ValueError, match="has a title term"):
+        alerts_eval.StoredVectors(bundle, {})
+    enc = alerts_eval.StoredVectors(
+        bundle, {"1": np.ones(2), "2": np.zeros(2)}, {"1": np.array([0.6, 0.8]), "2": None}
+    )
+    fields = enc.document_fields([Post("1", "t", "b"), Post("2", "", "b")])
+    assert [f["title_vector"] for f in fields] == [[0.6, 0.8], None] and fields[0]["vector"] == [1.0, 1.0]
