@@ -28,7 +28,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("eval_cmd", "eval_group", "Measure a method on SemEval, Travel Stack Exchange or AskUbuntu pairs."),
     "train": ("train_cmd", "train", "Train an encoder (bow-cnn, cnn, scqa, rcnn, bow-minilm) on real data."),
     "export": ("export_cmd", "export", "Export a trained checkpoint to a verified ONNX model bundle."),
-    "fit-default": ("fit_default_cmd", "fit_default_cmd", "Fit the hybrid default bundle on your dev duplicates."),
+    "fit-default": ("fit_default_cmd", "fit_default_cmd", "Fit the hybrid default bundle on labelled duplicates."),
     "worker": ("indexer_cmd", "worker", "Run a Celery indexing worker (ONNX encoder -> OpenSearch)."),
     "index-posts": ("indexer_cmd", "index_posts", "Enqueue posts from a file for indexing and wait for them."),
     "backfill": ("indexer_cmd", "backfill", "Fill semdup fields of posts indexed by an older or no model."),

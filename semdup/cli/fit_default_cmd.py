@@ -18,8 +18,8 @@ __all__ = ["fit_default_cmd"]
 @click.option("--base-bundle", type=click.Path(path_type=Path),
               help="Its bundle (default artifacts/bundles/NAME; exported there with torch when absent).")
 @click.option("--data", required=True,
-              help="Dev duplicates: travel | semeval | askubuntu, a Stack Exchange dump folder (with splits.tsv; "
-                   "its dev split) or a .jsonl file of labelled pairs.")
+              help="Labelled duplicates to fit on: travel | semeval | askubuntu (their training queries), a Stack "
+                   "Exchange dump folder (with splits.tsv; its train split) or a .jsonl file of labelled pairs.")
 @click.option("--corpus", type=click.Path(exists=True, path_type=Path),
               help="Posts to be indexed (JSONL, SemEval XML or dump folder); their text joins the IDF vocabulary.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
@@ -35,10 +35,11 @@ __all__ = ["fit_default_cmd"]
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corpus: Path | None, out_dir: Path,
                     k: int, knn: bool, cache_dir: Path | None, title: bool, as_json: bool) -> None:
-    """Fit the hybrid default on your dev duplicates and write its bundle (no training, no GPU).
+    """Fit the hybrid default on your labelled duplicates and write its bundle (no training, no GPU).
 
     s = beta_bow * cos_bow(idf) + beta_dense * cos_dense + alpha * lexnorm(BM25) + beta_title * cos_title;
-    (beta_bow, alpha, beta_title) are chosen by a grid on dev (beta_dense = 1) and stored in the manifest.
+    (beta_bow, alpha, beta_title) are chosen by a grid on the training queries (beta_dense = 1; dev stays for
+    checking) and stored in the manifest.
     cos_title is the cosine of the titles' own vectors (the workers then encode each title too). Index with
     --knn to get the k-NN candidates.
 
@@ -62,13 +63,13 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
     result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir,
                          grid_title=GRID_TITLE if title else (0.0,))
     out = {"bundle": str(result.bundle_dir), "version": result.version, "fusion": result.fusion,
-           "dev": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "dev_queries": result.n_dev,
+           "fit": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "fit_queries": result.n_dev,
            "vocab_size": result.vocab_size, "seconds": round(result.seconds, 1)}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
     f = result.fusion
     click.echo(f"{result.version}: beta_bow {f['beta_bow']:g}, beta_dense {f['beta_dense']:g}, alpha {f['alpha']:g}, "
-               f"beta_title {f.get('beta_title', 0.0):g} chosen on {result.n_dev} dev items of {data} "
+               f"beta_title {f.get('beta_title', 0.0):g} chosen on {result.n_dev} training items of {data} "
                f"({result.measure} {result.dev:.2f})")
     click.echo(f"bundle written to {result.bundle_dir} ({result.vocab_size} terms, {result.seconds:.0f} s)")
