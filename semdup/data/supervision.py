@@ -19,7 +19,7 @@ kind           source                                          held-out protocol
 Example::
 
     sup = load_supervision("/data/travel-stackexchange")
-    sup.kind, sup.report.duplicate_links, sup.report.missing_post_links     # ("retrieval", 1201, 5380)
+    sup.kind, sup.report.duplicate_links, sup.report.missing_post_links     # Travel: ("retrieval", 1142, 830)
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ test on 50 queries cannot tell a 1-point gain from noise), and never more than `
 Example::
 
     split = split_supervision(load_supervision("/data/travel-stackexchange"))
-    split.report.line()   # "held out by time (first link after 2014-11-02): 216 of 1080 queries, 170 of 849 clusters"
+    split.report.line()   # Travel: "held out by time (first link at or after 2014-12-10T21:18:45.697): 216 of 1080
+                          #   queries, 185 of 475 clusters; 864 queries left to learn from"
     dump, name = split.held_out                                # (StackExchangeDump with splits, "dev")
 """
 

@@ -17,7 +17,7 @@ Example::
     current = per_query_figures(groups_now, bundle_now.fusion, data)
     candidate, fusions = cross_fitted_figures(groups_new, data, folds=2)
     decision = gate(current, candidate, metric="MAP")
-    decision.accept, decision.line()   # (True, "accept: MAP 58.31 -> 61.02 (+2.71, 95% CI +1.10..+4.30), ...")
+    decision.accept, decision.line()   # (True, "accept: MAP <current> -> <candidate> (<gain>, 95% CI ..), p=.., ..")
 """
 
 from __future__ import annotations

@@ -199,10 +199,11 @@ def learn_bundle(
         raise ValueError(f"the base bundle holds {base_name!r} but the recipe fine-tunes {settings.base_encoder!r}; "
                          "give the base encoder's own bundle")
     pipeline, idf = idf_pipeline(base, posts)
-    base_groups, _, _ = dev_groups(base, pipeline, idf, held, title=any(grid_title))
+    cache = work / "vectors"  # a dump's corpus is encoded once per bundle, whichever side asks
+    base_groups, _, _ = dev_groups(base, pipeline, idf, held, title=any(grid_title), cache_dir=cache)
     default_dir = None
     if current_bundle is None:
-        fit_groups, _, _ = dev_groups(base, pipeline, idf, train_side, title=any(grid_title))
+        fit_groups, _, _ = dev_groups(base, pipeline, idf, train_side, title=any(grid_title), cache_dir=cache)
         default_fit = _fit(fit_groups, train_side, grid_title)
         default_dir = work / "untrained-default"
         written = write_default_bundle(base_bundle, default_dir, pipeline, idf, default_fit, sup.report.source,
@@ -228,7 +229,7 @@ def learn_bundle(
     clock.phase("export", w0, c0)
     w0, c0 = time.monotonic(), time.process_time()
     learned = Bundle.load(encoder.bundle_dir)
-    new_groups, _, _ = dev_groups(learned, pipeline, idf, held, title=any(grid_title))
+    new_groups, _, _ = dev_groups(learned, pipeline, idf, held, title=any(grid_title), cache_dir=cache)
     candidate, fold_fusions = cross_fitted_figures(new_groups, held, folds=folds, grid_title=grid_title)
     final = _fit(new_groups, held, grid_title)
     learned_dense = per_query_figures(new_groups, DENSE_ONLY, held)

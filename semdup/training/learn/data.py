@@ -12,7 +12,7 @@ links, ``Irrelevant`` related questions, labelled non-duplicates; random posts f
 Example::
 
     data = learn_data_from_dump(dump, split="train", hard_negatives=1)
-    len(data.groups), data.known["1234"]      # (1570, frozenset({"1234", "987", ...}))
+    len(data.groups), data.known[some_query_id]   # Travel: 1570 groups; the ids of the query's duplicate cluster
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Example::
     data = learn_data_from_dump(dump, "train", hard_negatives=1)
     run = learn_encoder(LearnSettings(), data, "artifacts/learn/travel", budget_minutes=30,
                         evaluate=lambda scorer: eval_travel(scorer, dump, "dev"), metric="MAP")
-    run.summary.line()   # "98/98 steps (2.00 epochs) in 21.3 min, stopped: done; held-out MAP 57.4 -> 58.9"
+    run.summary.line()   # "<steps>/<planned> steps (<epochs> epochs) in <min> min, stopped: done; ..."
 """
 
 from __future__ import annotations
