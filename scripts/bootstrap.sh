@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything semdup needs on a fresh Debian machine, cached outside the clone so a second run is fast:
 #   - redis-server (Debian package) for the Celery broker
+#   - rabbitmq-server (Debian package) for the tests and benchmarks that run the indexer on RabbitMQ
+#   - chromium + chromium-driver (Debian packages) for the review page's browser tests (headless, via selenium)
 #   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV), on CPU onnxruntime:
 #     train and serve bring `semdup[cpu]`; a GPU worker installs "semdup[gpu]" alone instead (never both)
 #   - OpenSearch 2.19.1 + k-NN from Maven Central (fetched on first `semdup opensearch start`, into ~/.m2)
@@ -15,12 +17,23 @@ need "$PY" "Python 3.10+"
 need java "Java 17: apt-get install openjdk-17-jre-headless"
 need mvn "Maven: apt-get install maven"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "bootstrap: installing redis-server (Debian package)" >&2
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get install -y -q redis-server >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q redis-server >/dev/null; }
-  # Debian starts a system redis on 6379; semdup runs its own on a free port, so the system one may stay.
-fi
+# Debian packages semdup runs or tests against, each installed only when missing (one apt-get update at most).
+if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+apt_need() {  # apt_need WHY PROGRAM-OR-PATH... -- PACKAGE...
+  local why="$1"; shift; local missing=0
+  while [ "$1" != "--" ]; do
+    case "$1" in /*) [ -x "$1" ] || missing=1 ;; *) command -v "$1" >/dev/null 2>&1 || missing=1 ;; esac; shift
+  done
+  shift
+  [ "$missing" = 1 ] || return 0
+  echo "bootstrap: installing $* (Debian packages: $why)" >&2
+  $SUDO apt-get install -y -q "$@" >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "$@" >/dev/null; }
+}
+# Debian starts a system redis on 6379 (and may start a RabbitMQ node on 5672); semdup's tests run their own on free
+# ports (semdup/devstack/local_redis.py, local_rabbitmq.py, with its own epmd), so the system ones may stay.
+apt_need "the Celery broker" redis-server -- redis-server
+apt_need "the indexer's RabbitMQ tests and benchmarks" /usr/lib/rabbitmq/bin/rabbitmq-server -- rabbitmq-server
+apt_need "the review page's headless browser tests" chromium chromedriver -- chromium chromium-driver
 
 stamp_want="$(cat "$_root/pyproject.toml" "$_root/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
 stamp_file="$SEMDUP_VENV/.semdup-deps-$stamp_want"

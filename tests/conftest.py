@@ -13,6 +13,9 @@ Where they come from (first match wins):
 ``redis_url``
     ``$SEMDUP_BROKER_URL`` / ``$REDIS_URL``, else a local ``redis-server`` on a free port in a
     temporary folder, stopped at the end.
+``rabbitmq_url``
+    ``$SEMDUP_TEST_RABBITMQ_URL``, else a local ``rabbitmq-server`` (Debian's) on free ports with its own
+    epmd in a temporary folder, stopped at the end (:mod:`semdup.devstack.local_rabbitmq`).
 
 Tests that request these fixtures are marked ``opensearch`` / ``broker`` automatically, so
 ``pytest -m "not opensearch and not broker"`` is the fast hermetic tier.
@@ -34,6 +37,7 @@ from local_services import throwaway
 from semdup.core.clients import connect
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
+from semdup.devstack.local_rabbitmq import LocalRabbitMQ
 from semdup.devstack.local_redis import LocalRedis
 
 logger = logging.getLogger(__name__)
@@ -46,7 +50,7 @@ _OPENSEARCH_FIXTURES = {
     "opensearch_client",
     "unique_index",
 }
-_BROKER_FIXTURES = {"redis_url"}
+_BROKER_FIXTURES = {"redis_url", "rabbitmq_url"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection looks at the markers
@@ -175,4 +179,16 @@ def redis_url() -> Iterator[str]:
         return
     with throwaway(LocalRedis, "semdup-test-redis-", timeout=30.0) as broker:
         assert broker.url, "the throwaway Redis stopped"
+        yield broker.url
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    """URL of a real RabbitMQ for this session: the environment's, else a throwaway local node."""
+    url = os.environ.get("SEMDUP_TEST_RABBITMQ_URL")
+    if url:
+        yield url
+        return
+    with throwaway(LocalRabbitMQ, "semdup-test-rabbitmq-", timeout=120.0) as broker:
+        assert broker.url, "the throwaway RabbitMQ stopped"
         yield broker.url

@@ -17,6 +17,7 @@ import pytest
 from semdup.core.posts import Post
 
 TRAVEL = Path(os.environ.get("SEMDUP_DATA", "/work/shared/data")) / "travel-stackexchange"
+HELD_WORKER = Path(__file__).parent / "integration" / "held_worker.py"
 WAIT_S = 900.0
 
 _cache: dict[str, Any] = {}
@@ -112,3 +113,13 @@ def all_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
 
     client.indices.refresh(index=index)
     return {h["_id"]: h["_source"] for h in scan(client, index=index, query={"query": {"match_all": {}}})}
+
+
+def held_worker(env: dict[str, str], tmp_path: Path, mode: str, at: int) -> tuple[Any, Path]:
+    """A worker that stops at its ``at``-th delivery or task and waits to be killed (``integration/held_worker.py``),
+    and the file it writes when it holds there: the kill tests wait for that file, never race the worker."""
+    from semdup.devstack.local_worker import LocalWorker
+
+    signal = tmp_path / f"held-{mode}.json"
+    hold = {"SEMDUP_TEST_HOLD": mode, "SEMDUP_TEST_HOLD_AT": str(at), "SEMDUP_TEST_HOLD_SIGNAL": str(signal)}
+    return LocalWorker({**env, **hold}, tmp_path / f"held-{mode}.log", program=[str(HELD_WORKER)]), signal

@@ -27,6 +27,7 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
 from semdup.core.index_names import check_index_name
+from semdup.core.post_rules import MAX_ID_BYTES
 from semdup.index_format.mapping import create_if_missing
 from semdup.indexer.bulk import bulk_write
 
@@ -36,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 FLAGS_INDEX = "semdup-duplicates"
 _TIMEOUT = 30.0
-_MAX_ID_BYTES = 512  # OpenSearch refuses a longer _id
 _PAGE = 1000
 
 _MAPPING: dict[str, Any] = {
@@ -97,7 +97,7 @@ def flag_id(index: str, post_id: str, candidate_id: str) -> str:
     """``{index}/{post}/{candidate}``; a hash when that exceeds 512 bytes or an id holds ``/`` (two pairs of ids
     must never share one ``_id``)."""
     raw = f"{index}/{post_id}/{candidate_id}"
-    if "/" not in post_id + candidate_id and len(raw.encode("utf-8", "surrogatepass")) <= _MAX_ID_BYTES:
+    if "/" not in post_id + candidate_id and len(raw.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES:
         return raw
     joined = "\x00".join((index, post_id, candidate_id)).encode("utf-8", "surrogatepass")
     return "h-" + hashlib.sha256(joined).hexdigest()[:40]

@@ -5,6 +5,9 @@ Registered on the indexer's app (``semdup.indexer.celery_app`` lists this module
 :class:`~semdup.reranker.Reranker` on that bundle and client (its calibration read from ``SEMDUP_CALIBRATION`` or
 beside the bundle), the first time a flagging task arrives.
 
+The calibration (threshold, Platt) is read again whenever its file changes (``semdup calibrate`` rewrites it from
+moderators' verdicts): the next task flags with the new threshold, no restart needed.
+
 Delivery: ``acks_late`` like the indexing tasks, and safe to run twice: the posts' text is read again from the index
 and every flag has a deterministic ``_id`` (:mod:`semdup.alerts.store`), so a redelivered task writes the same
 flags. Transient errors (cluster down, 429/502/503/504, past the soft time limit) are retried with the indexer's
@@ -16,6 +19,7 @@ index), is logged with its ids and acknowledged rather than parked.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from celery import Task
@@ -38,11 +42,24 @@ __all__ = ["flag_duplicates_task", "process_reranker"]
 logger = get_task_logger(__name__)
 
 _lock = threading.Lock()
-_cached: tuple[Any, Reranker, AlertSettings] | None = None  # (the bundle it was built on, reranker, settings)
+# (the bundle it was built on, the calibration file's stamp, reranker, settings)
+_cached: tuple[Any, tuple[int, int, int] | None, Reranker, AlertSettings] | None = None
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the calibration file is rewritten (``save_calibration`` replaces it atomically: a new
+    inode), None while there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSettings]:
-    """This process's reranker over the runtime's bundle (rebuilt when the runtime loaded another bundle).
+    """This process's reranker over the runtime's bundle: rebuilt when the runtime loaded another bundle, or when
+    the calibration file changed since (``semdup calibrate`` rewrote it, or it appeared or went): each task
+    checks the file's stamp, one ``stat``, so a new threshold applies from the next task on, without a restart.
 
     Raises:
         ConfigError / BundleError: bad flagging settings or calibration file; ValueError: candidate paths the
@@ -50,10 +67,12 @@ def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSett
     """
     global _cached
     with _lock:
-        if _cached is None or _cached[0] is not rt.bundle:
-            settings = AlertSettings.from_env()
+        same_bundle = _cached is not None and _cached[0] is rt.bundle
+        settings = _cached[3] if _cached is not None and same_bundle else AlertSettings.from_env()
+        cal_file = Path(settings.calibration or calibration_path(rt.bundle.path))
+        stamp = _stamp(cal_file)
+        if _cached is None or not same_bundle or _cached[1] != stamp:
             bundle = rt.bundle
-            cal_file = settings.calibration or calibration_path(bundle.path)
             calibration = load_calibration(cal_file, bundle.version)
             rr = Reranker(bundle, rt.client, index, settings.reranker, calibration)
             logger.info(
@@ -63,8 +82,8 @@ def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSett
                 "calibration " + str(cal_file) if calibration is not None else "the bundle's",
                 settings.k,
             )
-            _cached = (bundle, rr, settings)
-        return _cached[1], _cached[2]
+            _cached = (bundle, stamp, rr, settings)
+        return _cached[2], _cached[3]
 
 
 def _retry(task: Task, exc: BaseException, countdown: float) -> BaseException:

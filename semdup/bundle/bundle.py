@@ -255,13 +255,16 @@ class Bundle:
         self._names_cache: tuple[Any, list[str]] | None = None
 
     @classmethod
-    def load(cls, path: str | Path, providers: list[str] | None = None, intra_op_threads: int | None = None) -> Bundle:
+    def load(cls, path: str | Path, providers: list[str] | None = None, intra_op_threads: int | None = None,
+             allow_spinning: bool = False) -> Bundle:
         """Read and verify a bundle directory or ``.tar.gz``; see :mod:`semdup.bundle.verify` for the checks.
 
         Args:
             path: the bundle directory or archive.
             providers: onnxruntime execution providers (default :func:`default_providers`).
             intra_op_threads: onnxruntime intra-op threads (default: onnxruntime's choice, all cores).
+            allow_spinning: let idle onnxruntime pool threads spin (off: they sleep, leaving the core to
+                OpenSearch and the other workers; see :func:`semdup.bundle.verify.make_session`).
 
         Raises:
             BundleError: a missing or changed file, or pieces that disagree (the message names both values).
@@ -277,7 +280,7 @@ class Bundle:
         try:
             _verify_files(files, manifest, where)
             pipeline, term_weights, session = check_bundle(files, manifest, where, providers or default_providers(),
-                                                           intra_op_threads)
+                                                           intra_op_threads, allow_spinning)
         except KeyError as exc:
             raise BundleError(f"{where}/{MANIFEST_FILE} lacks the entry {exc}; re-export the bundle") from exc
         except BundleError:

@@ -79,8 +79,9 @@ def expected_id_range(kind: str, pipeline: TextPipeline, vocab_size: int) -> int
     return None
 
 
-def make_session(model: bytes, providers: list[str], intra_op_threads: int | None) -> Any:
-    """One onnxruntime session over the model bytes."""
+def make_session(model: bytes, providers: list[str], intra_op_threads: int | None,
+                 allow_spinning: bool = False) -> Any:
+    """One onnxruntime session over the model bytes (``allow_spinning``: let idle pool threads spin, see below)."""
     try:
         import onnxruntime as ort
     except ImportError as exc:
@@ -91,6 +92,14 @@ def make_session(model: bytes, providers: list[str], intra_op_threads: int | Non
     if intra_op_threads:
         opts.intra_op_num_threads = int(intra_op_threads)
     opts.log_severity_level = 3
+    # Pool threads sleep between operators instead of spinning: a worker shares its cores with OpenSearch, its
+    # bulk-writer thread and other workers, and a spinning thread burns a core that one of them needs. MiniLM on
+    # 300 Travel posts, 2 threads, the shared 2-core machine (load 8.6): 1.63x the posts/s and 31 % less CPU per
+    # post without spinning (figures and command in semdup/bundle/README.md). With 1 thread (the reranker
+    # service's default) there is no pool and this changes nothing.
+    spin = "1" if allow_spinning else "0"
+    opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
     try:
         return ort.InferenceSession(model, sess_options=opts, providers=providers)
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
@@ -147,7 +156,8 @@ def _check_session(session: Any, manifest: Mapping[str, Any], pipeline: TextPipe
 
 
 def check_bundle(files: Mapping[str, bytes], manifest: Mapping[str, Any], where: Path, providers: list[str],
-                 intra_op_threads: int | None) -> tuple[TextPipeline, np.ndarray | None, Any]:
+                 intra_op_threads: int | None,
+                 allow_spinning: bool = False) -> tuple[TextPipeline, np.ndarray | None, Any]:
     """(pipeline, term weights or None, onnxruntime session or None) after every cross-check passes."""
     try:
         settings = TextPipelineSettings.from_dict(manifest["pipeline"])
@@ -170,7 +180,7 @@ def check_bundle(files: Mapping[str, bytes], manifest: Mapping[str, Any], where:
                           f"gives {names}")
     if manifest.get("dimension") is None:
         return pipeline, term_weights, None
-    session = make_session(files[_ENCODER], providers, intra_op_threads)
+    session = make_session(files[_ENCODER], providers, intra_op_threads, allow_spinning)
     _check_session(session, manifest, pipeline, len(vocab), where)
     return pipeline, term_weights, session
 

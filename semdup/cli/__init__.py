@@ -38,6 +38,8 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "rerank": ("reranker_cmd", "rerank", "Rank duplicate candidates for one post from the command line."),
     "serve": ("reranker_cmd", "serve", "Run the query-time reranking HTTP service."),
     "duplicates": ("duplicates_cmd", "duplicates", "List the likely duplicates flagged as posts were indexed."),
+    "verdicts": ("verdicts_cmd", "verdicts", "Export the moderators' verdicts on flags as labelled JSONL pairs."),
+    "calibrate": ("calibrate_cmd", "calibrate", "Fit the flagging threshold from verdicts (and duplicate links)."),
     "demo": ("demo_cmd", "demo", "Run the whole job on the embedded default and print the quality table."),
 }
 

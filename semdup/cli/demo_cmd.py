@@ -10,6 +10,8 @@
    (BM25 ∪ k-NN candidates); the MiniLM peer is the same stored vectors ranked by cosine alone.
 5. One table: the default, the peer and the lexical models on the three sets (test), the default's dev figures
    beside, candidate recall, and where the paper models' figures come from (``--paper`` trains BOW-CNN here).
+6. With ``--review``: a review page with real flags on the Travel index, served until Ctrl-C
+   (:mod:`semdup.cli.demo_review`).
 """
 
 from __future__ import annotations
@@ -85,17 +87,24 @@ def _cells(metrics: dict[str, float] | None, cols: tuple[str, ...]) -> str:
               help="The default's dense encoder (mpnet: the accurate preset, about 6x slower on CPU).")
 @click.option("--skip-neural", is_flag=True, help="Only the lexical rows (no encoder, worker or reranker).")
 @click.option("--paper", is_flag=True, help="Also train BOW-CNN on Travel (--threads 1) and rerank with it.")
-def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool) -> None:
+@click.option("--review", is_flag=True, help="Then serve a review page of Travel posts flagged by a real worker "
+              "(threshold fitted on Travel's duplicate links), until Ctrl-C; prints its URL and a key.")
+@click.option("--review-port", type=click.IntRange(1, 65535), default=8080, show_default=True,
+              help="Port of the review page (another free one when it is taken).")
+def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, review: bool, review_port: int) -> None:
     """Start the embedded OpenSearch and Redis, build the default, index through Celery, rerank, print the table.
 
     \b
     Example:
       semdup demo                # or, on a fresh machine: bash scripts/demo.sh
       semdup demo --skip-neural  # lexical baselines only
+      semdup demo --review       # then a review page of flagged Travel duplicates at http://127.0.0.1:8080/review
     """
     from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
 
+    if review and (skip_neural or paper):
+        raise click.UsageError("--review needs the neural default on the Travel index: drop --skip-neural and --paper")
     t0 = time.perf_counter()
     url = _ensure_opensearch()
     client = connect(OpenSearchSettings.from_env(env={**os.environ, "SEMDUP_OPENSEARCH_URL": url}))
@@ -118,6 +127,10 @@ def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool) -> No
     (workdir / "demo-results.json").write_text(json.dumps({"test": rows, "dev": dev, "notes": notes}, indent=2))
     click.echo(f"\n{time.perf_counter() - t0:.0f} s in all; figures also in {workdir / 'demo-results.json'}. "
                "The embedded OpenSearch and Redis keep running: `semdup opensearch stop`, `semdup broker stop`.")
+    if review:
+        from semdup.cli.demo_review import review_step
+
+        review_step(client, sets["travel"], bundles["travel"], DEMO_INDEX, workdir, env, review_port, _semdup)
 
 
 def _load_sets() -> dict[str, Any]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
-from semdup.core.errors import DataError
+from semdup.cli.job_wait import finish_job, sweep_settings, wait_job
 
 __all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
 
@@ -134,43 +135,6 @@ def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool)
         )
 
 
-def _finish(client: Any, done: Any, *, timeout: float, follow: str, again: str) -> None:
-    """Print a job's result; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
-    from semdup.indexer.celery_app import visibility_timeout_from_env
-    from semdup.indexer.jobs import queued_posts
-
-    job = done.job
-    gone = f", {done.skipped} gone before the backfill reached them" if done.skipped else ""
-    click.echo(
-        f"{done.written} posts written to {job.index} with model {job.model_version}, {done.parked} parked{gone}"
-    )
-    if done.parked:
-        _show_parked(client, job.index)
-    if not done.finished:
-        queued = queued_posts(job)
-        if queued is None:
-            where = "the broker cannot tell how many of them are still queued"
-        else:
-            lost = max(0, done.pending - queued)
-            where = f"{done.pending - lost} still queued on the broker, {lost} neither queued nor done"
-        advice = (
-            "Queued posts are written as soon as a worker takes them: keep a worker running (`semdup worker`); a "
-            f"batch whose worker was killed is handed out again after the visibility timeout "
-            f"({visibility_timeout_from_env()} s), and one retried while OpenSearch is unreachable is parked after "
-            f"the retry budget. Follow the job with `{follow} --job {job.id}`"
-        )
-        if queued is None or queued < done.pending:
-            advice += f"; posts that are not queued were lost on the way: {again} (writes are idempotent)"
-        raise click.ClickException(
-            f"{done.pending} of {job.total} posts not done after {timeout:.0f} s ({where}). {advice}"
-        )
-    if done.parked:
-        raise click.ClickException(
-            f"{done.parked} posts parked (above); fix what parked them, then "
-            f"`semdup index-posts --index {job.index} --replay-parked`"
-        )
-
-
 @click.command("index-posts")
 @click.option(
     "--input",
@@ -204,8 +168,10 @@ def index_posts(
 
     A missing index is created with semdup's schema: the lexical fields and the packed vector and term weights
     the reranker's fusion reads; --sparse / --knn add the search structures of its hybrid candidate paths.
-    Counts are those of the job's own tasks. Exits 1 when any post is parked or not done in --timeout (the
-    message says how many are still queued, and what to do).
+    Counts are those of the job's own tasks. A record of --input that cannot be indexed (a line that is not UTF-8
+    or not JSON, an empty id, no visible text...) is skipped and listed with its line (or row) and why; the other
+    posts are still indexed. Exits 1 when any post is parked or not done in --timeout (the message says how many
+    are still queued, and what to do), or when any input record was skipped.
 
     \b
     Example:
@@ -233,32 +199,32 @@ def index_posts(
         job = read_job(client, job_id)
         if job.index != index:
             raise click.UsageError(f"job {job_id} indexes {job.index!r}, not {index!r}")
-        done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
-        _finish(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
+        done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
+        finish_job(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
+    from semdup.cli.input_report import end_input, read_input
+
     b = _load_bundle(_bundle_path(bundle))
     client = _client()
     _broker()
+    read = None
     if replay_parked:
         job = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
         click.echo(f"job {job.id}: replayed {job.total} parked posts of {index}")
         again = "run the replay again"
     else:
-        from semdup.data.posts_input import read_posts
-
-        posts = read_posts(input_path)
-        if not posts:
-            raise DataError(f"{input_path} holds no posts")
+        read = read_input(input_path)
         _ensure_index(client, index, b, sparse, knn)
-        job = jobs.enqueue_posts(client, index, posts, b.version, batch_size=batch_size)
+        job = jobs.enqueue_posts(client, index, read.posts, b.version, batch_size=batch_size)
         click.echo(f"job {job.id}: enqueued {job.total} posts for {index} (model {b.version})")
         again = "run the same command again"
     if not wait or not job.total:
+        end_input(read, "enqueued", lambda: None)
         return
-    done = jobs.wait_for(client, job, timeout=timeout, label=f"indexing {index}")
-    _finish(client, done, timeout=timeout, follow=follow, again=again)
+    done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
+    end_input(read, "written", partial(finish_job, client, done, timeout=timeout, follow=follow, again=again))
 
 
 def _index_version(client: Any, index: str, bundle: str | None) -> str:
@@ -296,10 +262,8 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {version})")
     if not wait or not job.total:
         return
-    from semdup.indexer.jobs import wait_for
-
-    done = wait_for(client, job, timeout=timeout, label=f"backfill {index}")
-    _finish(
+    done = wait_job(client, job, timeout=timeout, label=f"backfill {index}")
+    finish_job(
         client,
         done,
         timeout=timeout,
@@ -333,7 +297,7 @@ def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -
             click.echo(f"job {job.id}: enqueued {job.total} new, edited or deleted posts of {index}")
 
     try:
-        watch_index(client, index, version, interval=interval, rounds=rounds, on_round=report)
+        watch_index(client, index, version, interval=interval, rounds=rounds, on_round=report, sweep=sweep_settings())
     except KeyboardInterrupt:
         click.echo("stopped")
 

@@ -137,11 +137,15 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
 )
 @click.option("--opensearch", "url", help="OpenSearch URL (or $SEMDUP_OPENSEARCH_URL / the embedded node).")
 def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url) -> None:
-    """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs).
+    """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs, /review).
 
     Clients send the key of $SEMDUP_API_KEY in the X-API-Key header; without a key the service refuses to
-    start unless SEMDUP_AUTH=off is set explicitly. A request searches $SEMDUP_INDEX, or names one of
-    $SEMDUP_INDICES; $SEMDUP_API_KEYS ('key1:index-a|index-b,key2:*') limits keys to some of them. With
+    start unless SEMDUP_AUTH=off is set explicitly. The bundle is loaded and verified once before any worker
+    starts: a broken one is one Error line and exit 1, and so is a worker that cannot start. Each worker
+    answers at most $SEMDUP_MAX_IN_FLIGHT requests at a time and refuses more with 503 and Retry-After.
+    A request searches $SEMDUP_INDEX, or names one of $SEMDUP_INDICES; $SEMDUP_API_KEYS
+    ('key1:index-a|index-b,key2:*') limits keys to some of them. A key with the
+    review scope ('mod1:index-a:review:alice') opens the review page of flagged duplicates at /review. With
     `semdup --log-format json` (or SEMDUP_LOG_FORMAT=json) every line on stderr, uvicorn's and tracebacks
     included, is one JSON object, secrets scrubbed.
 
@@ -151,12 +155,11 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
       curl -s -H 'X-API-Key: change-me' -H 'content-type: application/json' \\
            -d '{"title": "Visa on arrival in Qatar?", "body": "", "k": 5}' localhost:8080/v1/rerank
     """
-    import uvicorn
-
     from semdup.core.errors import ConfigError
     from semdup.core.logs import LOG_FORMAT_ENV
     from semdup.reranker.service import configure_service_logging
     from semdup.reranker.settings import ServiceSettings, default_workers
+    from semdup.reranker.workers import preflight, run_workers
 
     log_format = configure_service_logging("json" if log_json else None)
     if workers is None:
@@ -168,6 +171,9 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     if url:
         os.environ["SEMDUP_OPENSEARCH_URL"] = url
     settings = ServiceSettings.from_env(config_file, **overrides)  # fails here, before any worker starts
+    # The workers' own load, once, before any starts (in a process of its own, so this supervisor keeps none of
+    # its memory): a bad bundle is one Error line, not workers dying one after the other.
+    version = preflight(settings, log_format)
     # Workers build their app from the environment (uvicorn --factory), so the CLI's choices travel there.
     env_names = {
         "bundle": "SEMDUP_BUNDLE",
@@ -184,18 +190,25 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     os.environ.setdefault("SEMDUP_OPENSEARCH_URL", settings.opensearch.url)
     os.environ[LOG_FORMAT_ENV] = log_format  # uvicorn's worker processes are spawned: they read it there
     line = (
-        f"serving {settings.bundle} on index {settings.index} at http://{host}:{port} "
+        f"serving {settings.bundle} (model {version}) on index {settings.index} at http://{host}:{port} "
         f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})"
     )
+    if settings.review_enabled:
+        line += f"; review page at http://{host}:{port}/review"
+        if not settings.session_secret:
+            import secrets
+
+            # one secret for every worker, so a review login holds in all of them (until this service stops)
+            os.environ["SEMDUP_SESSION_SECRET"] = secrets.token_urlsafe(32)
+            line += " (logins last until the service stops: set SEMDUP_SESSION_SECRET to keep them)"
     if log_format == "json":
         logger.info(line)
     else:
         click.echo(line, err=True)
     from semdup.reranker.http_protocol import PROTOCOL_PATH
 
-    uvicorn.run(
-        "semdup.reranker.service:app_from_env",
-        factory=True,
+    run_workers(  # raises ConfigError (one Error line, exit 1) when a worker cannot start
+        "semdup.review.app:app_from_env",  # the service with the review page (semdup.review, a layer above)
         http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
         host=host,
         port=port,

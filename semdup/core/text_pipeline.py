@@ -36,6 +36,7 @@ __all__ = [
     "Vocabulary",
     "clean_text",
     "check_post",
+    "has_visible_text",
     "PAD_ID",
     "UNK_ID",
 ]
@@ -111,14 +112,15 @@ def clean_text(text: str, settings: TextPipelineSettings) -> str:
     return " ".join(text.split())[:MAX_FIELD_CHARS]
 
 
-def _visible(text: str) -> bool:
-    """Whether ``text`` holds anything but white space, HTML tags, entities and control characters."""
+def has_visible_text(text: str) -> bool:
+    """Whether ``text`` holds anything but white space (U+FEFF included), HTML tags, entities and control
+    characters."""
     text = text[: MAX_FIELD_CHARS * 4]  # what clean_text reads, too
     if "<" in text:
         text = _TAG.sub(" ", text)
     if "&" in text:
         text = html.unescape(text)
-    return bool(_CONTROL.sub(" ", text).strip())
+    return bool(_CONTROL.sub(" ", text).replace("\ufeff", " ").strip())
 
 
 def check_post(post: Post) -> None:
@@ -137,7 +139,7 @@ def check_post(post: Post) -> None:
             f"post {post.id!r} looks binary ({bad} control or undecodable characters in the first "
             f"{len(sample)}); send UTF-8 text"
         )
-    if not _visible(post.title or "") and not _visible(post.body or ""):
+    if not has_visible_text(post.title or "") and not has_visible_text(post.body or ""):
         # Same fate as an empty post: encoded, it would be a zero vector that matches nothing.
         raise PostError(f"post {post.id!r} has no text, only white space or markup; give a title or a body")
 
@@ -220,7 +222,9 @@ class TextPipeline:
         # patterns) halves throughput on the hot path; our fixed pattern is linear, so the same engine, pattern
         # and flags run without it, and NLTK itself is not needed (semdup[test] has it for the check).
         # tests/unit/core/test_text_pipeline.py checks the tokens are identical to NLTK's.
-        self._findall = regex.compile(TOKEN_PATTERN, TOKEN_FLAGS).findall
+        compiled = regex.compile(TOKEN_PATTERN, TOKEN_FLAGS)
+        self._findall = compiled.findall
+        self._finditer = compiled.finditer
 
     def tokens(self, text: str) -> list[str]:
         return self._tokenize_clean(clean_text(text or "", self.settings))
@@ -239,6 +243,13 @@ class TextPipeline:
         if s.lowercase:
             text = text.lower()
         return self._findall(text)[:n]
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, token)`` of every token of ``text`` as it stands (no cleaning, no cut at ``max_tokens``),
+        the token lower-cased when the pipeline lower-cases: where a shown text's tokens are (the review page marks
+        the terms two posts share with it)."""
+        lower = self.settings.lowercase
+        return [(m.start(), m.end(), m.group().lower() if lower else m.group()) for m in self._finditer(text)]
 
     def post_tokens(self, post: Post) -> tuple[list[str], list[str]]:
         """(title tokens, body tokens)."""

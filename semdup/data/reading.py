@@ -1,8 +1,10 @@
-"""Strict file reading shared by the loaders: UTF-8 checked to the byte, XML and JSONL errors located.
+"""File reading shared by the loaders: UTF-8 checked to the byte, XML and JSONL errors located.
 
-Every failure becomes one ``DataError`` line that names the file, the position (line, column or
-byte offset) and what was expected, so a bad download is found at once and nothing is replaced
-or dropped silently.
+The strict readers (``read_utf8_lines``, ``iter_jsonl``, ``iter_xml_elements``) turn every failure into one
+``DataError`` line that names the file, the position (line, column or byte offset) and what was expected, so a
+bad download is found at once and nothing is replaced or dropped silently. The line-at-a-time pieces
+(``iter_lines``, ``decode_line``, ``json_object``) raise :class:`LineProblem` for one line instead, so a reader
+of posts to index can skip that line, name it, and read the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import IO, Any
 from semdup.core.errors import DataError
 from semdup.core.progress import progress
 
-__all__ = ["require_file", "read_utf8_lines", "iter_jsonl", "iter_xml_elements", "require_attr"]
+__all__ = [
+    "require_file",
+    "read_utf8_lines",
+    "iter_jsonl",
+    "iter_xml_elements",
+    "require_attr",
+    "LineProblem",
+    "iter_lines",
+    "decode_line",
+    "json_object",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,31 +59,76 @@ def require_file(path: str | Path, what: str) -> Path:
     return p
 
 
-def _utf8_error(path: Path, offset: int, raw: bytes, exc: UnicodeDecodeError) -> DataError:
+def _utf8_error(path: Path, offset: int, raw: bytes, exc: UnicodeDecodeError, where: str = "") -> DataError:
     bad = raw[exc.start : exc.start + 4].hex(" ")
     return DataError(
-        f"{path}: not valid UTF-8 at byte offset {offset} (bytes {bad}: {exc.reason}); "
+        f"{path}: {where}not valid UTF-8 at byte offset {offset} (bytes {bad}: {exc.reason}); "
         "expected UTF-8 text. Re-encode the file as UTF-8 (e.g. iconv -t UTF-8); nothing is replaced silently."
     )
 
 
-def read_utf8_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` of a UTF-8 text file, 1-based, without the line ending.
+class LineProblem(ValueError):
+    """One line of a text file that cannot be read; the message says why without quoting the line."""
 
-    A leading byte-order mark is dropped. Non-UTF-8 bytes raise ``DataError`` with the byte offset.
+
+def iter_lines(path: Path, what: str) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(line_number, byte_offset, raw)`` of a file, 1-based, ``raw`` without its line ending.
+
+    Raises:
+        DataError: the file is missing, not a regular file, or empty (see :func:`require_file`).
     """
     require_file(path, what)
     offset = 0
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise _utf8_error(path, offset + exc.start, raw, exc) from exc
-            if line_no == 1 and text.startswith("\ufeff"):
-                text = text[1:]
+            yield line_no, offset, raw.rstrip(b"\r\n")
             offset += len(raw)
-            yield line_no, text.rstrip("\r\n")
+
+
+def decode_line(raw: bytes) -> str:
+    """One line as text, without a leading byte-order mark (on any line: files joined with ``cat`` keep theirs).
+
+    Raises:
+        LineProblem: ``not UTF-8 (byte 0xff at column 9)``, the column counted in bytes from 1.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LineProblem(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from exc
+    return text.removeprefix("\ufeff")
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """One JSONL line as a JSON object.
+
+    Raises:
+        LineProblem: not JSON (with the column and json's reason), or JSON but not an object.
+    """
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LineProblem(f"not valid JSON at column {exc.colno} ({exc.msg})") from exc
+    if not isinstance(obj, dict):
+        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(obj), "number")
+        raise LineProblem(f"a JSON {kind}, not an object")
+    return obj
+
+
+def read_utf8_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` of a UTF-8 text file, 1-based, without the line ending.
+
+    A leading byte-order mark is dropped. Non-UTF-8 bytes raise ``DataError`` with the line, the column and the
+    byte offset.
+    """
+    for line_no, offset, raw in iter_lines(path, what):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            where = f"line {line_no}, column {exc.start + 1}: "
+            raise _utf8_error(path, offset + exc.start, raw, exc, where) from exc
+        if line_no == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        yield line_no, text
 
 
 def iter_jsonl(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:

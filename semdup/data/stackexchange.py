@@ -30,6 +30,7 @@ __all__ = [
     "StackExchangeDump",
     "RetrievalQuery",
     "load_stackexchange_dump",
+    "load_duplicate_links",
     "SPLITS",
     "DUPLICATE_LINK",
     "RELATED_LINK",
@@ -144,8 +145,26 @@ def _load_posts(path: Path) -> tuple[dict[str, Post], int, int]:
     return posts, skipped, other
 
 
+class _AnyPost:
+    """Every id counts as present: the links of a PostLinks.xml read without its Posts.xml."""
+
+    def __contains__(self, post_id: object) -> bool:
+        return True
+
+
+def load_duplicate_links(path: str | Path) -> list[tuple[str, str]]:
+    """The ``(PostId, RelatedPostId)`` duplicate links (``LinkTypeId=3``) of a PostLinks.xml, in file order, each
+    once, a post linked to itself left out; whether the posts exist is the caller's to check.
+
+    Raises:
+        DataError: a missing, empty, non-UTF-8 or malformed file, a row without PostId / RelatedPostId.
+    """
+    dup, _, _, _, _ = _load_links(Path(path), _AnyPost())
+    return dup
+
+
 def _load_links(
-    path: Path, posts: dict[str, Post]
+    path: Path, posts: dict[str, Post] | _AnyPost
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int, int, dict[tuple[str, str], str]]:
     dup: dict[tuple[str, str], None] = {}
     dates: dict[tuple[str, str], str] = {}

@@ -32,8 +32,15 @@ __all__ = ["LocalWorker"]
 class LocalWorker:
     """One ``python -m semdup worker`` process group, its environment and its log."""
 
-    def __init__(self, env: Mapping[str, str], log: Path, args: Sequence[str] = ("--concurrency", "1")) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log: Path,
+        args: Sequence[str] = ("--concurrency", "1"),
+        program: Sequence[str] = ("-m", "semdup"),
+    ) -> None:
         self.env, self.log, self.args = dict(env), Path(log), list(args)
+        self.program = list(program)  # what the interpreter runs: semdup's CLI, or a test's wrapper around it
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -47,7 +54,7 @@ class LocalWorker:
             ConfigError: the worker exited or was not ready within ``timeout`` (the message holds its log's tail).
         """
         start_at = self.log.stat().st_size if self.log.exists() else 0
-        cmd = [sys.executable, "-m", "semdup", "worker", *self.args, "--loglevel", "INFO"]
+        cmd = [sys.executable, *self.program, "worker", *self.args, "--loglevel", "INFO"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -56,12 +56,16 @@ from semdup.core.text_pipeline import TextPipeline, Vocabulary
 from semdup.export.default_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 
 __all__ = ["DATA_NAMES", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",
-           "write_default_bundle", "fit_default"]
+           "write_default_bundle", "fit_default", "INT8_CHOICES", "INT8_MAX_DROP"]
 
 logger = logging.getLogger(__name__)
 
 DATA_NAMES = ("travel", "semeval", "askubuntu")
 TOP = 100  # candidates per path, as the Travel protocol and the reranker's default
+INT8_CHOICES = ("off", "auto")
+# The most the fitted dev figure (MAP points) may drop for the int8 encoder to ship (issue #19): int8 halves the
+# CPU per post, a larger drop is not worth it.
+INT8_MAX_DROP = 0.3
 
 
 @dataclass
@@ -94,6 +98,7 @@ class DefaultFit:
     n_dev: int
     vocab_size: int
     seconds: float
+    quantization: dict[str, Any] | None = None
 
 
 def _unique(posts: Sequence[Post]) -> list[Post]:
@@ -258,7 +263,7 @@ def dev_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, data: FitD
 
 def write_default_bundle(base_path: str | Path, out_dir: str | Path, pipeline: TextPipeline, idf: np.ndarray,
                          fit: FusionFit, data: str, threshold: float | None = None,
-                         extra: Mapping[str, Any] | None = None) -> Bundle:
+                         quantization: dict[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> Bundle:
     """The base bundle's encoder and tokenizer + ``vocab.json`` and ``term_weights.npy`` = idf, sealed and verified.
 
     The manifest keeps the base's ``base_encoder`` record, takes ``architecture = hybrid-<base encoder>`` and
@@ -287,15 +292,48 @@ def write_default_bundle(base_path: str | Path, out_dir: str | Path, pipeline: T
         default_fit={**fit.to_json(), "data": data, "base_bundle": base_manifest["version"]},
         source_checkpoint=None,
     )
+    if quantization is not None:
+        manifest["quantization"] = quantization
     manifest.update(extra or {})
     write_bundle(out_dir, files, manifest)
     return Bundle.load(out_dir)  # it must verify before anyone gets it
 
 
+@dataclass(frozen=True)
+class _Fitted:
+    pipeline: TextPipeline
+    idf: np.ndarray
+    fit: FusionFit
+    measure: str
+    threshold: float | None
+
+
+def _fit_on(base_path: str | Path, fit_data: FitData, k: int, knn: bool, cache_dir: Path | None,
+            grid: tuple[Sequence[float], Sequence[float]] | None, grid_title: Sequence[float]) -> _Fitted:
+    """The fusion (and, for pairs, the threshold) chosen on ``fit_data``'s labelled queries over ``base_path``'s encoder."""
+    base = Bundle.load(base_path)
+    if base.dimension is None:
+        raise ConfigError(f"{base_path} has no dense encoder; give a base encoder's bundle (semdup export "
+                          "--base-encoder minilm)")
+    pipeline, idf = idf_pipeline(base, fit_data.posts)
+    title = any(w != 0.0 for w in grid_title)
+    groups, measure, name = dev_groups(base, pipeline, idf, fit_data, k=k, knn=knn, cache_dir=cache_dir, title=title)
+    kwargs: dict[str, Any] = {"grid_title": tuple(grid_title)}
+    if grid is not None:
+        kwargs |= {"grid_bow": grid[0], "grid_alpha": grid[1]}
+    fit = choose_fusion(groups, measure, name, **kwargs)
+    threshold = None
+    if fit_data.kind == "pairs":  # the decision threshold belongs to pair data; chosen on the same pairs
+        preds = group_scores(groups, fit.fusion)
+        scores = [next(iter(preds[g.query_id].values())) for g in groups]
+        threshold = best_threshold(scores, [p.duplicate for p in fit_data.dev])[0]
+    return _Fitted(pipeline, idf, fit, name, threshold)
+
+
 def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path, corpus: Sequence[Post] = (),
                 k: int = TOP, knn: bool = True, cache_dir: str | Path | None = None,
                 grid: tuple[Sequence[float], Sequence[float]] | None = None,
-                grid_title: Sequence[float] = GRID_TITLE) -> DefaultFit:
+                grid_title: Sequence[float] = GRID_TITLE, int8: str = "off") -> DefaultFit:
     """Fit the hybrid default on ``data``'s labelled queries (training ones where it has them) and write its bundle.
 
     Args:
@@ -307,27 +345,37 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
         cache_dir: keep the corpus's dense vectors here between runs.
         grid: (β_bow values, α values); default :data:`~semdup.export.default_fit.GRID_BOW` / ``GRID_ALPHA``.
         grid_title: β_title values (``(0.0,)``: no title term, and no title vectors computed).
+        int8: ``off``, or ``auto``: also fit over the encoder quantised to int8 (``int8-channel``, about half the
+            CPU per post) and ship it when its fitted dev figure is at most :data:`INT8_MAX_DROP` below the fp32
+            one; both figures and the choice go into ``manifest.quantization`` either way.
     """
+    if int8 not in INT8_CHOICES:
+        raise ValueError(f"unknown int8 choice {int8!r}; accepted: {', '.join(INT8_CHOICES)}")
     t0 = time.perf_counter()
-    base = Bundle.load(base_path)
-    if base.dimension is None:
-        raise ConfigError(f"{base_path} has no dense encoder; give a base encoder's bundle (semdup export "
-                          "--base-encoder minilm)")
     fit_data = data if isinstance(data, FitData) else load_fit_data(data, corpus)
-    pipeline, idf = idf_pipeline(base, fit_data.posts)
-    title = any(w != 0.0 for w in grid_title)
-    groups, measure, name = dev_groups(base, pipeline, idf, fit_data, k=k, knn=knn,
-                                       cache_dir=None if cache_dir is None else Path(cache_dir), title=title)
-    kwargs: dict[str, Any] = {"grid_title": tuple(grid_title)}
-    if grid is not None:
-        kwargs |= {"grid_bow": grid[0], "grid_alpha": grid[1]}
-    fit = choose_fusion(groups, measure, name, **kwargs)
-    threshold = None
-    if fit_data.kind == "pairs":  # the decision threshold belongs to pair data; chosen on the same pairs
-        preds = group_scores(groups, fit.fusion)
-        scores = [next(iter(preds[g.query_id].values())) for g in groups]
-        threshold = best_threshold(scores, [p.duplicate for p in fit_data.dev])[0]
-    bundle = write_default_bundle(base_path, out_dir, pipeline, idf, fit, fit_data.name, threshold)
-    return DefaultFit(Path(out_dir), bundle.version, fit.fusion, fit.dev, name, threshold, fit_data.n_dev,
-                      len(pipeline.vocab), time.perf_counter() - t0)
+    cache = None if cache_dir is None else Path(cache_dir)
+    fp32 = _fit_on(base_path, fit_data, k, knn, cache, grid, grid_title)
+    if int8 == "off":
+        bundle = write_default_bundle(base_path, out_dir, fp32.pipeline, fp32.idf, fp32.fit, fit_data.name,
+                                      fp32.threshold)
+        return DefaultFit(Path(out_dir), bundle.version, fp32.fit.fusion, fp32.fit.dev, fp32.measure, fp32.threshold,
+                          fit_data.n_dev, len(fp32.pipeline.vocab), time.perf_counter() - t0)
+    import tempfile
 
+    from semdup.export.quantize import quantize_method, quantized_bundle
+
+    mode = "int8-channel"
+    with tempfile.TemporaryDirectory(prefix="semdup-int8-base-") as tmp:
+        q_base = quantized_bundle(base_path, Path(tmp) / "int8", mode)
+        q = _fit_on(q_base, fit_data, k, knn, cache, grid, grid_title)
+        chosen = fp32.fit.dev - q.fit.dev <= INT8_MAX_DROP
+        quant = {"mode": mode, "method": quantize_method(mode), "eval": f"{fit_data.name} fitted queries, {fp32.measure}",
+                 "dev_fp32": fp32.fit.dev, "dev_int8": q.fit.dev, "change": q.fit.dev - fp32.fit.dev,
+                 "max_drop": INT8_MAX_DROP, "chosen": chosen, "fusion_fp32": dict(fp32.fit.fusion)}
+        logger.info("int8 %s: dev %.2f vs fp32 %.2f (%s)", mode, q.fit.dev, fp32.fit.dev,
+                    "shipped" if chosen else "not shipped: more than %.1f below" % INT8_MAX_DROP)
+        use, base = (q, q_base) if chosen else (fp32, Path(base_path))
+        bundle = write_default_bundle(base, out_dir, use.pipeline, use.idf, use.fit, fit_data.name, use.threshold,
+                                      quantization=quant)
+    return DefaultFit(Path(out_dir), bundle.version, use.fit.fusion, use.fit.dev, use.measure, use.threshold,
+                      fit_data.n_dev, len(use.pipeline.vocab), time.perf_counter() - t0, quant)

@@ -29,15 +29,28 @@ import numpy as np
 from semdup.bundle.bundle import ENCODER_FILE, write_bundle
 from semdup.core.text_pipeline import TextPipeline
 
-__all__ = ["QUANTIZE_MODES", "quantize_encoder", "quantize_files"]
+__all__ = ["QUANTIZE_MODES", "quantize_encoder", "quantize_method", "quantize_files", "quantized_bundle"]
 
 logger = logging.getLogger(__name__)
 
-QUANTIZE_MODES = ("int8",)
+QUANTIZE_MODES = ("int8", "int8-channel")
+# quantize_dynamic's arguments per mode: "int8" every MatMul/Gemm/Conv/Gather weight, one scale per tensor;
+# "int8-channel" MatMul weights only (the embedding tables stay fp32), one scale per output channel: a smaller
+# error (MiniLM unit vectors move by up to 0.024 instead of 0.061) at the same speed-up (about 2x on 2 CPU threads).
+_MODE_ARGS: dict[str, dict[str, Any]] = {
+    "int8": {},
+    "int8-channel": {"per_channel": True, "op_types_to_quantize": ["MatMul"]},
+}
+
+
+def quantize_method(mode: str) -> str:
+    """How ``mode`` quantises, as manifests record it."""
+    args = ", ".join(f"{k}={v!r}" for k, v in _MODE_ARGS[mode].items())
+    return f"onnxruntime.quantization.quantize_dynamic(weight_type=QInt8{', ' + args if args else ''})"
 
 
 def quantize_encoder(model: bytes, mode: str = "int8") -> bytes:
-    """Dynamic int8 (signed weights) version of an ONNX model's bytes."""
+    """Dynamic int8 (signed weights) version of an ONNX model's bytes (``mode``: see :data:`QUANTIZE_MODES`)."""
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"unknown quantisation {mode!r}; accepted: {', '.join(QUANTIZE_MODES)}")
     try:
@@ -48,8 +61,23 @@ def quantize_encoder(model: bytes, mode: str = "int8") -> bytes:
     with tempfile.TemporaryDirectory(prefix="semdup-quant-") as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(model)
-        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, **_MODE_ARGS[mode])
         return dst.read_bytes()
+
+
+def quantized_bundle(src: str | Path, out: str | Path, mode: str = "int8-channel") -> Path:
+    """A copy of bundle ``src`` whose encoder is quantised (``manifest.quantization`` names the mode): the base
+    of an int8 candidate that :func:`semdup.export.default_bundle.fit_default` fits and judges on dev."""
+    import json
+
+    from semdup.bundle.bundle import MANIFEST_FILE, read_bundle_files
+
+    files = read_bundle_files(src)
+    manifest = json.loads(files.pop(MANIFEST_FILE).decode("utf-8"))
+    files[ENCODER_FILE] = quantize_encoder(files[ENCODER_FILE], mode)
+    manifest = {k: v for k, v in manifest.items() if k not in ("files", "version", "format_version")}
+    manifest["quantization"] = {"mode": mode, "method": quantize_method(mode)}
+    return write_bundle(out, files, manifest)
 
 
 def quantize_files(
@@ -75,7 +103,7 @@ def quantize_files(
             vectors[name] = scorer.bundle.encode_dense(posts)
     info = {
         "mode": mode,
-        "method": "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8)",
+        "method": quantize_method(mode),
         "eval": "SemEval-2016 dev, rerank, official MAP (percent)",
         "map_fp32": figures["fp32"],
         "map_int8": figures["int8"],

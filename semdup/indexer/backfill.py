@@ -6,7 +6,8 @@ For a site's index connected with ``semdup enable`` the work is the companion's 
 
 Resumable by construction: it keeps no checkpoint of its own, it asks the index what is still missing.
 After a crash (of the CLI, a worker, or the cluster) running it again enqueues only what is left, and a
-post enqueued twice is written twice with the same content.
+post enqueued twice is written twice with the same content. Its batches go through the job's ledger
+(:mod:`semdup.indexer.ledger`) like every job's, so the sweeper sends again one a worker lost.
 
 The ids are listed with a scroll over ``bool.must_not(term semdup.model = version)`` with ``_source``
 off, so listing costs little even on a large index.
@@ -29,6 +30,7 @@ from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import companion_of
 from semdup.index_format.mapping import candidate_fields, index_model
 from semdup.indexer.bulk import chunked
+from semdup.indexer.ledger import TaskCall, publish
 from semdup.indexer.outcomes import Job, new_job, record_job
 
 __all__ = [
@@ -126,12 +128,12 @@ def enqueue_backfill(
     total = count_pending(client, index, version)
     job = new_job(index, version, total=total)
     record_job(client, job)  # the listed count first, so the job can be followed while it is being enqueued
-    enqueued = 0
+    calls = (
+        TaskCall(backfill_batch, [index, ids, version])
+        for ids in chunked(iter_pending_ids(client, index, version), batch_size)
+    )
     with progress_bar(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:
-        for ids in chunked(iter_pending_ids(client, index, version), batch_size):
-            backfill_batch.apply_async(args=[index, ids, version], kwargs={"job": job.id})
-            enqueued += len(ids)
-            bar.update(len(ids))
+        enqueued = publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
     job = replace(job, total=enqueued)
     record_job(client, job)
     logger.info("job %s: enqueued %d posts of %s for backfill with model %s", job.id, enqueued, index, version)

@@ -23,6 +23,17 @@ queued on the broker; README.md in this folder):
   else a held message is handed out twice. Hence :data:`DEFAULT_VISIBILITY_TIMEOUT` = 300 s (120 + 75 with
   room to spare), not an hour; tests lower it with ``SEMDUP_VISIBILITY_TIMEOUT``. RabbitMQ ignores it (it
   redelivers on a closed channel).
+* RabbitMQ (``amqp://``): the broker itself tracks what it delivered, so a consumer whose connection closes
+  (a whole worker SIGKILLed: the kernel closes its sockets) has every unacknowledged message put back at once,
+  and a message is never in neither place. Set here: publisher confirms (``confirm_publish``: ``apply_async``
+  returns once the broker has the message, so a producer never counts a batch the broker dropped), a classic
+  durable queue with persistent messages (Celery's defaults, named explicitly: a quorum queue would disable
+  global QoS, so a retried task's countdown could no longer raise the prefetch and would need RabbitMQ's delayed
+  delivery over a topic exchange; and RabbitMQ 4's quorum queues drop or dead-letter a message after 20
+  redeliveries, a batch that keeps killing its worker included), ``worker_prefetch_multiplier=1`` and heartbeats
+  (``broker_heartbeat``, 60 s: a worker cut off without its socket closing is noticed within two of them). The
+  broker's ``consumer_timeout`` (30 minutes by default) must exceed what a message can spend unacknowledged in a
+  live worker: a task (:data:`TASK_SOFT_TIME_LIMIT`) plus its longest retry countdown, 195 s here.
 * JSON only (``accept_content=["json"]``): a broker message can never run code (pickle could).
 """
 
@@ -44,6 +55,7 @@ __all__ = [
     "app",
     "celery_config",
     "configure_app",
+    "is_amqp",
     "visibility_timeout_from_env",
     "WorkerSettings",
     "WorkerRuntime",
@@ -60,25 +72,41 @@ DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; see the module doc for why it must 
 TASK_SOFT_TIME_LIMIT = 120  # seconds a batch may run; past it the task is retried (a hung request, not a bad post)
 _BROKER_SOCKET_TIMEOUT = 30.0
 _BROKER_CONNECT_TIMEOUT = 10.0
+_BROKER_HEARTBEAT = 60  # seconds; RabbitMQ closes a connection that misses two, and requeues what it held
+_AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+
+
+def is_amqp(broker_url: str) -> bool:
+    """Whether ``broker_url`` names an AMQP broker (RabbitMQ) rather than Redis."""
+    return broker_url.split("://", 1)[0].lower() in _AMQP_SCHEMES
+
+
+def _transport_options(broker_url: str, visibility_timeout: int) -> dict[str, Any]:
+    """The transport options of ``broker_url``'s kind (each transport gets only its own keys)."""
+    if is_amqp(broker_url):
+        return {"confirm_publish": True}
+    restore_every = max(1, min(10, visibility_timeout // 4))
+    return {
+        "visibility_timeout": visibility_timeout,
+        "unacked_restore_interval": restore_every,
+        "unacked_restore_throttle": 1,
+        "socket_timeout": _BROKER_SOCKET_TIMEOUT,
+        "socket_connect_timeout": _BROKER_CONNECT_TIMEOUT,
+    }
 
 
 def celery_config(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> dict[str, Any]:
-    """Celery settings for the indexer; the broker URL may be ``redis://`` or ``amqp://``."""
+    """Celery settings for the indexer; the broker URL may be ``redis://`` or ``amqp://`` (module doc)."""
     if visibility_timeout < 10:
         raise ValueError(f"visibility_timeout must be at least 10 seconds, got {visibility_timeout}")
-    restore_every = max(1, min(10, visibility_timeout // 4))
     return {
         "broker_url": broker_url,
         "broker_connection_retry_on_startup": True,
         "broker_connection_timeout": _BROKER_CONNECT_TIMEOUT,
-        # Redis-only keys; other transports ignore unknown transport options.
-        "broker_transport_options": {
-            "visibility_timeout": visibility_timeout,
-            "unacked_restore_interval": restore_every,
-            "unacked_restore_throttle": 1,
-            "socket_timeout": _BROKER_SOCKET_TIMEOUT,
-            "socket_connect_timeout": _BROKER_CONNECT_TIMEOUT,
-        },
+        "broker_transport_options": _transport_options(broker_url, visibility_timeout),
+        "broker_heartbeat": _BROKER_HEARTBEAT,  # AMQP only
+        "task_default_queue_type": "classic",  # AMQP only; see the module doc for why not quorum
+        "task_default_delivery_mode": "persistent",
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -104,8 +132,30 @@ def configure_app(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILI
     global _explicit
     with _configured:
         _explicit = True
+        if app.conf.get("broker_url") not in (None, broker_url):
+            _drop_connections()
         app.conf.update(celery_config(broker_url, visibility_timeout=visibility_timeout))
     return app
+
+
+def _drop_connections() -> None:
+    """Forget the connection and producer pools of the previous broker (a test or benchmark switching brokers);
+    what Celery itself does after a fork."""
+    from kombu import pools
+
+    pool, app._pool = app._pool, None
+    if "amqp" in app.__dict__:
+        app.amqp._producer_pool = None
+    if pool is None:
+        return
+    pool.force_close_all()
+    # The closed pool is still kombu's process-wide pool for that broker (``pools.connections``, and the producer
+    # pool built on it): forget both, or pointing the app back at that broker would hand out the closed pool
+    # ("Acquire on closed pool").
+    for group in (pools.connections, pools.producers):
+        for key, value in list(group.items()):  # keys as stored: kombu's EqualityDict keeps hashes
+            if value is pool or getattr(value, "connections", None) is pool:
+                dict.__delitem__(group, key)
 
 
 @app.on_configure.connect

@@ -5,18 +5,24 @@ The library API under ``semdup index-posts`` and ``semdup backfill``; the CLI on
     connect_broker(BrokerSettings.from_env().url)            # once, at the edge
     ensure_index(client, "travel", dimension=bundle.dimension)
     job = enqueue_posts(client, "travel", read_posts("posts.jsonl"), bundle.version)
-    done = wait_for(client, job, timeout=3600)
+    done = wait_for(client, job, timeout=3600, sweep=SweepSettings.from_env())
     print(f"{done.written} written, {done.parked} parked, {done.pending} not done")
     if not done.finished:
-        queued_posts(job)                                     # how many of them are still on the broker
+        census(client, job)                                   # how many are still on the broker, how many missing
     job = replay_parked(client, "travel", bundle.version)     # after fixing what parked them
 
 A job counts what its own tasks did: each task records its outcome as its last step
 (:mod:`semdup.indexer.outcomes`), and :func:`poll` sums them. So old copies already in the index, another job's
 writes, or posts parked after a quick count never pass for this job's work, and a post is *pending* until its
-task has finished: still queued (on the broker, :func:`queued_posts`) or, if not even there, lost.
+task has finished: still queued (on the broker, :func:`queued_posts`) or, if not even there, missing.
 :func:`wait_for` is a fold over :func:`poll` (as opensearch-py's ``bulk`` over ``streaming_bulk``) and returns
 the last progress when the time is up (``finished`` False), so the caller can say what is left and why.
+
+Every batch is recorded in the job's ledger before it is published (:mod:`semdup.indexer.ledger`), and a poll
+with sweep settings runs the sweeper (:mod:`semdup.indexer.sweeper`): a batch neither done nor queued for longer
+than the bound (a worker killed between taking a message and recording it as unacknowledged, a producer that
+died mid-enqueue) is sent again. Each progress carries what holds the job up (:class:`WaitState`: OpenSearch or
+the broker unreachable and for how long, posts held on the broker), for the caller to print.
 
 Tasks are sent through the task objects of :mod:`semdup.indexer.tasks`; a parked record names its task, and a
 record whose task is not one of those is left parked, with a warning.
@@ -27,10 +33,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery
 from opensearchpy import OpenSearch
 
 from semdup.core.clients import knn_available
@@ -43,16 +49,21 @@ from semdup.core.settings import redact_url
 from semdup.index_format.mapping import common_fields, semdup_props
 from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer import tasks
+from semdup.indexer import ledger, tasks
 from semdup.indexer.bulk import chunked
 from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT, app, configure_app
+from semdup.indexer.ledger import TaskCall
 from semdup.indexer.lexical_index import create_index
 from semdup.indexer.outcomes import Job, job_counts, new_job, record_job
 from semdup.indexer.parking import ParkedPost, forget_parked, iter_parked
+from semdup.indexer.sweeper import Sweep, Sweeper, SweepSettings
+from semdup.indexer.waiting import JobProgress, WaitState
 
 __all__ = [
     "Job",
     "JobProgress",
+    "WaitState",
+    "Census",
     "IndexState",
     "TaskCall",
     "connect_broker",
@@ -63,6 +74,8 @@ __all__ = [
     "poll",
     "wait_for",
     "queued_posts",
+    "census",
+    "publish_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,50 +84,11 @@ _TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
-class JobProgress:
-    """How far a job is, by its finished tasks: of ``job.total`` posts, ``written``, ``parked``, and ``skipped``
-    (a backfill's posts deleted before it reached them); the rest are ``pending``."""
-
-    job: Job
-    written: int = 0
-    parked: int = 0
-    skipped: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.job.total
-
-    @property
-    def done(self) -> int:
-        return self.written + self.parked + self.skipped
-
-    @property
-    def pending(self) -> int:
-        return max(0, self.total - self.done)
-
-    @property
-    def finished(self) -> bool:
-        return self.done >= self.total
-
-
-@dataclass(frozen=True)
 class IndexState:
     """What :func:`ensure_index` found or did: ``created`` now, and the search structures the index holds."""
 
     created: bool
     fields: CandidateFields
-
-
-@dataclass(frozen=True)
-class TaskCall:
-    """One task message: the task object, its JSON-native arguments and the job it belongs to."""
-
-    task: Task
-    args: list[Any]
-    job: str | None = None
-
-    def send(self) -> None:
-        self.task.apply_async(args=self.args, kwargs={"job": self.job} if self.job else {})
 
 
 def connect_broker(url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> Celery:
@@ -170,12 +144,20 @@ def ensure_index(
     return IndexState(created=True, fields=fields)
 
 
-def _send_all(calls: list[TaskCall], label: str, progress: bool) -> None:
-    """Send every call (``TaskCall.send``; Celery retries a publish while the broker reconnects)."""
-    with progress_bar(total=sum(len(c.args[1]) for c in calls), desc=label, unit="post", enabled=progress) as bar:
-        for call in calls:
-            call.send()
-            bar.update(len(call.args[1]))
+def publish_job(
+    client: OpenSearch,
+    job: Job,
+    calls: Iterator[TaskCall] | Sequence[TaskCall],
+    label: str,
+    progress: bool,
+    total: int | None = None,
+) -> int:
+    """Publish ``calls`` as ``job``'s batches through the ledger (:func:`semdup.indexer.ledger.publish`), with a
+    progress bar of posts; returns the posts sent."""
+    if total is None and isinstance(calls, Sequence):
+        total = sum(c.size for c in calls)
+    with progress_bar(total=total, desc=label, unit="post", enabled=progress) as bar:
+        return ledger.publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
 
 
 def enqueue_posts(
@@ -196,18 +178,18 @@ def enqueue_posts(
     job = new_job(index, model_version, total=len(payload))
     record_job(client, job)
     calls = [TaskCall(tasks.index_posts, [index, b, model_version], job.id) for b in chunked(payload, batch_size)]
-    _send_all(calls, "enqueue", progress)
+    publish_job(client, job, calls, "enqueue", progress)
     logger.info("job %s: enqueued %d posts for %s with model %s", job.id, len(payload), index, model_version)
     return job
 
 
-def _short_name(task: Task) -> str:
+def _short_name(task: Any) -> str:
     """The name a parked record gives its task (``tasks.Batch.task``, ``parking.park``). Read on call:
     a task's name evaluates Celery's lazy task proxy, which importing this module must not do."""
     return task.name.rsplit(".", 1)[-1]
 
 
-def _replayable() -> dict[str, Task]:
+def _replayable() -> dict[str, Any]:
     return {_short_name(t): t for t in (tasks.index_posts, tasks.backfill_batch, tasks.sync_posts, tasks.delete_posts)}
 
 
@@ -254,29 +236,83 @@ def replay_parked(
     parked again, with the new error."""
     job = new_job(index, model_version)
     calls, covered = replay_batches(list(iter_parked(client, index)), index, model_version, batch_size, job.id)
-    job = Job(job.id, index, model_version, total=sum(len(c.args[1]) for c in calls))
+    job = Job(job.id, index, model_version, total=sum(c.size for c in calls))
     record_job(client, job)
-    _send_all(calls, "replay", progress)
+    publish_job(client, job, calls, "replay", progress)
     forget_parked(client, covered)
     logger.info("job %s: replayed %d parked posts of %s", job.id, len(covered), index)
     return job
 
 
-def poll(client: OpenSearch, job: Job, *, timeout: float, interval: float = 1.0) -> Iterator[JobProgress]:
+def poll(
+    client: OpenSearch,
+    job: Job,
+    *,
+    timeout: float,
+    interval: float = 1.0,
+    sweep: SweepSettings | None = None,
+    clock: Any = time.monotonic,
+    sleep: Any = time.sleep,
+) -> Iterator[JobProgress]:
     """A :class:`JobProgress` after each look at the job's outcomes, every ``interval`` seconds, until the job is
-    finished or ``timeout`` seconds have passed (then the last one yielded is not finished; its tasks are kept)."""
-    deadline = time.monotonic() + timeout
-    last = JobProgress(job)
+    finished or ``timeout`` seconds have passed (then the last one yielded is not finished; its tasks are kept).
+
+    A look that finds OpenSearch unreachable yields the last counts with ``waiting.opensearch_down_s`` set (the
+    workers retry meanwhile; the wait goes on). With ``sweep`` settings the sweeper runs every
+    ``sweep.every_s`` (:mod:`semdup.indexer.sweeper`), and the progress says what it found; once the job is
+    finished its ledger records are deleted.
+    """
+    deadline = clock() + timeout
+    sweeper = Sweeper(client, app, job, sweep, clock=clock) if sweep is not None else None
+    counts = JobProgress(job)
+    state = WaitState(sweep_after_s=sweep.after_s if sweep else None)
+    down_since: float | None = None
+    broker_down_since: float | None = None
+    next_sweep = clock()
     while True:
+        now = clock()
         try:
-            counts = job_counts(client, job.id)
-            last = JobProgress(job, counts.written, counts.parked, counts.skipped)
-            yield last
-        except OpenSearchUnavailable:
-            pass  # the cluster is down for now: keep waiting, the workers retry
-        if last.finished or time.monotonic() > deadline:
+            c = job_counts(client, job.id)
+            counts = JobProgress(job, c.written, c.parked, c.skipped)
+            down_since = None
+            state = replace(state, opensearch_down_s=None, opensearch_error=None)
+        except OpenSearchUnavailable as exc:  # the cluster is down for now: keep waiting, the workers retry
+            down_since = now if down_since is None else down_since
+            state = replace(state, opensearch_down_s=now - down_since, opensearch_error=str(exc))
+        if sweeper is not None and not counts.finished and now >= next_sweep:
+            found = sweeper.sweep()
+            next_sweep = now + sweep.every_s  # type: ignore[union-attr]
+            broker_down_since = (
+                (now if broker_down_since is None else broker_down_since) if found.broker_error else None
+            )
+            state = _with_sweep(state, found, sweeper.resent_total, now, broker_down_since)
+        last = replace(counts, waiting=state)
+        yield last
+        if last.finished:
+            if sweeper is not None:
+                _forget_ledger(client, job)
             return
-        time.sleep(interval)
+        if clock() > deadline:
+            return
+        sleep(interval)
+
+
+def _with_sweep(state: WaitState, found: Sweep, resent: int, now: float, broker_down_since: float | None) -> WaitState:
+    return replace(
+        state,
+        queued_posts=found.queued_posts if found.queued_posts is not None else state.queued_posts,
+        missing_posts=found.missing_posts if found.opensearch_error is None else state.missing_posts,
+        missing_for_s=found.missing_for_s if found.opensearch_error is None else state.missing_for_s,
+        resent_batches=resent,
+        broker_down_s=None if broker_down_since is None else now - broker_down_since,
+    )
+
+
+def _forget_ledger(client: OpenSearch, job: Job) -> None:
+    try:
+        ledger.forget_batches(client, job.id)
+    except OpenSearchUnavailable as exc:  # harmless: the records are only read while the job is unfinished
+        logger.warning("job %s finished but its ledger records stay in the jobs index for now: %s", job.id, exc)
 
 
 def wait_for(
@@ -287,20 +323,27 @@ def wait_for(
     interval: float = 1.0,
     label: str | None = None,
     progress: bool = True,
+    sweep: SweepSettings | None = None,
+    on_progress: Any = None,
 ) -> JobProgress:
     """Wait until every post of ``job`` is written, parked or skipped, or ``timeout`` seconds have passed;
-    returns the last :class:`JobProgress` (check ``finished``)."""
+    returns the last :class:`JobProgress` (check ``finished``). With ``sweep`` settings missing batches are sent
+    again (:func:`poll`). The bar (on a terminal) shows what holds the job up; ``on_progress(progress)`` is
+    called after each look (the CLI logs the same where there is no bar)."""
     last = JobProgress(job)
     with progress_bar(total=job.total, desc=label or f"indexing {job.index}", unit="post", enabled=progress) as bar:
-        for last in poll(client, job, timeout=timeout, interval=interval):
+        for last in poll(client, job, timeout=timeout, interval=interval, sweep=sweep):
             bar.n = min(job.total, last.done)
+            bar.set_postfix_str(last.describe_wait() or "", refresh=False)
             bar.refresh()
+            if on_progress is not None:
+                on_progress(last)
     return last
 
 
 def queued_posts(job: Job) -> int | None:
     """How many of ``job``'s posts are held by task messages on the broker (queued, or held unacknowledged by a
-    worker); None when the broker cannot tell (RabbitMQ) or does not answer."""
+    worker), read atomically; None when the broker cannot tell (RabbitMQ) or does not answer."""
     from semdup.indexer.backlog import queued_post_ids
 
     try:
@@ -309,3 +352,32 @@ def queued_posts(job: Job) -> int | None:
         logger.warning("could not count the queued posts of job %s: %s", job.id, exc)
         return None
     return None if ids is None else len(ids)
+
+
+@dataclass(frozen=True)
+class Census:
+    """Where a job's pending posts are, confirmed by two reads: ``queued`` on the broker (None: it cannot tell),
+    ``missing`` in batches neither done nor queued at both reads (being sent again by the sweeper)."""
+
+    queued: int | None
+    missing: int
+    resent: int = 0
+
+
+def census(client: OpenSearch, job: Job, *, sweep: SweepSettings | None = None, pause: float = 1.0) -> Census:
+    """How many of ``job``'s posts are still queued and how many are missing, by two sweeps ``pause`` seconds
+    apart (a message caught between a worker's BRPOP and its HSET at one read is seen at the other); a batch
+    missing for the sweep bound is sent again on the way. A job recorded before the ledger is counted by post id
+    from one atomic read of the broker."""
+    sweeper = Sweeper(client, app, job, sweep or SweepSettings())
+    first = sweeper.sweep()
+    if first.batches == 0:
+        queued = queued_posts(job)
+        return Census(queued=queued, missing=0)
+    time.sleep(pause)
+    second = sweeper.sweep()
+    if second.opensearch_error or second.broker_error:
+        raise (OpenSearchUnavailable if second.opensearch_error else BrokerUnavailable)(
+            second.opensearch_error or second.broker_error
+        )
+    return Census(queued=second.queued_posts, missing=second.missing_posts, resent=sweeper.resent_total)

@@ -1,11 +1,16 @@
-"""Index jobs and their tasks' outcomes, kept in the ``semdup-jobs`` index: how a job counts what it did.
+"""Index jobs, their batches and their tasks' outcomes, kept in the ``semdup-jobs`` index: how a job counts what it
+did, and the ledger that lets nothing of it be lost.
 
-A job (one ``semdup index-posts``, backfill or replay) has a record ``job/<id>`` with its index, model version
-and the number of posts it sent. Each task of the job writes, as its last step, an outcome record ``<task id>``:
-how many of its posts it wrote, parked, or skipped (deleted before a backfill reached them). A job's progress is
-the sum of its outcomes, so it counts what its own tasks did: never documents that happen to exist (old copies,
-another job's writes), and nothing for a task that has not finished (no worker running, a batch still retried).
-A task run twice (retried, redelivered after a crash) rewrites the same record, so nothing is counted twice.
+A job (one ``semdup index-posts``, backfill, sync or replay) has a record ``job/<id>`` with its index, model
+version, the number of posts it sends and how many of its batches are published so far (``sent``). Each batch
+is recorded in the ledger (``batch/<job>/<key>``, :mod:`semdup.indexer.ledger`) before it is published, and
+each task of the job writes, as its last step, an outcome record ``outcome/<job>/<key>``: how many of its posts
+it wrote, parked, or skipped (deleted before a backfill reached them). A job's progress is the sum of its
+outcomes, so it counts what its own tasks did: never documents that happen to exist (old copies, another job's
+writes), and nothing for a task that has not finished (no worker running, a batch still retried). The record is
+keyed by job and batch, not by Celery task id, so a batch that runs twice (retried, redelivered after a crash,
+or sent again by the sweeper while its first message was still alive) rewrites the same record: it is never
+counted twice.
 
 Kept in OpenSearch, beside the parked posts, rather than in a Celery result backend: it works the same with
 Redis and RabbitMQ, and the tasks already write there.
@@ -14,7 +19,7 @@ Example::
 
     job = new_job("travel", bundle.version, total=len(posts))
     record_job(client, job)
-    ... tasks call record_outcome(client, job.id, task_id, "travel", written=62, parked=2)
+    ... tasks call record_outcome(client, job.id, "17", "travel", "index_posts", written=62, parked=2)
     job_counts(client, job.id)        # JobCounts(written=62, parked=2, skipped=0)
 """
 
@@ -32,7 +37,18 @@ from opensearchpy import exceptions as os_exc
 from semdup.core.errors import IndexError_, OpenSearchUnavailable
 from semdup.index_format.mapping import create_if_missing
 
-__all__ = ["JOBS_INDEX", "Job", "JobCounts", "new_job", "record_job", "read_job", "record_outcome", "job_counts"]
+__all__ = [
+    "JOBS_INDEX",
+    "Job",
+    "JobCounts",
+    "new_job",
+    "record_job",
+    "read_job",
+    "record_outcome",
+    "outcome_id",
+    "job_counts",
+    "ensure_jobs_index",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +71,14 @@ _MAPPING: dict[str, Any] = {
             "parked": {"type": "integer"},
             "skipped": {"type": "integer"},
             "at": {"type": "date", "format": "epoch_second"},
+            # the ledger (semdup.indexer.ledger): a batch's key, order and size, its message (stored, not indexed:
+            # it is only read back to send the batch again), and on the job record the batches published so far
+            "batch": {"type": "keyword"},
+            "seq": {"type": "integer"},
+            "size": {"type": "integer"},
+            "call": {"type": "object", "enabled": False},
+            "sent": {"type": "integer"},
+            "sent_at": {"type": "date", "format": "epoch_second"},
         },
     },
 }
@@ -83,8 +107,34 @@ def new_job(index: str, model_version: str, total: int = 0) -> Job:
     return Job(id=uuid.uuid4().hex[:16], index=index, model_version=model_version, total=total)
 
 
+_LEDGER_FIELDS = ("batch", "seq", "size", "call", "sent", "sent_at")
+_current: set[int] = set()  # clients (by id) that saw the jobs index with this mapping in this process
+
+
 def _ensure_index(client: OpenSearch) -> None:
-    create_if_missing(client, JOBS_INDEX, _MAPPING, _TIMEOUT)
+    """Create the jobs index, or add the ledger's fields to one an older semdup created (once per client)."""
+    if create_if_missing(client, JOBS_INDEX, _MAPPING, _TIMEOUT) or id(client) in _current:
+        _current.add(id(client))
+        return
+    found = client.indices.get_mapping(index=JOBS_INDEX, request_timeout=_TIMEOUT)
+    props = next(iter(found.values()), {}).get("mappings", {}).get("properties", {})
+    missing = {k: _MAPPING["mappings"]["properties"][k] for k in _LEDGER_FIELDS if k not in props}
+    if missing:
+        client.indices.put_mapping(index=JOBS_INDEX, body={"properties": missing}, request_timeout=_TIMEOUT)
+        logger.info("added the ledger fields %s to %s", ", ".join(sorted(missing)), JOBS_INDEX)
+    _current.add(id(client))
+
+
+def ensure_jobs_index(client: OpenSearch) -> None:
+    """The jobs index with the current mapping (for the ledger's writers).
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    try:
+        _ensure_index(client)
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while preparing {JOBS_INDEX}: {exc}") from exc
 
 
 def record_job(client: OpenSearch, job: Job) -> None:
@@ -92,10 +142,10 @@ def record_job(client: OpenSearch, job: Job) -> None:
     body = {"kind": "job", "job": job.id, "index": job.index, "model_version": job.model_version}
     try:
         _ensure_index(client)
-        client.index(
+        client.update(  # an update, so the ledger's count of published batches (``sent``) is kept
             index=JOBS_INDEX,
             id=f"job/{job.id}",
-            body={**body, "total": job.total, "at": int(time.time())},
+            body={"doc": {**body, "total": job.total, "at": int(time.time())}, "doc_as_upsert": True},
             request_timeout=_TIMEOUT,
         )
     except _TRANSIENT as exc:
@@ -120,10 +170,15 @@ def read_job(client: OpenSearch, job_id: str) -> Job:
     return Job(id=job_id, index=doc["index"], model_version=doc["model_version"], total=int(doc["total"]))
 
 
+def outcome_id(job_id: str, batch: str) -> str:
+    """The ``_id`` of a batch's outcome record: one per job and batch, however often the batch runs."""
+    return f"outcome/{job_id}/{batch}"
+
+
 def record_outcome(
     client: OpenSearch,
     job_id: str,
-    task_id: str,
+    batch: str,
     index: str,
     task: str,
     *,
@@ -131,7 +186,8 @@ def record_outcome(
     parked: int,
     skipped: int = 0,
 ) -> None:
-    """A task's outcome, under its task id (a task run twice rewrites the same record).
+    """A batch's outcome, under its job and batch key (a batch run twice rewrites the same record). ``batch`` is
+    the ledger's key; a message sent without one (an older producer) passes its task id.
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer (the task is retried; its writes are idempotent).
@@ -141,6 +197,7 @@ def record_outcome(
         "job": job_id,
         "index": index,
         "task": task,
+        "batch": batch,
         "written": written,
         "parked": parked,
         "skipped": skipped,
@@ -148,9 +205,11 @@ def record_outcome(
     }
     try:
         _ensure_index(client)
-        client.index(index=JOBS_INDEX, id=task_id, body=body, request_timeout=_TIMEOUT)
+        client.index(index=JOBS_INDEX, id=outcome_id(job_id, batch), body=body, request_timeout=_TIMEOUT)
     except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while recording task {task_id}: {exc}") from exc
+        raise OpenSearchUnavailable(
+            f"OpenSearch did not answer while recording batch {batch} of job {job_id}: {exc}"
+        ) from exc
 
 
 def job_counts(client: OpenSearch, job_id: str) -> JobCounts:

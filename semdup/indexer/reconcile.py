@@ -29,7 +29,9 @@ from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import candidate_fields
 from semdup.indexer.bulk import chunked
-from semdup.indexer.outcomes import Job, new_job, record_job
+from semdup.indexer.ledger import TaskCall, forget_batches, publish
+from semdup.indexer.outcomes import Job, job_counts, new_job, record_job
+from semdup.indexer.sweeper import Sweeper, SweepSettings
 from semdup.indexer.sync import companion_for
 
 __all__ = ["SyncPlan", "plan_sync", "enqueue_sync", "watch"]
@@ -117,10 +119,9 @@ def enqueue_sync(client: OpenSearch, index: str, version: str, *, batch_size: in
     ids = plan.ids
     job = new_job(index, version, total=len(ids))
     record_job(client, job)
+    calls = [TaskCall(sync_posts, [index, chunk, version]) for chunk in chunked(iter(ids), batch_size)]
     with progress_bar(total=len(ids), desc=f"enqueue sync {index}", unit="post", enabled=progress) as bar:
-        for chunk in chunked(iter(ids), batch_size):
-            sync_posts.apply_async(args=[index, chunk, version], kwargs={"job": job.id})
-            bar.update(len(chunk))
+        publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
     logger.info(
         "job %s: %d stale and %d deleted posts of %s enqueued (%d current)",
         job.id,
@@ -141,10 +142,16 @@ def watch(
     rounds: int | None = None,
     on_round: Callable[[Job], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    sweep: SweepSettings | None = None,
 ) -> None:
     """Sync every ``interval`` seconds (``rounds`` times, or until interrupted): posts the site wrote, edited or
-    deleted without calling semdup become current within about one interval plus the encoding time."""
+    deleted without calling semdup become current within about one interval plus the encoding time.
+
+    With ``sweep`` settings each round also sweeps the jobs of earlier rounds that are not finished yet
+    (:mod:`semdup.indexer.sweeper`): a batch a worker lost is sent again (the next round's plan would enqueue
+    its posts again too, but the lost round's job would never finish), and a finished job's ledger is deleted."""
     done = 0
+    open_jobs: dict[str, Sweeper] = {}
     while rounds is None or done < rounds:
         started = time.monotonic()
         try:
@@ -154,7 +161,27 @@ def watch(
         else:
             if on_round is not None:
                 on_round(job)
+            if sweep is not None and job.total:
+                from semdup.indexer.celery_app import app
+
+                open_jobs[job.id] = Sweeper(client, app, job, sweep)
+        _sweep_rounds(client, open_jobs)
         done += 1
         if rounds is not None and done >= rounds:
             break
         sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+def _sweep_rounds(client: OpenSearch, open_jobs: dict[str, Sweeper]) -> None:
+    """One sweep of each unfinished job of earlier rounds; finished ones are forgotten (ledger deleted)."""
+    for job_id, sweeper in list(open_jobs.items()):
+        try:
+            c = job_counts(client, job_id)
+            if c.written + c.parked + c.skipped >= sweeper.job.total:
+                forget_batches(client, job_id)
+                del open_jobs[job_id]
+                continue
+        except OpenSearchUnavailable as exc:
+            logger.warning("watch: could not look at job %s this round: %s", job_id, exc)
+            return
+        sweeper.sweep()

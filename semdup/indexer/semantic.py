@@ -20,12 +20,15 @@ because it is one cheap read, is set before the first document lands (no race wi
 holds for indices semdup did not create (``semdup enable`` sets it there too). Rolling out a new model
 means a new index behind an alias, as DESIGN.md says.
 
-Bad posts (no text, binary, malformed JSON, an id OpenSearch refuses as ``_id``: empty or over 512 bytes
-of UTF-8) and documents OpenSearch refuses for good are returned as failures for the caller to park, and the
-batch's other posts are written: ids are checked before the bulk request (one bad ``_id`` makes OpenSearch refuse
-the whole request), and a request refused whole all the same (400, 413) is split until the refused documents
-stand alone. 429 rejections left after the bulk retries and connection errors raise ``OpenSearchUnavailable``
-so the task is retried.
+Bad posts (malformed JSON, or a post the one rule set for ids and text refuses, :mod:`semdup.core.post_rules`:
+no visible text, control characters, an id OpenSearch refuses as ``_id``...) and documents OpenSearch refuses for
+good are returned as failures for the caller to park, and the batch's other posts are written: posts are checked
+before the bulk request (one bad ``_id`` makes OpenSearch refuse the whole request), and a request refused whole
+all the same (400, 413) is split until the refused documents stand alone. 429 rejections left after the bulk
+retries and connection errors raise ``OpenSearchUnavailable`` so the task is retried.
+
+Posts read back from an index (``backfill_batch``) meet only ``check_post``: their text is the site's, already
+stored, and parking it for a stray control character would leave the post without semdup's fields.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import IndexError_, OpenSearchUnavailable, PostError
+from semdup.core.post_rules import check_post_input, opensearch_id_problem
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
 from semdup.index_format import mapping as index_mapping
@@ -57,7 +61,6 @@ __all__ = [
     "index_batch",
     "write_overlapped",
     "INDEX_CHUNK",
-    "MAX_ID_BYTES",
     "check_doc_id",
     "backfill_batch",
     "delete_batch",
@@ -73,7 +76,6 @@ _OWN_FIELDS = SourceFields("", "title", "body")  # where an index semdup created
 # alternated): 881 and 885 posts/s with 32, 807 and 790 with one 64-post request, 815 with 16, at the same client
 # and server CPU seconds. (Earlier, with the machine busy, 32 had saved no wall time: overlap needs a free core.)
 INDEX_CHUNK = 32
-MAX_ID_BYTES = 512  # OpenSearch refuses a longer _id, and with it the whole bulk request
 _REFUSED_WHOLE = (400, 413)  # statuses of a bulk request refused as a whole (validation, too large)
 _REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "circuit_breaking_exception")
 
@@ -99,17 +101,15 @@ class BatchResult:
 def check_doc_id(post_id: str) -> None:
     """Refuse an id OpenSearch would refuse as a document ``_id`` (it would fail the whole bulk request).
 
+    Only OpenSearch's own limits (:func:`~semdup.core.post_rules.opensearch_id_problem`): deleting must still reach
+    a post written before the stricter id rules that new posts meet (:func:`check_post_input`).
+
     Raises:
-        PostError: the id is empty or longer than :data:`MAX_ID_BYTES` bytes of UTF-8.
+        PostError: the id is empty or longer than :data:`~semdup.core.post_rules.MAX_ID_BYTES` bytes of UTF-8.
     """
-    if not post_id:
-        raise PostError("post id is empty; OpenSearch refuses an empty _id: give every post a non-empty id")
-    size = len(post_id.encode("utf-8", "surrogatepass"))
-    if size > MAX_ID_BYTES:
-        raise PostError(
-            f"post id {post_id[:40]!r}... is {size} bytes of UTF-8; OpenSearch refuses an _id over {MAX_ID_BYTES} "
-            "bytes: shorten it (e.g. a hash of it) and send the post again"
-        )
+    problem = opensearch_id_problem(post_id)
+    if problem is not None:
+        raise PostError(f"post {post_id[:40]!r}: {problem}")
 
 
 def _payload_id(obj: Any) -> str:
@@ -124,8 +124,7 @@ def _parse_posts(batch: Sequence[Any], result: BatchResult) -> list[Post]:
             if not isinstance(obj, dict) or "id" not in obj:
                 raise PostError("expected a JSON object with 'id', 'title' and 'body'")
             post = Post.from_json(obj)
-            check_doc_id(post.id)
-            check_post(post)
+            check_post_input(post)  # the rules the CLI and the HTTP API apply: here for producers that bypass both
         except PostError as exc:
             pid = str(obj["id"]) if isinstance(obj, dict) and "id" in obj else _payload_id(obj)
             result.failed.append((pid, f"PostError: {exc}"))

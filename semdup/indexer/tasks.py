@@ -108,22 +108,23 @@ class IndexerTask(Task):
 
 
 _ARG_NAMES = {
-    "index_posts": ("index", "posts", "model_version", "job"),
-    "backfill_batch": ("index", "ids", "model_version", "job"),
-    "sync_posts": ("index", "ids", "model_version", "job"),
-    "delete_posts": ("index", "ids", "job"),
+    "index_posts": ("index", "posts", "model_version", "job", "batch"),
+    "backfill_batch": ("index", "ids", "model_version", "job", "batch"),
+    "sync_posts": ("index", "ids", "model_version", "job", "batch"),
+    "delete_posts": ("index", "ids", "job", "batch"),
 }
 
 
 @dataclass(frozen=True)
 class Batch:
-    """A task's arguments: index, posts (as JSON) or ids, model version, job."""
+    """A task's arguments: index, posts (as JSON) or ids, model version, job, and its key in the job's ledger."""
 
     task: str
     index: str
     items: list[Any]
     model_version: str = ""
     job: str | None = None
+    key: str | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -144,6 +145,7 @@ class Batch:
             items=list(values.get(keys[1]) or []),
             model_version=str(values.get("model_version") or ""),
             job=values.get("job"),
+            key=values.get("batch"),
         )
 
 
@@ -200,7 +202,7 @@ def _finish(rt: WorkerRuntime, task: Task, batch: Batch, outcome: Outcome) -> di
         outcomes.record_outcome(
             rt.client,
             batch.job,
-            str(task.request.id),
+            batch.key or str(task.request.id),  # the ledger's key; a message from an older producer has none
             batch.index,
             batch.task,
             written=outcome.written,
@@ -269,10 +271,15 @@ def _deliver(task: Task, batch: Batch, work: Callable[[WorkerRuntime], Outcome])
 
 @app.task(name=task_names.INDEX_POSTS, base=IndexerTask, **_TASK_OPTIONS)
 def index_posts(
-    self: Task, index: str, posts: list[dict[str, Any]], model_version: str, job: str | None = None
+    self: Task,
+    index: str,
+    posts: list[dict[str, Any]],
+    model_version: str,
+    job: str | None = None,
+    batch: str | None = None,
 ) -> dict[str, int]:
     """Encode and write a batch of posts (``{"id", "title", "body"}``) with lexical and semdup fields."""
-    batch = Batch("index_posts", index, posts, model_version, job)
+    current = Batch("index_posts", index, posts, model_version, job, batch)
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
@@ -283,18 +290,20 @@ def index_posts(
         )
         failed = {i for i, _ in result.failed}
         logger.info("index_posts %s: %d written, %d parked", index, result.written, len(result.failed))
-        written_ids = [i for i in dict.fromkeys(batch.ids) if i not in failed]
+        written_ids = [i for i in dict.fromkeys(current.ids) if i not in failed]
         _flag_later(rt, index, written_ids, model_version)
         return Outcome(written=result.written, parked=len(result.failed), written_ids=written_ids)
 
-    return _deliver(self, batch, work)
+    return _deliver(self, current, work)
 
 
 @app.task(name=task_names.SYNC_POSTS, base=IndexerTask, **_TASK_OPTIONS)
-def sync_posts(self: Task, index: str, ids: list[str], model_version: str, job: str | None = None) -> dict[str, int]:
+def sync_posts(
+    self: Task, index: str, ids: list[str], model_version: str, job: str | None = None, batch: str | None = None
+) -> dict[str, int]:
     """Make the companion of the site's ``index`` hold the site's current version of ``ids`` (new, edited or
     deleted posts alike; :mod:`semdup.indexer.sync`)."""
-    batch = Batch("sync_posts", index, ids, model_version, job)
+    current = Batch("sync_posts", index, ids, model_version, job, batch)
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
@@ -305,13 +314,13 @@ def sync_posts(self: Task, index: str, ids: list[str], model_version: str, job: 
         done = {i for i, _ in result.failed} | set(result.missing)
         removed = len(result.missing)
         logger.info("sync %s: %d written, %d parked, %d removed", index, result.written, len(result.failed), removed)
-        written_ids = [i for i in dict.fromkeys(batch.ids) if i not in done]
+        written_ids = [i for i in dict.fromkeys(current.ids) if i not in done]
         _flag_later(rt, index, written_ids, model_version)
         return Outcome(
             written=result.written, parked=len(result.failed), skipped=len(result.missing), written_ids=written_ids
         )
 
-    return _deliver(self, batch, work)
+    return _deliver(self, current, work)
 
 
 def _flag_later(rt: WorkerRuntime, index: str, ids: list[str], model_version: str) -> None:
@@ -327,10 +336,10 @@ def _flag_later(rt: WorkerRuntime, index: str, ids: list[str], model_version: st
 
 @app.task(name=task_names.BACKFILL_BATCH, base=IndexerTask, **_TASK_OPTIONS)
 def backfill_batch(
-    self: Task, index: str, ids: list[str], model_version: str, job: str | None = None
+    self: Task, index: str, ids: list[str], model_version: str, job: str | None = None, batch: str | None = None
 ) -> dict[str, int]:
     """Fill only the semdup fields of posts already in ``index``, reading their text from it."""
-    batch = Batch("backfill_batch", index, ids, model_version, job)
+    current = Batch("backfill_batch", index, ids, model_version, job, batch)
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
@@ -344,20 +353,22 @@ def backfill_batch(
             written=result.written,
             parked=len(result.failed),
             skipped=len(result.missing),
-            written_ids=[i for i in dict.fromkeys(batch.ids) if i not in done],
+            written_ids=[i for i in dict.fromkeys(current.ids) if i not in done],
         )
 
-    return _deliver(self, batch, work)
+    return _deliver(self, current, work)
 
 
 @app.task(name=task_names.DELETE_POSTS, base=IndexerTask, **_TASK_OPTIONS)
-def delete_posts(self: Task, index: str, ids: list[str], job: str | None = None) -> dict[str, int]:
+def delete_posts(
+    self: Task, index: str, ids: list[str], job: str | None = None, batch: str | None = None
+) -> dict[str, int]:
     """Delete posts by id (deleting an id twice is harmless)."""
-    batch = Batch("delete_posts", index, ids, "", job)
+    current = Batch("delete_posts", index, ids, "", job, batch)
 
     def work(rt: WorkerRuntime) -> Outcome:
         result = semantic.delete_batch(rt.client, index, ids)
         parking.park(rt.client, index, result.failed, task="delete_posts", model_version="")
         return Outcome(written=result.written, parked=len(result.failed))
 
-    return _deliver(self, batch, work)
+    return _deliver(self, current, work)

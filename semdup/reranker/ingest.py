@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from semdup.core.errors import BrokerUnavailable
+from semdup.core.errors import BrokerUnavailable, IndexError_
 from semdup.core.settings import redact_url
 from semdup.core.task_names import INDEXER_QUEUE
 
-__all__ = ["BATCH", "TaskSender", "CelerySender", "Enqueued", "EnqueueFailed", "enqueue_batches"]
+__all__ = ["BATCH", "TaskSender", "CelerySender", "Enqueued", "EnqueueFailed", "NotASiteIndex", "enqueue_batches"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,11 @@ class CelerySender:
 
     def send(self, name: str, args: list[Any]) -> None:
         self.app.send_task(name, args=args, queue=self.queue, retry=True, retry_policy=_RETRY_POLICY)
+
+
+class NotASiteIndex(IndexError_):
+    """``/v1/posts/sync`` named an index semdup created: the workers would find no site's index to re-read the posts
+    from and park every id, so the request is refused before anything is enqueued (the service answers 409)."""
 
 
 @dataclass(frozen=True)

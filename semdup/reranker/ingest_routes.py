@@ -6,51 +6,34 @@ as the indexer's tasks, :data:`~semdup.reranker.ingest.BATCH` per task, through 
 202 means queued, not written: the workers write (or park) them. Deleting is a ``POST`` to ``/v1/posts/delete``
 rather than ``DELETE /v1/posts`` with a body, which HTTP gives no meaning and some proxies drop.
 
+``/v1/posts/sync`` is for a site's own index connected with ``semdup enable``: one semdup created gets 409
+``NotASiteIndex`` before anything is enqueued (its workers would find no site's index to re-read and park every id).
 Without a broker (``SEMDUP_BROKER_URL`` unset) or with ``SEMDUP_INGEST=0`` the endpoints answer 503 saying so;
 ``/readyz`` does not depend on them. Registered by :func:`semdup.reranker.service.create_app`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import Depends, FastAPI
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from semdup.core.errors import BrokerUnavailable, IndexError_
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
-from semdup.reranker.ingest import TaskSender, enqueue_batches
-from semdup.reranker.service import (
-    _NOT_SERVED,
-    _TEXT_PATTERN,
-    MAX_ID_CHARS,
-    MAX_INDEX_CHARS,
-    POST_TEXT_CONFIG,
-    ErrorBody,
-    _responses,
-    has_visible_text,
-)
+from semdup.reranker.ingest import NotASiteIndex, TaskSender, enqueue_batches
+from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostId, PostText, check_visible, text_field
+from semdup.reranker.reranker import ModelMismatch
+from semdup.reranker.service import _NOT_SERVED, MAX_INDEX_CHARS, RETRY_AFTER_HEADER, ErrorBody, _responses
 from semdup.reranker.settings import ServiceSettings
 
 __all__ = ["INGEST_PATHS", "add_ingest_routes", "ingest_models", "IngestAccepted", "IngestErrorResponse"]
 
+logger = logging.getLogger(__name__)
+
 INGEST_PATHS = ("/v1/posts", "/v1/posts/sync", "/v1/posts/delete")
-
-
-def _id_bytes(value: str) -> str:
-    """OpenSearch refuses an ``_id`` over 512 bytes of UTF-8 (and with it a whole bulk request)."""
-    size = len(value.encode("utf-8"))
-    if size > MAX_ID_CHARS:
-        raise ValueError(f"an id may hold at most {MAX_ID_CHARS} bytes of UTF-8, this one holds {size}")
-    return value
-
-
-PostId = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_ID_CHARS, pattern=_TEXT_PATTERN, description="At most 512 bytes of UTF-8."),
-    AfterValidator(_id_bytes),
-]
 
 
 class IngestAccepted(BaseModel):
@@ -82,18 +65,18 @@ def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[Base
     )
 
     class PostIn(BaseModel):
-        """A new or edited post: an id and a title or a body (or both) holding visible text."""
+        """A new or edited post: an id and a title or a body (or both) holding visible text, by the rules that
+        `semdup index-posts --input` and the workers apply too."""
 
         model_config = POST_TEXT_CONFIG
 
         id: PostId
-        title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN)
-        body: str = Field("", max_length=limit, pattern=_TEXT_PATTERN, description="HTML allowed.")
+        title: PostText = text_field(limit, "The post's title.")
+        body: PostText = text_field(limit, "The post's body (HTML allowed).")
 
         @model_validator(mode="after")
         def _has_text(self) -> PostIn:
-            if not has_visible_text(self.title, self.body):
-                raise ValueError(f"post {self.id[:80]!r} has no visible text; give it a title or a body")
+            check_visible(self.title, self.body, self.id)
             return self
 
     class IngestPosts(BaseModel):
@@ -139,8 +122,11 @@ def add_ingest_routes(
     access: Callable[..., tuple[str, ...]],
     model_version: str,
     sender: TaskSender | None,
+    searched: Callable[[str], str],
 ) -> None:
-    """Register the three endpoints; ``sender`` None answers 503 (no broker, or ingest off)."""
+    """Register the three endpoints; ``sender`` None answers 503 (no broker, or ingest off). ``searched(index)`` is
+    the index semdup searches for ``index`` (the reranker's ``target``: itself when semdup created it, else its
+    companion), which tells a site's index that sync applies to from one of semdup's own."""
     posts_model, ids_model = ingest_models(settings)
 
     def target(requested: str | None, allowed: tuple[str, ...]) -> tuple[str, TaskSender]:
@@ -162,6 +148,19 @@ def add_ingest_routes(
         """These posts of the site's own index (``semdup enable``) were created, edited or deleted: the workers
         re-read them from it (``sync_posts``), encode and write semdup's side, and remove the deleted ones."""
         name, to = target(req.index, allowed)
+        try:
+            own = searched(name) == name
+        except IndexError_ as exc:
+            if isinstance(exc, ModelMismatch):
+                raise
+            logger.warning("sync for served index %s refused: %s", name, exc)
+            raise IndexError_(_NOT_SERVED.format(name=name)) from exc
+        if own:
+            raise NotASiteIndex(
+                f"index {name!r} is one semdup created, not a site's index connected with `semdup enable`: "
+                "/v1/posts/sync re-reads posts from the site's index, which it does not have. Send the posts "
+                "themselves to POST /v1/posts"
+            )
         done = enqueue_batches(to, SYNC_POSTS, name, list(dict.fromkeys(req.ids)), [model_version])
         return _answer(name, SYNC_POSTS, model_version, done.items, done.tasks)
 
@@ -178,10 +177,14 @@ def add_ingest_routes(
     responses[503] = {
         "model": IngestErrorResponse,
         "description": "No broker configured, ingest turned off, or the broker down; after a failure part-way, "
-        "enqueued and tasks say how many went out before it (sending the request again is harmless).",
+        "enqueued and tasks say how many went out before it (sending the request again is harmless). Or "
+        "Overloaded: this worker has SEMDUP_MAX_IN_FLIGHT requests in flight (with Retry-After).",
+        "headers": RETRY_AFTER_HEADER,
     }
+    sync_responses = {**responses, **_responses(409)}  # an index semdup created, or one of another model
     for path, endpoint in zip(INGEST_PATHS, (post_posts, sync_posts, delete_posts), strict=True):
-        app.post(path, status_code=202, response_model=IngestAccepted, tags=["ingest"], responses=responses)(endpoint)
+        said = sync_responses if endpoint is sync_posts else responses
+        app.post(path, status_code=202, response_model=IngestAccepted, tags=["ingest"], responses=said)(endpoint)
 
 
 def _answer(index: str, task: str, model: str | None, enqueued: int, tasks: int) -> dict[str, Any]:

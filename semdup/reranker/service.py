@@ -5,38 +5,43 @@ HTTP ingest endpoints ``POST /v1/posts``, ``/v1/posts/sync``, ``/v1/posts/delete
     uvicorn semdup.reranker.service:app_from_env --factory --workers 2
 
 Nothing is created at import time: the factory loads the bundle (one onnxruntime session per process, so
-one per uvicorn worker) and a client whose every call carries the reranker's timeout. Endpoints that call
-OpenSearch are plain ``def`` functions, so FastAPI runs them in its thread pool and the event loop never
-blocks; the pool holds ``threads`` workers.
+one per uvicorn worker; :func:`load_reranker`, which ``semdup serve`` also runs once before any worker starts)
+and a client whose every call carries the reranker's timeout. Endpoints that call OpenSearch are plain ``def``
+functions, so FastAPI runs them in its thread pool and the event loop never blocks; the pool holds ``threads``
+workers. At most ``max_in_flight`` requests are in flight per process; past that a request gets 503 with
+``Retry-After`` at once (:mod:`.admission`). The probes never wait behind reranks: ``/healthz`` and ``/metrics``
+run on the event loop (no thread), ``/readyz`` on two threads of its own.
 
 Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X-API-Key`` (an OpenAPI
 ``APIKeyHeader`` scheme), 404 an index this key may not search or that does not exist (one answer for both, so it
 tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another model version,
 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
 beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down (or, for
-ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed), 504
-OpenSearch too slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
+ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed; or
+``Overloaded``: this worker has ``max_in_flight`` requests in flight, with ``Retry-After``), 504 OpenSearch too
+slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
 (:func:`semdup.core.logs.scrub`). The request schema states every bound the service checks (lengths, ``k``, the
 template names, no unknown fields), so a schema-driven client or fuzzer reaches the search path.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyHeader
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from semdup.core.errors import (
@@ -48,52 +53,36 @@ from semdup.core.errors import (
     SemdupError,
 )
 from semdup.core.logs import active_format, configure_logging, log_format_from_env, scrub
+from semdup.core.post_rules import MAX_ID_BYTES
 from semdup.index_format.schema import LEXICAL_MODELS
+from semdup.reranker.admission import OVERLOADED, RETRY_AFTER_S, Admission, Gate
 from semdup.reranker.candidates import SearchTimeout
-from semdup.reranker.ingest import TaskSender
+from semdup.reranker.ingest import NotASiteIndex, TaskSender
+from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostText, check_visible, text_field
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.settings import ServiceSettings
+from semdup.reranker.workers import STARTUP_FAILURE  # uvicorn's "cannot start": its supervisor stops, not restarts
 
 __all__ = [
     "create_app",
+    "load_reranker",
     "app_from_env",
     "configure_service_logging",
     "error_status",
     "request_model",
     "STARTUP_FAILURE",
+    "READY_TIMEOUT_S",
 ]
 
 logger = logging.getLogger(__name__)
 
 API_KEY_HEADER = "X-API-Key"
-STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that cannot start: its supervisor stops, not restarts
+PROBE_THREADS = 2  # /readyz's own threads: it calls OpenSearch, and must not queue behind the reranks' pool
+READY_TIMEOUT_S = 3.0  # /readyz answers within this (503 with the reason past it): under a probe's timeout
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
 _KEYED_PATHS = {"/v1/rerank", "/v1/posts", "/v1/posts/sync", "/v1/posts/delete"}  # metrics' path label
-MAX_ID_CHARS = 512  # OpenSearch's limit on an _id (in bytes)
 MAX_INDEX_CHARS = 255
-# Text the service refuses whatever the rest holds: C0 control characters but tab / newline / return, DEL and
-# U+FFFD (what undecodable bytes become). Stated in the schema, so a generated request never carries them.
-_TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]*$"
 _NOT_SERVED = "index {name!r} is not one this API key may search, or it does not exist; name one of your indices"
-# A visible character: not white space by either JSON Schema's (ECMA) or Python's rules, which differ on U+0085
-# and U+FEFF, so the schema and the service refuse the same posts.
-_VISIBLE = r"[^\s\x85\ufeff]"
-# A request body carrying a post (rerank, ingest): nothing unknown, no coercion, and a title or a body with visible
-# text, stated in the schema as well (``has_visible_text`` checks it, since the schema's patterns cannot see markup).
-POST_TEXT_CONFIG = ConfigDict(
-    extra="forbid",
-    strict=True,
-    json_schema_extra={
-        "anyOf": [
-            {"required": ["title"], "properties": {"title": {"pattern": _VISIBLE}}},
-            {"required": ["body"], "properties": {"body": {"pattern": _VISIBLE}}},
-        ]
-    },
-)
-
-
-def has_visible_text(title: str, body: str) -> bool:
-    return bool(re.search(_VISIBLE, title) or re.search(_VISIBLE, body))
 
 
 def _whole_number(value: Any) -> Any:
@@ -105,7 +94,7 @@ def error_status(exc: BaseException) -> int:
     """The HTTP status for an error raised while reranking."""
     if isinstance(exc, (PostError, ConfigError)):
         return 422
-    if isinstance(exc, (ModelMismatch, NothingIndexed)):
+    if isinstance(exc, (ModelMismatch, NothingIndexed, NotASiteIndex)):
         return 409
     if isinstance(exc, IndexError_):
         return 404
@@ -118,7 +107,8 @@ def error_status(exc: BaseException) -> int:
 
 def request_model(settings: ServiceSettings) -> type[BaseModel]:
     """The ``/v1/rerank`` body, with this server's bounds in its schema: what the schema allows is what the
-    service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart)."""
+    service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart). The
+    title and body meet the rules every post meets (:mod:`semdup.reranker.post_fields`)."""
     limit = settings.max_text_chars
 
     class RerankRequest(BaseModel):
@@ -126,18 +116,13 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         model_config = POST_TEXT_CONFIG
 
-        title: str = Field("", max_length=limit, pattern=_TEXT_PATTERN, description="The new post's title.")
-        body: str = Field(
-            "",
-            max_length=limit,
-            pattern=_TEXT_PATTERN,
-            description="The new post's body (HTML allowed; cleaned like indexed posts).",
-        )
+        title: PostText = text_field(limit, "The new post's title.")
+        body: PostText = text_field(limit, "The new post's body (HTML allowed; cleaned like indexed posts).")
         k: Annotated[int, BeforeValidator(_whole_number)] = Field(
             10, ge=1, le=settings.max_k, description="How many candidates to return."
         )
         exclude_id: str | None = Field(
-            None, min_length=1, max_length=MAX_ID_CHARS, description="Leave this post out (the query itself)."
+            None, min_length=1, max_length=MAX_ID_BYTES, description="Leave this post out (the query itself)."
         )
         index: str | None = Field(
             None,
@@ -154,8 +139,7 @@ def request_model(settings: ServiceSettings) -> type[BaseModel]:
 
         @model_validator(mode="after")
         def _has_text(self) -> RerankRequest:
-            if not has_visible_text(self.title, self.body):
-                raise ValueError("give a title or a body with visible text")
+            check_visible(self.title, self.body, markup=False)  # markup-only: the reranker's PostError, as before
             return self
 
     return RerankRequest
@@ -213,16 +197,29 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     said = {
         401: "Missing or wrong X-API-Key.",
         404: "An index this key may not search, or that does not exist (the same answer for both).",
-        409: "The index holds vectors of another model version.",
+        409: "The index holds vectors of another model version, holds no encoded post yet, or (sync) is one "
+        "semdup created rather than a site's index.",
         413: "Request body over the server's max_body_bytes.",
         422: "Bad input: a schema violation, malformed JSON, or a post without usable text.",
         500: "An unexpected error (logged by the service).",
-        503: "OpenSearch is down or overloaded.",
+        503: "OpenSearch is down, or this worker has SEMDUP_MAX_IN_FLIGHT requests in flight (type Overloaded, "
+        f"with Retry-After: {RETRY_AFTER_S}); retry later or on another replica.",
         504: "OpenSearch did not answer within the search timeout.",
     }
-    return {
+    out: dict[int | str, dict[str, Any]] = {
         c: {"model": ValidationErrorResponse if c == 422 else ErrorResponse, "description": said[c]} for c in codes
     }
+    if 503 in out:
+        out[503]["headers"] = RETRY_AFTER_HEADER
+    return out
+
+
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "description": f"Seconds to wait before retrying ({RETRY_AFTER_S}); sent with the Overloaded 503.",
+        "schema": {"type": "integer"},
+    }
+}
 
 
 class _BodyLimit:
@@ -301,19 +298,22 @@ def _validation_items(errors: Any) -> list[dict[str, Any]]:
     ]
 
 
-def create_app(settings: ServiceSettings, reranker: Reranker | None = None, sender: TaskSender | None = None) -> Any:
-    """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``. ``sender``
-    takes the ingest endpoints' tasks (tests); else a Celery client on ``settings.broker`` when ingest is on.
+def load_reranker(settings: ServiceSettings) -> Reranker:
+    """The reranker a worker process serves with: the bundle read and verified (file hashes, manifest, the
+    onnxruntime session and its cross-checks), its calibration, and a client that connects on first use (the
+    service starts while the cluster is down). ``semdup serve`` runs this once before starting any worker, so a
+    broken bundle is one error line instead of workers that die one after the other.
 
     Raises:
-        ConfigError: no API key while auth is on (raised by ``ServiceSettings``), a bad bundle or setting.
+        BundleError: a missing, changed or inconsistent bundle file. ConfigError: a setting the bundle cannot
+            serve (learned-sparse candidates without term weights, k-NN without a dense encoder).
     """
-    if reranker is None:
-        from semdup.core.clients import connect
+    from semdup.core.clients import connect
 
-        # the service starts while the cluster is down; one pooled connection per request thread
-        client = connect(settings.opensearch, check=False, pool_maxsize=settings.threads)
-        reranker = Reranker.from_bundle(
+    # one pooled connection per request thread, and the probes' own
+    client = connect(settings.opensearch, check=False, pool_maxsize=settings.threads + PROBE_THREADS)
+    try:
+        return Reranker.from_bundle(
             settings.bundle,
             client,
             settings.index,
@@ -327,6 +327,28 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
             intra_op_threads=settings.onnx_threads or None,
             field_cache=settings.reranker.field_cache,
         )
+    except ValueError as exc:  # the settings ask for a candidate path this bundle has no model for
+        raise ConfigError(f"bundle {settings.bundle}: {exc}") from exc
+
+
+def create_app(
+    settings: ServiceSettings,
+    reranker: Reranker | None = None,
+    sender: TaskSender | None = None,
+    routers: Sequence[APIRouter] = (),
+) -> Any:
+    """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``
+    (:func:`load_reranker`). ``sender`` takes the ingest endpoints' tasks (tests); else a Celery client on
+    ``settings.broker`` when ingest is on. ``routers`` are features from layers above this one (the review page,
+    :mod:`semdup.review`), included as they are; each reads what it needs from ``app.state`` (``settings``,
+    ``reranker``, ``registry``: the Prometheus registry ``/metrics`` serves).
+
+    Raises:
+        ConfigError: no API key while auth is on (raised by ``ServiceSettings``), a bad setting. BundleError: a bad
+            bundle.
+    """
+    if reranker is None:
+        reranker = load_reranker(settings)
     registry = CollectorRegistry()
     requests_total = Counter("semdup_rerank_requests", "HTTP requests", ["path", "status"], registry=registry)
     latency = Histogram(
@@ -337,6 +359,24 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     )
     errors_total = Counter("semdup_rerank_errors", "HTTP error answers by type", ["path", "type"], registry=registry)
+    shed_total = Counter(
+        "semdup_rerank_shed",
+        "Requests refused with 503 Overloaded: the worker had SEMDUP_MAX_IN_FLIGHT requests in flight",
+        ["path"],
+        registry=registry,
+    )
+
+    def _shed(path: str) -> None:
+        label = path if path in _OPEN_PATHS | _KEYED_PATHS else "other"
+        shed_total.labels(label).inc()
+        requests_total.labels(label, "503").inc()
+        errors_total.labels(label, OVERLOADED).inc()
+
+    gate = Gate(settings.max_in_flight, on_shed=_shed)
+    Gauge(
+        "semdup_rerank_in_flight", "Requests in flight in this worker process (probes not counted)", registry=registry
+    ).set_function(lambda: gate.in_flight)
+    probes = ThreadPoolExecutor(max_workers=PROBE_THREADS, thread_name_prefix="semdup-probe")
     key_header = APIKeyHeader(
         name=API_KEY_HEADER,
         auto_error=False,
@@ -368,6 +408,8 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
     )
     app.state.reranker = reranker
     app.state.settings = settings
+    app.state.gate = gate
+    app.state.registry = registry
 
     def _path(request: Request) -> str:
         return request.url.path if request.url.path in _OPEN_PATHS | _KEYED_PATHS else "other"
@@ -412,9 +454,17 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8): bad input like any other, 422
-            message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
-            detail = [{"loc": ["body"], "msg": message, "type": "body_unreadable"}]
+        if exc.status_code == 400:  # FastAPI could not read the body: bad input like any other, 422
+            if isinstance(exc.__cause__, RecursionError):  # json.loads gives up past ~1,000 nested levels
+                message = (
+                    "the body nests arrays or objects too deeply to be read (json gives up at about 1,000 levels); "
+                    "send the flat JSON object the schema at /docs describes"
+                )
+                kind = "json_too_deep"
+            else:  # not UTF-8
+                message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
+                kind = "body_unreadable"
+            detail = [{"loc": ["body"], "msg": message, "type": kind}]
             return _error(request, 422, "ValidationError", message, detail=detail)
         return _error(request, exc.status_code, "HTTPError", str(exc.detail), headers=exc.headers)
 
@@ -435,8 +485,9 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         return _error(request, 500, "InternalError", f"{type(exc).__name__}; see the service log")
 
     @app.get("/healthz", tags=["probes"])
-    def healthz() -> dict[str, Any]:
-        """The process is up (no OpenSearch call)."""
+    async def healthz() -> dict[str, Any]:
+        """The process is up (no OpenSearch call). Answered on the event loop: it never waits for a request thread,
+        so a worker busy with reranks still answers its liveness probe."""
         return {"status": "ok", "model": reranker.version}
 
     @app.get(
@@ -445,15 +496,34 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         response_model=ReadyResponse,
         responses={503: {"model": ReadyResponse, "description": "Not ready; the reason says why."}},
     )
-    def readyz() -> JSONResponse:
-        """Ready when OpenSearch answers and the index holds this bundle's version (or is unclaimed)."""
-        checks: dict[str, Any] = {"bundle": reranker.version}
+    async def readyz() -> JSONResponse:
+        """Ready when OpenSearch answers and the index searched holds this bundle's version (or is unclaimed): the
+        index itself when semdup created it, else the companion ``semdup enable`` made for it. A busy worker stays
+        ready (overload is the reranks' 503, not a reason to leave the load balancer); ``checks`` shows its
+        requests in flight. Runs on threads of its own, never queued behind the reranks, and answers within
+        ``READY_TIMEOUT_S`` seconds, so the probe always gets the reason rather than its own timeout."""
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(probes.submit(_ready)), READY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            reason = f"OpenSearch did not answer the readiness checks within {READY_TIMEOUT_S:g} s"
+            return JSONResponse({"ready": False, "checks": {"bundle": reranker.version}, "reason": reason}, 503)
+
+    def _ready() -> JSONResponse:
+        checks: dict[str, Any] = {
+            "bundle": reranker.version,
+            "in_flight": gate.in_flight,
+            "max_in_flight": settings.max_in_flight,
+        }
         try:
             reranker.client.info(request_timeout=settings.reranker.search_timeout)
             checks["opensearch"] = "ok"
+            from semdup.index_format.companion import search_target
             from semdup.index_format.mapping import index_model
 
-            models = index_model(reranker.client, settings.index)
+            target = search_target(reranker.client, settings.index, reranker.version)
+            if target != settings.index:  # a site's own index, served through its companion
+                checks["companion"] = target
+            models = index_model(reranker.client, target)
             checks["index"] = models
             wrong = {k: v for k, v in models.items() if v not in (None, reranker.version)}
             if wrong:
@@ -478,8 +548,9 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         response_class=PlainTextResponse,
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus"}},
     )
-    def metrics() -> PlainTextResponse:
-        """Prometheus metrics of this process (request count, latency histogram, errors)."""
+    async def metrics() -> PlainTextResponse:
+        """Prometheus metrics of this process (request count, latency histogram, errors, requests in flight and
+        refused). On the event loop, like ``/healthz``: a scrape never waits behind the reranks."""
         return PlainTextResponse(generate_latest(registry).decode("utf-8"), media_type=CONTENT_TYPE_LATEST)
 
     rerank_request = request_model(settings)
@@ -525,9 +596,19 @@ def create_app(settings: ServiceSettings, reranker: Reranker | None = None, send
         from semdup.reranker.ingest import CelerySender
 
         sender = CelerySender(settings.broker.url)  # connects on the first request, not here
-    add_ingest_routes(app, settings, access, reranker.version, sender if settings.ingest else None)
+    add_ingest_routes(
+        app,
+        settings,
+        access,
+        reranker.version,
+        sender if settings.ingest else None,
+        searched=lambda name: reranker.target(name),  # looked up on the first sync request, not here
+    )
+    for router in routers:
+        app.include_router(router)
 
-    app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # outermost: before any parsing
+    app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)  # before any parsing
+    app.add_middleware(Admission, gate=gate, exempt=_OPEN_PATHS)  # outermost: a refusal costs nothing else
     return app
 
 
@@ -548,20 +629,25 @@ def configure_service_logging(fmt: str | None = None) -> str:
     return configure_logging(level, chosen)
 
 
-def app_from_env() -> Any:
+def app_from_env(build: Callable[[ServiceSettings], Any] = create_app) -> Any:
     """uvicorn factory (``--factory``): settings from the environment / ``$SEMDUP_CONFIG``, one app per worker.
 
-    In JSON mode a failure to start is logged as one record (with its traceback) and the worker exits with
-    :data:`STARTUP_FAILURE`, instead of a traceback printed beside the JSON lines.
+    A failure to start is logged as one line (in JSON mode one record, with the traceback inside it; in text mode
+    the traceback only at DEBUG) and the worker exits with :data:`STARTUP_FAILURE`, in every log mode: uvicorn's
+    supervisor then stops instead of starting another worker that would fail the same way, and ``semdup serve``
+    exits 1 (:func:`semdup.reranker.workers.run_workers`).
+
+    ``build`` makes the app from the settings (a layer above composes more features in:
+    :func:`semdup.review.app.app_from_env`, what ``semdup serve`` runs).
     """
     fmt = configure_service_logging()
     try:
         settings = ServiceSettings.from_env()
-        app = create_app(settings)
+        app = build(settings)
     except Exception as exc:
-        if fmt != "json":
-            raise
-        logger.critical("the reranking service could not start: %s", exc, exc_info=True)
+        what = str(exc) if isinstance(exc, SemdupError) else f"{type(exc).__name__}: {exc}"
+        traceback = fmt == "json" or logger.isEnabledFor(logging.DEBUG)
+        logger.critical("the reranking service could not start: %s", what, exc_info=traceback)
         raise SystemExit(STARTUP_FAILURE) from exc
     logger.info(
         "reranking service: bundle %s (model %s), index %s, OpenSearch %s, auth %s",

@@ -19,11 +19,16 @@ Sources, highest first: environment variables, the ``reranker:`` section of the 
     SEMDUP_MAX_K                most candidates a request may ask for               100
     SEMDUP_SEARCH_TIMEOUT       seconds per OpenSearch call from the reranker       5
     SEMDUP_THREADS              request threads per worker process                  16
+    SEMDUP_MAX_IN_FLIGHT        requests in flight per worker; past it 503 (0 = off) 4
     SEMDUP_ONNX_THREADS         onnxruntime threads per request (0 = all cores)     1
     SEMDUP_WORKERS              uvicorn worker processes (semdup serve)             usable CPUs, at most 16
     SEMDUP_FIELD_CACHE          candidates' stored fields kept in memory (0 = off)   50000
     SEMDUP_INGEST               the /v1/posts endpoints (HTTP ingest) on or off      on if a broker is set
     SEMDUP_MAX_INGEST_POSTS     most posts or ids one ingest request may carry       1000
+    SEMDUP_SESSION_SECRET       signs the review page's session cookies (>= 32 chars) random per start
+    SEMDUP_SESSION_MAX_AGE      seconds a review login lasts                        43200 (12 h)
+    SEMDUP_POST_URL             a post's page on the site, {id} (and {index}) filled none
+    SEMDUP_REVIEW_STATS_TTL     seconds the review metrics read from the cluster are kept  60
 
 Access (:class:`ApiKey`): a request names an ``index`` only from the allow-list ``SEMDUP_INDICES`` (plus
 ``SEMDUP_INDEX``), compared as exact strings, so patterns (``*``, ``_all``, ``a,b``), other indices and aliases
@@ -33,6 +38,14 @@ search ``SEMDUP_INDEX`` searches its first index when a request names none::
 
     SEMDUP_INDEX=travel SEMDUP_INDICES=travel,cooking SEMDUP_API_KEYS='k1:travel,k2:cooking,k3:*'
 
+An entry may go on with the key's scopes and a reviewer's name, ``KEY:INDICES:SCOPES[:NAME]``: scopes are
+``search`` (``/v1/rerank`` and the ingest endpoints: what every key could do before scopes existed, and what an
+entry without scopes still means) and ``review`` (the review page and its verdicts, :mod:`semdup.review`), joined
+by ``|``; the name is recorded with the reviewer's verdicts (else ``key-`` and 8 hex digits of the key's SHA-256).
+``SEMDUP_API_KEY`` has the ``search`` scope only::
+
+    SEMDUP_API_KEYS='k1:travel,mod7:travel:review:alice,ops2:*:search|review'
+
 OpenSearch itself (URL, auth, TLS) comes from :class:`semdup.core.settings.OpenSearchSettings`, the broker the
 ingest endpoints send tasks to from :class:`~semdup.core.settings.BrokerSettings` (``SEMDUP_BROKER_URL``), the
 log format from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup.core.logs`).
@@ -40,9 +53,11 @@ log format from ``SEMDUP_LOG_FORMAT``, as for every semdup process (:mod:`semdup
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -50,11 +65,20 @@ from typing import Any
 
 from semdup.core.errors import BrokerUnavailable, ConfigError
 from semdup.core.index_names import check_index_name
+from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, parse_bool
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates import VARIANTS
 
-__all__ = ["RerankerSettings", "ServiceSettings", "ApiKey", "parse_api_keys", "usable_cpus", "default_workers"]
+__all__ = [
+    "RerankerSettings",
+    "ServiceSettings",
+    "ApiKey",
+    "SCOPES",
+    "parse_api_keys",
+    "usable_cpus",
+    "default_workers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,18 +124,43 @@ class RerankerSettings:
             raise ConfigError(f"search_timeout must be > 0 seconds, got {self.search_timeout}")
 
 
+SEARCH, REVIEW = "search", "review"
+SCOPES = (SEARCH, REVIEW)  # what a key may do: search (rerank, ingest), review (the review page, verdicts)
+
+
 @dataclass(frozen=True)
 class ApiKey:
-    """One client key and the indices it may search (every served index when ``indices`` is empty).
+    """One client key, the indices it may use (every served index when ``indices`` is empty), what it may do
+    with them (``scopes``, :data:`SCOPES`) and, for a reviewer, the name its verdicts are recorded under.
 
     The key never appears in a repr, a log line or an error message.
     """
 
     key: str = field(repr=False)
     indices: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = (SEARCH,)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.scopes if s not in SCOPES]
+        if unknown or not self.scopes:
+            raise ConfigError(f"unknown API key scope(s) {unknown or '(none)'}; accepted: {', '.join(SCOPES)}")
+        if self.name is not None and (not self.name or len(self.name) > 64 or not _NAME.fullmatch(self.name)):
+            raise ConfigError(
+                "a reviewer's name must be 1 to 64 letters, digits, '.', '_', '-' or '@' (it is stored with verdicts)"
+            )
 
     def __repr__(self) -> str:
-        return f"ApiKey(key='***', indices={self.indices!r})"
+        return f"ApiKey(key='***', indices={self.indices!r}, scopes={self.scopes!r}, name={self.name!r})"
+
+    @property
+    def who(self) -> str:
+        """The reviewer's name: the one configured, else ``key-`` and 8 hex digits of the key's SHA-256 (stable
+        across restarts, and not the key)."""
+        return self.name or "key-" + hashlib.sha256(self.key.encode("utf-8")).hexdigest()[:8]
+
+
+_NAME = re.compile(r"[\w.@-]+")
 
 
 def usable_cpus() -> int:
@@ -138,24 +187,41 @@ def default_workers() -> int:
 MAX_DEFAULT_WORKERS = 16
 
 
+def _items(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split("|") if n.strip())
+
+
 def parse_api_keys(text: str, source: str = "SEMDUP_API_KEYS") -> tuple[ApiKey, ...]:
-    """``KEY:INDEX|INDEX,KEY2:*,KEY3`` -> keys with their indices (``*`` or none: every served index).
+    """``KEY:INDEX|INDEX,KEY2:*,KEY3,KEY4:INDEX:review:NAME`` -> keys with their indices (``*`` or none: every
+    served index), scopes (none given: ``search``) and reviewer names.
 
     Raises:
-        ConfigError: an empty key, a key with white space, an empty index list. Messages name the entry by its
-            position, never the key.
+        ConfigError: an empty key, a key with white space, an empty index or scope list, an unknown scope, too many
+            fields. Messages name the entry by its position, never the key.
     """
     out = []
     for pos, entry in enumerate((e.strip() for e in text.split(",")), 1):
         if not entry:
             continue
-        key, sep, names = entry.partition(":")
+        key, *rest = entry.split(":")
         if not key or any(c.isspace() for c in key):
             raise ConfigError(f"entry {pos} of {source} has an empty key or white space in it; write KEY:INDEX|INDEX")
-        indices = tuple(n.strip() for n in names.split("|") if n.strip()) if sep else ()
-        if sep and not indices:
+        if len(rest) > 3:
+            raise ConfigError(
+                f"entry {pos} of {source} has more than four ':'-separated fields; write "
+                "KEY:INDEX|INDEX:SCOPE|SCOPE:NAME"
+            )
+        indices = _items(rest[0]) if rest else ()
+        if rest and not indices:
             raise ConfigError(f"entry {pos} of {source} lists no index after ':'; write KEY:INDEX|INDEX or KEY:*")
-        out.append(ApiKey(key, () if indices == ("*",) else indices))
+        scopes = _items(rest[1]) if len(rest) > 1 else (SEARCH,)
+        if not scopes:
+            raise ConfigError(f"entry {pos} of {source} lists no scope; accepted: {', '.join(SCOPES)}")
+        name = rest[2].strip() if len(rest) > 2 else None
+        try:
+            out.append(ApiKey(key, () if indices == ("*",) else indices, tuple(dict.fromkeys(scopes)), name))
+        except ConfigError as exc:
+            raise ConfigError(f"entry {pos} of {source}: {exc}") from None
     return tuple(out)
 
 
@@ -167,13 +233,29 @@ def _api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
         return parse_api_keys(value, source)
     if isinstance(value, Mapping):
         keys = []
-        for key, names in value.items():
-            names = [names] if isinstance(names, str) else list(names or [])
-            keys.append(ApiKey(str(key), () if names in ([], ["*"]) else tuple(str(n) for n in names)))
+        for key, spec in value.items():
+            scopes: list[str] = [SEARCH]
+            name = None
+            if isinstance(spec, Mapping):  # {indices: [...] | "*", scopes: [...], name: "alice"}
+                unknown = sorted(set(spec) - {"indices", "scopes", "name"})
+                if unknown:
+                    raise ConfigError(
+                        f"api_keys in {source}: unknown field(s) {unknown}; accepted: indices, scopes, name"
+                    )
+                raw_scopes = spec.get("scopes") or [SEARCH]
+                scopes = [raw_scopes] if isinstance(raw_scopes, str) else [str(x) for x in raw_scopes]
+                name = None if spec.get("name") is None else str(spec["name"])
+                spec = spec.get("indices")
+            names = [spec] if isinstance(spec, str) else list(spec or [])
+            indices = () if names in ([], ["*"]) else tuple(str(n) for n in names)
+            keys.append(ApiKey(str(key), indices, tuple(dict.fromkeys(scopes)), name))
         return tuple(keys)
     if isinstance(value, (list, tuple)) and all(isinstance(k, ApiKey) for k in value):
         return tuple(value)
-    raise ConfigError(f"api_keys in {source} must be 'KEY:INDEX|INDEX,...' or a mapping key -> indices")
+    raise ConfigError(
+        f"api_keys in {source} must be 'KEY:INDEX|INDEX[:SCOPES[:NAME]],...' or a mapping key -> indices (or -> "
+        "{indices, scopes, name})"
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +273,7 @@ class ServiceSettings:
     api_key: str | None = field(default=None, repr=False)
     auth: bool = True
     max_body_bytes: int = 1 << 20
-    max_text_chars: int = 100_000
+    max_text_chars: int = MAX_TEXT_CHARS  # per title or body; the default is the limit every other path applies
     max_k: int = 100
     threads: int = 16
     calibration: str | None = None
@@ -201,6 +283,11 @@ class ServiceSettings:
     broker: BrokerSettings | None = None
     ingest: bool | None = None  # None: on exactly when a broker is set
     max_ingest_posts: int = 1000
+    max_in_flight: int = 4
+    session_secret: str | None = field(default=None, repr=False)  # the review page's cookies; None: random
+    session_max_age: int = 12 * 3600
+    post_url: str | None = None  # e.g. https://travel.stackexchange.com/questions/{id}
+    review_stats_ttl: float = 60.0
 
     def __post_init__(self) -> None:
         check_index_name(self.index, "SEMDUP_INDEX")
@@ -210,6 +297,11 @@ class ServiceSettings:
             raise ConfigError(
                 "SEMDUP_INGEST is on but no broker is set: set SEMDUP_BROKER_URL (the indexer's Celery broker) "
                 "or SEMDUP_INGEST=0"
+            )
+        if self.max_in_flight < 0:
+            raise ConfigError(
+                f"SEMDUP_MAX_IN_FLIGHT must be >= 0 requests per worker process (0 = no bound), got "
+                f"{self.max_in_flight}"
             )
         if not 1 <= self.max_ingest_posts <= 100_000:
             raise ConfigError(f"max_ingest_posts must be within 1..100000, got {self.max_ingest_posts}")
@@ -230,6 +322,7 @@ class ServiceSettings:
                 "in the X-API-Key header) or SEMDUP_API_KEYS, or set SEMDUP_AUTH=off explicitly to serve without "
                 "access control"
             )
+        self._check_review()
         if (
             self.max_body_bytes < 1024
             or self.max_text_chars < 1
@@ -243,26 +336,75 @@ class ServiceSettings:
                 f"{self.onnx_threads}"
             )
 
+    def _check_review(self) -> None:
+        if self.session_secret is not None and len(self.session_secret) < 32:
+            raise ConfigError(
+                "SEMDUP_SESSION_SECRET must hold at least 32 characters (it signs the review page's session "
+                "cookies); make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        if not 60 <= self.session_max_age <= 30 * 86400:
+            raise ConfigError(f"SEMDUP_SESSION_MAX_AGE must be within 60..2592000 seconds, got {self.session_max_age}")
+        if not 0 <= self.review_stats_ttl <= 3600:
+            raise ConfigError(f"SEMDUP_REVIEW_STATS_TTL must be within 0..3600 seconds, got {self.review_stats_ttl}")
+        if self.post_url is not None:
+            scheme = self.post_url.split(":", 1)[0].lower()
+            if scheme not in ("http", "https") or "{id}" not in self.post_url:
+                raise ConfigError(
+                    "SEMDUP_POST_URL must be an http(s) URL holding {id} (and optionally {index}), e.g. "
+                    f"https://travel.stackexchange.com/questions/{{id}}; got {self.post_url!r}"
+                )
+            try:
+                self.post_url.format(id="1", index="x")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"SEMDUP_POST_URL may hold only {{id}} and {{index}}: {exc!r}") from None
+
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
         if shown["api_key"]:
             shown["api_key"] = "***"
+        if shown.pop("session_secret"):  # named only when set, and never shown
+            shown["session_secret"] = "***"
         return "ServiceSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     __str__ = __repr__
 
-    def key_indices(self, given: str | None) -> tuple[str, ...] | None:
-        """The indices the holder of ``given`` may search, None for a missing or wrong key (every served index
-        when auth is off). Every configured key is compared, in constant time, whichever matches."""
-        if not self.auth:
-            return self.indices
-        found: tuple[str, ...] | None = None
+    def _match(self, given: str | None, scope: str) -> ApiKey | None:
+        """The configured key equal to ``given`` that holds ``scope``; every key is compared in constant time,
+        whichever matches (so the time taken tells nothing about which keys exist)."""
+        found: ApiKey | None = None
         raw = (given or "").encode("utf-8")
         candidates = ([ApiKey(self.api_key)] if self.api_key else []) + list(self.api_keys)
         for entry in candidates:
-            if hmac.compare_digest(raw, entry.key.encode("utf-8")) and given and found is None:
-                found = entry.indices or self.indices
+            if (
+                hmac.compare_digest(raw, entry.key.encode("utf-8"))
+                and given
+                and found is None
+                and scope in entry.scopes
+            ):
+                found = entry
         return found
+
+    def key_indices(self, given: str | None) -> tuple[str, ...] | None:
+        """The indices the holder of ``given`` may search, None for a missing or wrong key, or a key without the
+        ``search`` scope (every served index when auth is off)."""
+        if not self.auth:
+            return self.indices
+        entry = self._match(given, SEARCH)
+        return None if entry is None else entry.indices or self.indices
+
+    def reviewer(self, given: str | None) -> ApiKey | None:
+        """The key ``given`` when it holds the ``review`` scope, else None (also with auth off: verdicts record
+        who gave them, so the review page needs keys)."""
+        return self._match(given, REVIEW) if self.auth else None
+
+    def review_indices(self, key: ApiKey) -> tuple[str, ...]:
+        """The served indices whose flags ``key`` may review."""
+        return key.indices or self.indices
+
+    @property
+    def review_enabled(self) -> bool:
+        """Whether the review page is on: access control on and some key holding the ``review`` scope."""
+        return self.auth and any(REVIEW in k.scopes for k in self.api_keys)
 
     def default_index(self, allowed: tuple[str, ...]) -> str:
         """The index a request that names none searches: ``index`` when allowed, else the key's first one."""
@@ -310,6 +452,11 @@ class ServiceSettings:
             "field_cache": "SEMDUP_FIELD_CACHE",
             "ingest": "SEMDUP_INGEST",
             "max_ingest_posts": "SEMDUP_MAX_INGEST_POSTS",
+            "max_in_flight": "SEMDUP_MAX_IN_FLIGHT",
+            "session_secret": "SEMDUP_SESSION_SECRET",
+            "session_max_age": "SEMDUP_SESSION_MAX_AGE",
+            "post_url": "SEMDUP_POST_URL",
+            "review_stats_ttl": "SEMDUP_REVIEW_STATS_TTL",
         }
         for key, var in env_names.items():
             if env.get(var):
@@ -365,7 +512,7 @@ class ServiceSettings:
                 api_key=str(values["api_key"]) if values.get("api_key") else None,
                 auth=parse_bool("auth", auth_value),
                 max_body_bytes=int(values.get("max_body_bytes", 1 << 20)),
-                max_text_chars=int(values.get("max_text_chars", 100_000)),
+                max_text_chars=int(values.get("max_text_chars", MAX_TEXT_CHARS)),
                 max_k=int(values.get("max_k", 100)),
                 threads=int(values.get("threads", 16)),
                 calibration=str(values["calibration"]) if values.get("calibration") else None,
@@ -375,6 +522,11 @@ class ServiceSettings:
                 broker=broker,
                 ingest=None if values.get("ingest") in (None, "") else parse_bool("ingest", values["ingest"]),
                 max_ingest_posts=int(values.get("max_ingest_posts", 1000)),
+                max_in_flight=int(values.get("max_in_flight", cls.max_in_flight)),
+                session_secret=str(values["session_secret"]) if values.get("session_secret") else None,
+                session_max_age=int(values.get("session_max_age", 12 * 3600)),
+                post_url=str(values["post_url"]) if values.get("post_url") else None,
+                review_stats_ttl=float(values.get("review_stats_ttl", 60.0)),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"a reranker setting is not a number where one is needed ({source}): {exc}") from exc

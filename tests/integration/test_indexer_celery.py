@@ -167,34 +167,45 @@ def test_bad_posts_are_parked_visible_and_replayable(
 
 
 def test_index_posts_cli_reads_enqueues_waits_and_replays(
-    opensearch_url, redis_url, unique_index, worker, bundle_dir, bundle, travel_posts, tmp_path
+    opensearch_client, opensearch_url, redis_url, unique_index, worker, bundle_dir, bundle, travel_posts, tmp_path
 ):
     """`semdup index-posts` on a JSONL file with one post that cannot be indexed, then --list-parked and
-    --replay-parked: the command creates the index, waits, prints the job's result and the parked post, and exits 1
-    while a post is parked."""
+    --replay-parked: the command creates the index, skips and names the bad line, waits, prints the job's result,
+    and exits 1; the same post sent by a producer that bypasses the CLI is parked by the worker, listed, replayed,
+    and the command exits 1 while it is parked."""
     import json
+
+    from semdup.indexer.parking import count_parked
 
     posts = travel_posts[:20]
     source = tmp_path / "posts.jsonl"
-    lines = [json.dumps(p.to_json()) for p in posts] + [json.dumps({"id": "empty", "title": "", "body": " "})]
+    empty = Post("empty", "", " ")
+    lines = [json.dumps(p.to_json()) for p in posts] + [json.dumps(empty.to_json())]
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     env = worker_env(opensearch_url, redis_url, bundle_dir)
     worker.start()
 
-    def semdup(*args: str, code: int = 0) -> str:
+    parked = ("Error: 1 posts parked", "--replay-parked")
+
+    def semdup(*args: str, code: int = 0, errors: tuple[str, ...] = parked) -> str:
         cmd = [sys.executable, "-m", "semdup", "index-posts", "--index", unique_index, *args]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WAIT_S, check=False)
         assert out.returncode == code, out.stderr[-3000:]
         if code:
-            assert "Error: 1 posts parked" in out.stderr and "--replay-parked" in out.stderr, out.stderr[-3000:]
+            assert all(e in out.stderr for e in errors), out.stderr[-3000:]
         return out.stdout
 
-    printed = semdup("--input", str(source), "--batch-size", "8", code=1)
+    skipped = (f"Error: 1 line of {source} skipped (listed above) and not indexed; the other 20 posts were written",)
+    printed = semdup("--input", str(source), "--batch-size", "8", code=1, errors=skipped)
     assert f"created index {unique_index} (dimension {bundle.dimension}" in printed
-    assert f"enqueued 21 posts for {unique_index}" in printed
-    assert f"20 posts written to {unique_index} with model {bundle.version}, 1 parked" in printed
-    assert "  parked empty (index_posts): " in printed
-    assert f"1 parked posts in {unique_index}" in semdup("--list-parked")
+    assert f"read 20 posts from {source} (jsonl), skipped 1 line:\n  line 21: neither title nor body" in printed
+    assert f"enqueued 20 posts for {unique_index}" in printed
+    assert f"20 posts written to {unique_index} with model {bundle.version}, 0 parked" in printed
+    enqueue(unique_index, [empty], bundle.version)  # a producer that bypasses the CLI: the worker parks it
+    wait_until(lambda: count_parked(opensearch_client, unique_index) == 1, "the worker to park the post", WAIT_S)
+    listed = semdup("--list-parked")
+    assert f"1 parked posts in {unique_index}" in listed and "  parked empty (index_posts): " in listed
+    assert "neither title nor body" in listed
     printed = semdup("--replay-parked", "--batch-size", "8", code=1)
     assert f"replayed 1 parked posts of {unique_index}" in printed
     assert f"0 posts written to {unique_index} with model {bundle.version}, 1 parked" in printed

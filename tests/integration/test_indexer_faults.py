@@ -7,7 +7,14 @@ Every post ends written, parked, or still queued on the broker, and the CLI coun
 * a post whose id OpenSearch refuses (600 bytes): parked alone, with a record whose ``_id`` is a hash;
 * a write-blocked index holding old copies of the posts: every post parked, ``index-posts`` says so and exits 1;
 * no worker running: ``index-posts`` says the posts are still queued, exits 1, and ``--job`` follows them later;
-* a worker SIGKILLed whole: its batches come back after the visibility timeout (10 s here) and are written.
+* a file with an empty id and a line that is not UTF-8 (issue #17): both lines named, every other post written;
+* a worker SIGKILLed whole while it runs a batch: its batch comes back after the visibility timeout (10 s here);
+* a worker SIGKILLed between kombu's BRPOP and its HSET into ``unacked`` (issue #17): the batch is on the broker
+  nowhere, and the job's sweeper sends it again;
+* OpenSearch cut while ``--job`` waits: it says so in its log lines, then finishes.
+
+The kills happen at exact points (``held_worker.py`` stops the worker there and signals), never by racing a
+worker with sleeps.
 
 Each test stays well under a minute; the retry budget is 3 s here (``SEMDUP_RETRY_BUDGET``), 30 minutes by default.
 """
@@ -23,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from indexer_stack import count, create, wait_until, worker_env
+from indexer_stack import all_docs, count, create, held_worker, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 
 from semdup.core.posts import Post
@@ -169,6 +176,35 @@ def test_a_write_blocked_index_parks_every_post_and_the_cli_exits_1(
     assert count_parked(opensearch_client, unique_index) == 0
 
 
+def test_an_empty_id_and_a_non_utf8_line_cost_those_lines_only(
+    opensearch_client, unique_index, worker, env, bundle, posts, tmp_path
+):
+    """Issue #17: one bad line used to refuse all 68 posts of a file. Now the CLI names both lines, sends the other
+    66, the worker writes every one of them, and the command exits 1 saying that lines were skipped."""
+    sent = posts[:68]
+    lines = [json.dumps(p.to_json()).encode("utf-8") for p in sent]
+    lines[16] = json.dumps({**sent[16].to_json(), "id": ""}).encode("utf-8")  # line 17
+    lines[41] = b'{"id": "\xff' + lines[41][len(b'{"id": "') :]  # line 42: a byte that is not UTF-8, column 9
+    source = tmp_path / "posts.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    worker.start()
+    out = _cli(env, "--input", str(source), "--index", unique_index, "--batch-size", "10")
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert (
+        f"read 66 posts from {source} (jsonl), skipped 2 lines:\n"
+        "  line 17: empty id\n"
+        "  line 42: not UTF-8 (byte 0xff at column 9)\n"
+    ) in out.stdout
+    assert f"66 posts written to {unique_index} with model {bundle.version}, 0 parked" in out.stdout
+    assert out.stderr.strip().endswith(
+        f"Error: 2 lines of {source} skipped (listed above) and not indexed; the other 66 posts were written. "
+        "Fix those records and index them again (writing a post twice is harmless)"
+    ), out.stderr[-2000:]
+    expected = {p.id for n, p in enumerate(sent) if n not in (16, 41)}
+    assert set(all_docs(opensearch_client, unique_index)) == expected and len(expected) == 66
+    assert count(opensearch_client, unique_index, bundle.version) == 66
+
+
 def test_with_no_worker_the_cli_says_the_posts_are_queued_and_follows_the_job_later(
     opensearch_client, unique_index, worker, env, bundle, posts, tmp_path
 ):
@@ -192,33 +228,116 @@ def test_with_no_worker_the_cli_says_the_posts_are_queued_and_follows_the_job_la
 
 
 def test_a_worker_killed_whole_hands_its_batches_back_after_the_visibility_timeout(
-    opensearch_client, unique_index, worker, bundle, posts
+    opensearch_client, unique_index, worker, env, bundle, posts, tmp_path
 ):
+    """Killed while it runs its 5th batch (held there, so the kill never races it): that batch is unacknowledged
+    in Redis, the other 35 are queued, and the visibility timeout (10 s) hands it to the next worker."""
     from semdup.indexer.backlog import queued_tasks
     from semdup.indexer.celery_app import app
     from semdup.indexer.jobs import enqueue_posts, wait_for
+    from semdup.indexer.ledger import task_id
     from semdup.indexer.outcomes import job_counts
+    from semdup.indexer.sweeper import SweepSettings
 
     sent = posts[:2000]
     create(opensearch_client, unique_index, bundle)
     job = enqueue_posts(opensearch_client, unique_index, sent, bundle.version, batch_size=50, progress=False)
-    held: list[Any] = []
-    for attempt in range(3):  # kill it while it holds a batch (not in the instant between two of them)
-        worker.start()
-        least = 200 * (attempt + 1)
-        wait_until(
-            lambda n=least: job_counts(opensearch_client, job.id).written >= n, f"{least} posts", STEP_S, every=0.1
-        )
-        worker.kill()
-        held = [t for t in queued_tasks(app) or [] if t.unacked and t.job == job.id]
-        if held:
-            break
-    assert held, "the worker was never killed mid-batch"
-    written = job_counts(opensearch_client, job.id).written
-    assert written < len(sent), "the job finished before the kill; the test needs a longer job"
-    queued = _queued(job)  # the killed worker's batch is held unacknowledged in Redis: still queued, not lost
-    assert {p for t in held for p in t.post_ids()} <= queued and len(queued) + written >= len(sent)
+    held, signal = held_worker(env, tmp_path, "task", at=5)
+    try:
+        held.start()
+        wait_until(signal.exists, "the worker to start its 5th batch", STEP_S, every=0.1)
+        held.kill()
+    finally:
+        held.stop()
+    assert json.loads(signal.read_text())["task_id"] == task_id(job.id, "4")
+    unacked = {t.task_id for t in queued_tasks(app) or [] if t.unacked and t.job == job.id}
+    assert unacked == {task_id(job.id, "4")}  # its batch is held unacknowledged in Redis: still queued, not lost
+    assert job_counts(opensearch_client, job.id).written == 200  # the four batches before it
+    assert _queued(job) == {p.id for p in sent[200:]}  # every other post: nothing lost
     worker.start()
-    done = wait_for(opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False)  # 10 s timeout here
+    sweep = SweepSettings(after_s=600)  # on, but too slow to matter: the visibility timeout brings the batch back
+    done = wait_for(opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep=sweep)
     assert done.finished and (done.written, done.parked) == (len(sent), 0)
+    assert done.waiting.resent_batches == 0
     assert count(opensearch_client, unique_index, bundle.version) == len(sent)
+
+
+def test_a_worker_killed_between_taking_a_batch_and_recording_it_unacknowledged_loses_nothing(
+    opensearch_client, unique_index, worker, env, bundle, posts, tmp_path
+):
+    """The gap of issue #17: kombu's BRPOP took the 2nd batch off the queue, the worker dies before its HSET into
+    ``unacked``. Redis holds it nowhere and no visibility timeout brings it back; the job's ledger does: the
+    sweeper sends it again once it has been neither done nor queued for its bound (5 s here)."""
+    from semdup.indexer.backlog import queued_task_ids
+    from semdup.indexer.celery_app import app
+    from semdup.indexer.jobs import enqueue_posts, wait_for
+    from semdup.indexer.ledger import done_batches, ledger_entries, task_id
+    from semdup.indexer.sweeper import SweepSettings
+
+    sent = posts[:300]
+    create(opensearch_client, unique_index, bundle)
+    job = enqueue_posts(opensearch_client, unique_index, sent, bundle.version, batch_size=50, progress=False)
+    held, signal = held_worker(env, tmp_path, "delivery", at=2)
+    try:
+        held.start()
+        wait_until(signal.exists, "the worker to take its 2nd batch", STEP_S, every=0.1)
+        lost = json.loads(signal.read_text())["task_id"]
+        assert lost == task_id(job.id, "1")
+        assert lost not in (queued_task_ids(app) or {}) and "1" not in done_batches(opensearch_client, job.id)
+        held.kill()
+    finally:
+        held.stop()
+    on_broker = queued_task_ids(app)
+    assert on_broker is not None and lost not in on_broker  # gone from Redis for good
+    assert set(on_broker) == {task_id(job.id, str(k)) for k in range(2, 6)}
+    worker.start()
+    done = wait_for(
+        opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep=SweepSettings(after_s=5)
+    )
+    assert done.finished and (done.written, done.parked) == (len(sent), 0)
+    assert done.waiting.resent_batches == 1
+    assert count(opensearch_client, unique_index, bundle.version) == len(sent)
+    assert done_batches(opensearch_client, job.id) == {str(k) for k in range(6)}  # one outcome record per batch
+    assert ledger_entries(opensearch_client, job.id) == {}  # a finished job's ledger is deleted
+
+
+def test_a_wait_says_that_opensearch_is_unreachable_while_it_is(
+    opensearch_client, opensearch_url, unique_index, worker, env, bundle, posts, tmp_path
+):
+    """``--job`` through a proxy cut mid-wait: the CLI (no terminal: log lines) says what it waits on, then goes on."""
+    from semdup.indexer.jobs import enqueue_posts
+
+    sent = posts[:40]
+    create(opensearch_client, unique_index, bundle)
+    job = enqueue_posts(opensearch_client, unique_index, sent, bundle.version, batch_size=10, progress=False)
+    proxy = TcpProxy(opensearch_url)
+    proxy.up()
+    out, err = tmp_path / "cli.out", tmp_path / "cli.err"
+    cmd = [sys.executable, "-m", "semdup", "index-posts", "--index", unique_index, "--job", job.id]
+    cli_env = {**env, "SEMDUP_OPENSEARCH_URL": proxy.url}
+    proc = None
+    try:
+        with out.open("w") as o, err.open("w") as e:
+            proc = subprocess.Popen([*cmd, "--timeout", str(STEP_S * 2)], env=cli_env, stdout=o, stderr=e)
+
+        def said(text: str, where: Path) -> bool:
+            assert proc.poll() is None, f"the CLI exited with {proc.returncode}: {err.read_text()[-3000:]}"
+            return text in where.read_text()
+
+        wait_until(lambda: said(f"job {job.id}: waiting for 40 of 40 posts", out), "the wait", STEP_S, every=0.2)
+        proxy.down()
+        wait_until(lambda: said("OpenSearch unreachable for", err), "the outage line", STEP_S, every=0.2)
+        proxy.up()
+        # no worker runs yet, so the recovery line can only say 0 of 40; the worker starts once it is said
+        wait_until(lambda: said("nothing holds it up now", err), "the recovery line", STEP_S, every=0.2)
+        worker.start()
+        assert proc.wait(timeout=STEP_S * 2) == 0, err.read_text()[-2000:]
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        proxy.close()
+    said = err.read_text()
+    assert f"job {job.id}: 0 of 40 posts done; OpenSearch unreachable for" in said
+    assert "40 posts held on the broker, the workers retry them" in said
+    assert f"job {job.id}: 0 of 40 posts done; nothing holds it up now" in said
+    assert f"40 posts written to {unique_index}" in out.read_text()

@@ -251,6 +251,37 @@ def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Pos
     assert "/v1/rerank" in schema["paths"]
 
 
+def test_readyz_on_a_connected_site_reports_the_companion_and_its_model(
+    opensearch_client: Any, unique_index: str, served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str
+) -> None:
+    """A site's own index connected with `semdup enable` is served through its companion: /readyz reports the
+    companion's model (the site's own index has none), and refuses a companion of another model as rerank does."""
+    from semdup.evaluation.site_index import make_site_index
+    from semdup.indexer.enable import enable_index
+
+    bundle, index = served
+    site, other = unique_index, f"{unique_index}-other"
+    served_posts = [Post(f"{n}", f"Visa question {n}", "<p>Do I need a visa for Qatar?</p>") for n in range(5)]
+    try:
+        for name, version in ((site, bundle.version), (other, "bow-cnn-000000000000")):
+            make_site_index(opensearch_client, name, served_posts)
+            dimension = bundle.dimension
+            enable_index(
+                opensearch_client, name, version=version, dimension=dimension, title_field="Title", body_field="Body"
+            )
+        ready = TestClient(create_app(settings_for(tiny_bundle, site, opensearch_url))).get("/readyz")
+        assert ready.status_code == 200, ready.text
+        checks = ready.json()["checks"]
+        assert checks["companion"].startswith(f"{site}.semdup"), checks
+        assert checks["index"] == {checks["companion"]: bundle.version}, checks  # not {site: None}
+        wrong = TestClient(create_app(settings_for(tiny_bundle, other, opensearch_url))).get("/readyz")
+        assert wrong.status_code == 503 and "bow-cnn-000000000000" in wrong.json()["reason"], wrong.text
+        own = TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url))).get("/readyz").json()
+        assert own["ready"] and "companion" not in own["checks"] and own["checks"]["index"] == {index: bundle.version}
+    finally:
+        opensearch_client.indices.delete(index=f"{site}*", ignore_unavailable=True, request_timeout=30)
+
+
 @pytest.mark.slow
 def test_real_uvicorn_service_equals_the_offline_reranker(
     served: tuple[Bundle, str],

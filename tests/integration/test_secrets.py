@@ -66,7 +66,7 @@ def base_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def posts_file(real_posts: list[Post], tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("secrets") / "posts.jsonl"
-    blank = Post("blank-1", " ", "<p> </p>")  # parked by the worker: an error path with a log line
+    blank = Post("blank-1", " ", "<p> </p>")  # skipped by the CLI's reader (core.post_rules): an error path with a log line
     path.write_text("".join(json.dumps(p.to_json()) + "\n" for p in [*real_posts[:6], blank]), encoding="utf-8")
     return path
 
@@ -173,7 +173,8 @@ def test_worker_and_index_job_show_no_secret(
     tmp_path: Path,
 ) -> None:
     """A real `semdup worker` on a password-protected Redis and a cluster URL with a password indexes a job (one
-    post parked); then a worker whose cluster answers with secrets fails to start. Nothing they print holds one."""
+    line skipped by the reader, the rest written); then a worker whose cluster answers with secrets fails to start.
+    Nothing they print holds one."""
     index = f"semdup-test-secrets-{TAG}-{'json' if json_mode else 'text'}"
     env = {
         **base_env,
@@ -205,7 +206,7 @@ def test_worker_and_index_job_show_no_secret(
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(timeout=60)
     opensearch_client.indices.delete(index=index, ignore_unavailable=True)
-    assert "1 parked" in job.stdout + job.stderr, job.stdout + job.stderr[-2000:]
+    assert "skipped 1 line" in job.stdout and "6 posts written" in job.stdout, job.stdout + job.stderr[-2000:]
     assert_clean(job.stdout, False, "index-posts stdout")
     assert_clean(job.stderr, json_mode, "index-posts stderr")
     text = log.read_text()

@@ -167,6 +167,12 @@ def test_wheel_metadata(wheel: Path, wheel_source: Path) -> None:
     assert {n.split("/")[0] for n in names} == {"semdup", info}
     source = {p.relative_to(wheel_source).as_posix() for p in (wheel_source / "semdup").rglob("*.py")}
     assert {n for n in names if n.endswith(".py")} == source
+    review_files = {  # the review page's templates and static files ship as package data
+        p.relative_to(wheel_source).as_posix()
+        for p in (wheel_source / "semdup" / "review").rglob("*")
+        if p.suffix in (".html", ".js", ".css")
+    }
+    assert review_files and review_files <= set(names)
 
 
 def test_serve_only_install_reranks_with_minilm(

@@ -16,6 +16,10 @@ the same number of threads (``torch.set_num_threads`` / onnxruntime ``intra_op_n
 * ``chunk-bs<k>``: the same calls with ``batch_size=k``;
 * ``sorted-bs<k>``: one ``Bundle.encode_dense(slice, batch_size=k)`` per round (length-sorted over the slice,
   as ``st`` sorts);
+* ``spin`` (``--spin``): ``document_fields`` as ``bundle``, its onnxruntime pool threads spinning between
+  operators (onnxruntime's default; semdup's sessions sleep instead, :func:`semdup.bundle.verify.make_session`);
+* ``also-<version>`` (``--also B2``): ``document_fields`` as ``bundle`` through another bundle of the same
+  encoder (another export of it: e.g. one traced with the SDPA attention);
 * ``int8``: ``document_fields`` as ``bundle``, through the int8 encoder (``--int8 PATH`` or ``--int8 auto``:
   the bundle's encoder through :func:`semdup.export.quantize.quantize_encoder`, in a temporary bundle).
 
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sorted", default="32", help="sorted-bs<k> contenders, comma-separated k ('' for none)")
     ap.add_argument("--int8", default=None, help="an int8 bundle, or 'auto' to quantise --bundle's encoder")
     ap.add_argument("--no-inorder", action="store_true", help="skip the pre-sorting path")
+    ap.add_argument("--spin", action="store_true", help="also the bundle with spinning onnxruntime pool threads")
+    ap.add_argument("--also", action="append", default=[], help="another bundle of the same encoder (repeatable)")
     ap.add_argument("--dump", default=None, help="Stack Exchange dump folder (default: the shipped Travel dump)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -139,6 +145,14 @@ def main(argv: list[str] | None = None) -> None:
         contenders[f"chunk-bs{k}"] = lambda ps, ts, k=k: _chunked(lambda c: _fields(bundle, c, k), ps)
     for k in (int(x) for x in args.sorted.split(",") if x):
         contenders[f"sorted-bs{k}"] = lambda ps, ts, k=k: bundle.encode_dense(ps, batch_size=k)
+    if args.spin:
+        spin = Bundle.load(args.bundle, providers=["CPUExecutionProvider"], intra_op_threads=args.threads,
+                           allow_spinning=True)
+        contenders["spin"] = lambda ps, ts: _chunked(lambda c: _fields(spin, c), ps)
+    for path in args.also:
+        other = Bundle.load(path, providers=["CPUExecutionProvider"], intra_op_threads=args.threads)
+        contenders[f"also-{other.version.rsplit('-', 1)[-1]}"] = (
+            lambda ps, ts, other=other: _chunked(lambda c: _fields(other, c), ps))
     tmp = tempfile.TemporaryDirectory(prefix="semdup-encoding-ratio-")
     if args.int8:
         path = _int8_bundle(args.bundle, tmp.name) if args.int8 == "auto" else Path(args.int8)
@@ -180,11 +194,11 @@ def main(argv: list[str] | None = None) -> None:
     cos = np.sum(got["st"].astype(np.float64) * got["bundle"], axis=1)
     print(f"cosine(st, bundle) per post: min {cos.min():.7f}, mean {cos.mean():.7f}")
     st_rate = len(posts) / wall["st"]
-    print(f"{'contender':<12} {'posts/s':>9} {'CPU s/post':>11} {'ratio to st':>12} {'max |Δ| vs bundle':>18}")
+    print(f"{'contender':<18} {'posts/s':>9} {'CPU s/post':>11} {'ratio to st':>12} {'max |Δ| vs bundle':>18}")
     for n in names:
         rate = len(posts) / wall[n]
         diff = float(np.max(np.abs(got[n] - got["bundle"])))
-        print(f"{n:<12} {rate:9.2f} {cpu[n] / len(posts):11.4f} {rate / st_rate:12.2f} {diff:18.2e}")
+        print(f"{n:<18} {rate:9.2f} {cpu[n] / len(posts):11.4f} {rate / st_rate:12.2f} {diff:18.2e}")
     tmp.cleanup()
 
 

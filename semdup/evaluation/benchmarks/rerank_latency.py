@@ -103,6 +103,7 @@ def _start_service(bundle: str, index: str, url: str, server_env: dict[str, str]
         "SEMDUP_OPENSEARCH_URL": url,
         "SEMDUP_FIELD_CACHE": "0",
         "SEMDUP_SEARCH_TIMEOUT": "30",
+        "SEMDUP_MAX_IN_FLIGHT": "0",  # every call answered, queued as they come: its load pass times the queue
         **(server_env or {}),
     }
     proc = subprocess.Popen(

@@ -122,3 +122,32 @@ def test_one_reranker_per_process_rebuilt_only_for_another_bundle(monkeypatch, t
     rt2 = WorkerRuntime(bundle=SimpleNamespace(version="m-2", path=tmp_path / "b2"), client=object(), retry=POLICY)
     assert tasks.process_reranker(rt2, "travel")[0] is not first
     assert built == [("m-1", "travel", None), ("m-2", "travel", None)]  # no calibration file beside them
+
+
+def test_a_rewritten_calibration_file_rebuilds_the_reranker_at_the_next_task(monkeypatch, tmp_path) -> None:
+    """`semdup calibrate` rewrites <bundle>.calibration.json: the next task flags with its threshold, no restart."""
+    from semdup.reranker.calibration import Calibration, save_calibration
+
+    built: list[Any] = []
+
+    class FakeReranker:
+        def __init__(self, bundle, client, index, settings, calibration) -> None:
+            built.append(None if calibration is None else calibration.threshold)
+            self.threshold = None if calibration is None else calibration.threshold
+
+    monkeypatch.setattr(tasks, "Reranker", FakeReranker)
+    monkeypatch.setattr(tasks, "_cached", None)
+    monkeypatch.delenv("SEMDUP_CALIBRATION", raising=False)
+    bundle = SimpleNamespace(version="m-1", path=tmp_path / "b1")
+    rt = WorkerRuntime(bundle=bundle, client=object(), retry=POLICY)
+    cal_file = tmp_path / "b1.calibration.json"
+    assert tasks.process_reranker(rt, "travel")[0].threshold is None  # no file yet
+    save_calibration(cal_file, "m-1", Calibration(a=1.0, b=0.0, threshold=0.7))
+    first = tasks.process_reranker(rt, "travel")[0]
+    assert first.threshold == 0.7
+    assert tasks.process_reranker(rt, "travel")[0] is first  # unchanged file: the same reranker
+    save_calibration(cal_file, "m-1", Calibration(a=1.0, b=0.0, threshold=0.9))
+    assert tasks.process_reranker(rt, "travel")[0].threshold == 0.9
+    cal_file.unlink()
+    assert tasks.process_reranker(rt, "travel")[0].threshold is None  # removed: back to the bundle's
+    assert built == [None, 0.7, 0.9, None]

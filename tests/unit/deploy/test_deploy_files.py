@@ -278,9 +278,15 @@ def test_k8s_gpu_worker_requests_a_gpu_and_targets_gpu_nodes() -> None:
 
 
 def test_k8s_reranker_probes_and_service() -> None:
+    from semdup.reranker.service import READY_TIMEOUT_S
+
     (container,) = dict(_pod_specs())["semdup-reranker"]["containers"]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    ready, live = container["readinessProbe"], container["livenessProbe"]
+    assert ready["httpGet"]["path"] == "/readyz"
+    assert ready["timeoutSeconds"] > READY_TIMEOUT_S  # the service's own deadline answers first, with the reason
+    # liveness asks /healthz (no OpenSearch call, no request thread): a busy or cluster-less pod is not restarted
+    assert live["httpGet"]["path"] == "/healthz" and container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert live["timeoutSeconds"] >= 2 and live["failureThreshold"] >= 3
     assert container["args"][0] == "serve"
     service = _by_kind("Service")["semdup-reranker"]
     pod_labels = _by_kind("Deployment")["semdup-reranker"]["spec"]["template"]["metadata"]["labels"]

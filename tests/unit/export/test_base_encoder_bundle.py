@@ -45,6 +45,7 @@ def _check_manifest(bundle: Bundle, name: str, max_len: int) -> None:
     assert m["fusion"] == {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
     assert bundle.dimension == spec.dimension and bundle.term_weights is None
     assert m["parity"]["max_abs_dense"] <= 1e-4 and m["parity"]["n_posts"] == 8
+    assert m["export_attention"] == "eager"  # traced with the plain attention onnxruntime runs faster
 
 
 def _sentence_transformers(name: str, texts: list[str], max_len: int) -> np.ndarray:

@@ -125,3 +125,26 @@ def test_cli_fits_and_prints_the_bundle(base_bundle: Path, pairs_file: Path, tmp
                                    "--out", str(tmp_path / "x")])
     # a ConfigError, which semdup.cli.main prints as one "Error: ..." line with exit 1
     assert isinstance(bad.exception, ConfigError) and "unknown fit data 'nowhere'" in str(bad.exception)
+
+
+def test_int8_auto_ships_int8_only_within_the_allowed_dev_drop(base_bundle: Path, pairs_file: Path,
+                                                                tmp_path: Path) -> None:
+    from semdup.bundle.bundle import ENCODER_FILE, read_bundle_files
+    from semdup.export.default_bundle import INT8_MAX_DROP
+
+    fp32 = fit_default(base_bundle, str(pairs_file), tmp_path / "fp32")
+    auto = fit_default(base_bundle, str(pairs_file), tmp_path / "auto", int8="auto")
+    q = auto.quantization
+    assert q is not None and q["mode"] == "int8-channel" and "per_channel=True" in q["method"]
+    assert q["dev_fp32"] == pytest.approx(fp32.dev)  # the fp32 candidate is the plain fit
+    assert q["change"] == pytest.approx(q["dev_int8"] - q["dev_fp32"])
+    assert q["chosen"] == (q["dev_fp32"] - q["dev_int8"] <= INT8_MAX_DROP)
+    bundle = Bundle.load(tmp_path / "auto")
+    assert bundle.manifest["quantization"] == q
+    shipped = read_bundle_files(tmp_path / "auto")[ENCODER_FILE]
+    base_encoder = read_bundle_files(base_bundle)[ENCODER_FILE]
+    assert (shipped != base_encoder) == q["chosen"]
+    assert auto.dev == pytest.approx(q["dev_int8"] if q["chosen"] else q["dev_fp32"])
+    assert "quantization" not in Bundle.load(tmp_path / "fp32").manifest  # off: the bundle as before
+    with pytest.raises(ValueError, match="accepted: off, auto"):
+        fit_default(base_bundle, str(pairs_file), tmp_path / "x", int8="always")

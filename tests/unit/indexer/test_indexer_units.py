@@ -46,6 +46,16 @@ def test_amqp_urls_are_accepted_unchanged() -> None:
     assert celery_config("amqp://guest@rabbit:5672//")["broker_url"] == "amqp://guest@rabbit:5672//"
 
 
+def test_each_broker_gets_its_own_transport_options_and_rabbitmq_what_redelivery_needs() -> None:
+    amqp = celery_config("amqp://guest@rabbit:5672//")
+    assert amqp["broker_transport_options"] == {"confirm_publish": True}  # a publish returns once the broker has it
+    assert amqp["task_default_queue_type"] == "classic" and amqp["task_default_delivery_mode"] == "persistent"
+    assert amqp["task_acks_late"] and amqp["task_reject_on_worker_lost"] and amqp["worker_prefetch_multiplier"] == 1
+    assert amqp["broker_heartbeat"] == 60
+    redis = celery_config("redis://127.0.0.1:6379/0")["broker_transport_options"]
+    assert "confirm_publish" not in redis and redis["visibility_timeout"] == 300
+
+
 def test_tasks_are_namespaced_and_keep_their_message_until_written_or_parked() -> None:
     from semdup.indexer import tasks
 

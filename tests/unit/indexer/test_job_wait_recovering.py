@@ -1,5 +1,5 @@
 """Waiting for a job while OpenSearch recovers (issue #13, item 8): a 503 from counting the job's outcomes is a
-reason to look again, not a traceback."""
+reason to look again, not a traceback, and the wait says so (issue #17, item 5)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,11 @@ def test_a_503_while_the_cluster_recovers_is_waited_out() -> None:
     cluster = RecoveringCluster([recovering, {"written": 2}, {"written": 4, "parked": 1}])
     job = new_job("travel", "bow-cnn-0123456789ab", total=5)
     seen = list(jobs.poll(cluster, job, timeout=60, interval=0))
-    assert [(p.written, p.parked) for p in seen] == [(2, 0), (4, 1)] and seen[-1].finished
+    assert [(p.written, p.parked) for p in seen] == [(0, 0), (2, 0), (4, 1)] and seen[-1].finished
+    # the failed look is not silent: the progress says OpenSearch did not answer, and the next one that it does
+    assert seen[0].waiting.opensearch_down_s == 0.0 and "HTTP 503" in seen[0].waiting.opensearch_error
+    assert seen[0].describe_wait() == "OpenSearch unreachable for 0 s; 5 posts not done, the workers retry them"
+    assert seen[1].waiting.opensearch_down_s is None and seen[1].describe_wait() is None
 
 
 def test_other_refusals_still_raise() -> None:

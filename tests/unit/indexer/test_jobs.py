@@ -11,7 +11,7 @@ from opensearchpy import exceptions as os_exc
 from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer import jobs, tasks
+from semdup.indexer import jobs, ledger, tasks
 from semdup.indexer.outcomes import JOBS_INDEX, Job
 from semdup.indexer.parking import ParkedPost
 
@@ -60,6 +60,11 @@ class FakeIndices:
     def create(self, **_: Any) -> None:
         self.present = True
 
+    def get_mapping(self, index: str, **_: Any) -> dict[str, Any]:
+        from semdup.indexer.outcomes import _MAPPING
+
+        return {index: {"mappings": _MAPPING["mappings"]}}
+
 
 class FakeCluster:
     """Records job records; answers the job's outcome sums in turn (an exception in the list is raised)."""
@@ -73,6 +78,10 @@ class FakeCluster:
         assert index == JOBS_INDEX
         self.records[id] = body
 
+    def update(self, index: str, id: str, body: dict[str, Any], **_: Any) -> None:
+        assert index == JOBS_INDEX
+        self.records[id] = {**self.records.get(id, {}), **body["doc"]}
+
     def search(self, index: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         assert index == JOBS_INDEX and body["size"] == 0
         answer = self.sums.pop(0) if len(self.sums) > 1 else self.sums[0]
@@ -82,25 +91,40 @@ class FakeCluster:
         return {"aggregations": {"written": {"value": written}, "parked": {"value": parked}, "skipped": {"value": 0}}}
 
 
-def test_enqueue_posts_records_the_job_and_sends_each_post_once_with_its_last_content(monkeypatch) -> None:
-    sent: list[jobs.TaskCall] = []
-    monkeypatch.setattr(jobs.TaskCall, "send", lambda self: sent.append(self))
-    posts = [Post(str(i % 5), f"title {i}", "") for i in range(7)]  # ids 0..4, then 0 and 1 again
+def test_enqueue_posts_records_each_batch_in_the_ledger_before_sending_it_with_its_last_content(monkeypatch) -> None:
+    events: list[tuple[str, Any]] = []
+    monkeypatch.setattr(ledger, "ensure_jobs_index", lambda client: None)
+    monkeypatch.setattr(
+        ledger, "_record", lambda client, job, calls, seq: events.append(("ledger", [c.batch for c in calls]))
+    )
+    monkeypatch.setattr(ledger, "_mark_sent", lambda client, job, n: events.append(("sent", n)))
+    monkeypatch.setattr(jobs.TaskCall, "send", lambda self: events.append(("publish", self)))
+    monkeypatch.setattr(ledger, "CHUNK", 2)  # two batches per ledger chunk
+    posts = [Post(str(i % 7), f"title {i}", "") for i in range(9)]  # ids 0..6, then 0 and 1 again
     cluster = FakeCluster()
     job = jobs.enqueue_posts(cluster, "travel", posts, V, batch_size=3, progress=False)
-    assert (job.index, job.model_version, job.total) == ("travel", V, 5)
-    assert cluster.records[f"job/{job.id}"]["total"] == 5
-    assert [c.task for c in sent] == [tasks.index_posts] * 2
+    assert (job.index, job.model_version, job.total) == ("travel", V, 7)
+    assert cluster.records[f"job/{job.id}"]["total"] == 7
+    # each chunk: its ledger records, then its messages, then the job's count of published batches
+    kinds = [(k, v if k != "publish" else v.batch) for k, v in events]
+    assert kinds == [("ledger", ["0", "1"]), ("publish", "0"), ("publish", "1"), ("sent", 2),
+                     ("ledger", ["2"]), ("publish", "2"), ("sent", 3)]  # fmt: skip
+    sent = [v for k, v in events if k == "publish"]
+    assert [c.task for c in sent] == [tasks.index_posts] * 3
     titles = [[p["title"] for p in c.args[1]] for c in sent]
-    assert titles == [["title 5", "title 6", "title 2"], ["title 3", "title 4"]]
+    assert titles == [["title 7", "title 8", "title 2"], ["title 3", "title 4", "title 5"], ["title 6"]]
     assert all(c.args[0] == "travel" and c.args[2] == V and c.job == job.id for c in sent)
 
 
-def test_a_task_call_sends_its_job_with_the_message(monkeypatch) -> None:
+def test_a_task_call_sends_its_job_and_batch_with_the_message_under_the_batch_s_own_task_id(monkeypatch) -> None:
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(tasks.index_posts, "apply_async", lambda **kw: seen.append(kw))
     jobs.TaskCall(tasks.index_posts, ["travel", [{"id": "1"}], V], "j1").send()
-    assert seen == [{"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}}]
+    jobs.TaskCall(tasks.index_posts, ["travel", [{"id": "1"}], V], "j1", "7").send()
+    assert seen == [
+        {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}, "task_id": None},
+        {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1", "batch": "7"}, "task_id": "j1-7"},
+    ]
 
 
 JOB = Job("j1", "travel", V, total=5)
@@ -110,7 +134,9 @@ def test_wait_for_folds_the_polls_into_the_final_progress() -> None:
     down = os_exc.ConnectionError("N/A", "connection refused", None)
     cluster = FakeCluster([(0, 2), down, (2, 2), (3, 2)])
     seen = list(jobs.poll(cluster, JOB, timeout=60, interval=0))
-    assert [(p.written, p.parked) for p in seen] == [(0, 2), (2, 2), (3, 2)]  # none while the cluster was down
+    assert [(p.written, p.parked) for p in seen] == [(0, 2), (0, 2), (2, 2), (3, 2)]  # the last counts while down
+    assert [p.waiting.opensearch_down_s is not None for p in seen] == [False, True, False, False]
+    assert "connection refused" in seen[1].waiting.opensearch_error
     assert seen[-1].finished and not seen[0].finished and seen[0].pending == 3
     done = jobs.wait_for(FakeCluster([(1, 2), (3, 2)]), JOB, timeout=60, interval=0, progress=False)
     assert done == jobs.JobProgress(JOB, written=3, parked=2) and done.pending == 0

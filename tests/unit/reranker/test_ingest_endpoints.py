@@ -4,6 +4,7 @@ test_reranker_ingest.py."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from semdup.core.errors import ConfigError
+from semdup.core.errors import ConfigError, IndexError_
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import CelerySender
@@ -25,7 +26,18 @@ VERSION = "bow-cnn-0123abcd"
 
 
 class FakeReranker:
+    """``target``: a site's index (travel, cooking) is searched through its companion; ``own`` are indices semdup
+    created (searched themselves), ``missing`` do not exist."""
+
     version = VERSION
+
+    def __init__(self, own: tuple[str, ...] = (), missing: tuple[str, ...] = ()) -> None:
+        self.own, self.missing = own, missing
+
+    def target(self, index: str) -> str:
+        if index in self.missing:
+            raise IndexError_(f"index {index!r} does not exist")
+        return index if index in self.own else f"{index}.semdup-0123456789"
 
 
 class FakeSender:
@@ -53,8 +65,9 @@ def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSe
     return ServiceSettings.from_mapping(config, OS, broker=broker)
 
 
-def client(sender: Any = None, **kw: Any) -> TestClient:
-    return TestClient(create_app(settings(**kw), reranker=FakeReranker(), sender=sender))  # type: ignore[arg-type]
+def client(sender: Any = None, reranker: FakeReranker | None = None, **kw: Any) -> TestClient:
+    app = create_app(settings(**kw), reranker=reranker or FakeReranker(), sender=sender)  # type: ignore[arg-type]
+    return TestClient(app)
 
 
 def posts(n: int, start: int = 0) -> list[dict[str, str]]:
@@ -82,6 +95,23 @@ def test_sync_and_delete_send_distinct_ids_in_order() -> None:
     r = app.post("/v1/posts/delete", json={"ids": ["7"]}, headers={"X-API-Key": KEY})
     assert r.status_code == 202 and r.json()["model"] is None, r.text
     assert sender.sent == [(SYNC_POSTS, ["cooking", ["7", "3", "10"], VERSION]), (DELETE_POSTS, ["travel", ["7"]])]
+
+
+def test_sync_into_an_index_semdup_created_is_refused_up_front_and_nothing_is_sent() -> None:
+    """Such an index has no site's index behind it: the workers would park every id as "has no semdup companion"
+    after a 202. A served index that does not exist gets rerank's 404."""
+    sender = FakeSender()
+    app = client(sender, reranker=FakeReranker(own=("travel",), missing=("cooking",)))
+    r = app.post("/v1/posts/sync", json={"ids": ["1", "2"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 409 and r.json()["error"]["type"] == "NotASiteIndex", r.text
+    assert "POST /v1/posts" in r.json()["error"]["message"]
+    r = app.post("/v1/posts/sync", json={"index": "cooking", "ids": ["1"]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 404 and "not one this API key may search" in r.json()["error"]["message"], r.text
+    assert sender.sent == []
+    r = app.post("/v1/posts", json={"posts": posts(1)}, headers={"X-API-Key": KEY})  # the way in for such an index
+    assert r.status_code == 202 and sender.sent[0][0] == INDEX_POSTS, r.text
+    doc = app.get("/openapi.json").json()["paths"]
+    assert "409" in doc["/v1/posts/sync"]["post"]["responses"] and "409" not in doc["/v1/posts"]["post"]["responses"]
 
 
 @pytest.mark.parametrize("path", ["/v1/posts", "/v1/posts/sync", "/v1/posts/delete"])
@@ -208,3 +238,159 @@ def test_the_openapi_document_states_202_503_and_the_bounds() -> None:
     assert schemas["IngestPosts"]["properties"]["posts"]["maxItems"] == 100
     assert schemas["IngestIds"]["properties"]["ids"]["items"]["maxLength"] == 512
     assert schemas["IngestPosts"]["additionalProperties"] is False
+
+
+# One table of ids, driven through the HTTP models, the CLI's reader and the OpenAPI schema: all three must take and
+# refuse the same ones (semdup.core.post_rules is the one rule set behind them).
+ID_CASES = [
+    "7",
+    "Q1_R3",
+    " a ",
+    "a" * 512,
+    "a" * 513,
+    "é" * 256,
+    "é" * 256 + "a",
+    "a" + "é" * 256,
+    "€" * 170 + "ab",
+    "€" * 171,
+    "😀" * 128,
+    "😀" * 127 + "abcde",
+    "",
+    " ",
+    "\t",
+    "\u3000",
+    "\ufeff",
+    "a\x01b",
+    "a\x00",
+    "a\tb",
+    "a\nb",
+    "a\r",
+    "a\x7f",
+    "a\x85",
+    "a\x9f",
+    "a\ufffd",
+    "a\ud800",
+    "dé/jà vu?",
+]
+
+
+def _schema_takes(schema: dict[str, Any], value: str) -> bool:
+    """The id's JSON Schema, evaluated as a client would: lengths in code points, the pattern with ECMA-262's ``$``
+    (pydantic-core's Rust regex means the same), and the stated UTF-8 byte limit."""
+    from typing import Annotated
+
+    from pydantic import Field, TypeAdapter, ValidationError
+
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False  # not a JSON string any client can send
+    if not schema["minLength"] <= len(value) <= schema["maxLength"]:
+        return False
+    if len(value.encode("utf-8")) > schema["x-max-utf8-bytes"]:
+        return False
+    try:
+        TypeAdapter(Annotated[str, Field(pattern=schema["pattern"])]).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def _send(app: TestClient, path: str, body: dict[str, Any]) -> Any:
+    """POST ``body`` as ASCII JSON (``\\u`` escapes), so a lone surrogate goes out as JSON can carry it."""
+    headers = {"X-API-Key": KEY, "Content-Type": "application/json"}
+    return app.post(path, content=json.dumps(body).encode("ascii"), headers=headers)
+
+
+def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_the_same_ids(tmp_path) -> None:
+    from semdup.core.post_rules import id_problem
+    from semdup.data.posts_input import read_post_input
+    from semdup.indexer.semantic import BatchResult, _parse_posts
+
+    sender = FakeSender()
+    app = client(sender)
+    schema = app.get("/openapi.json").json()["components"]["schemas"]["IngestIds"]["properties"]["ids"]["items"]
+    source = tmp_path / "posts.jsonl"
+    lines = [json.dumps({"id": "anchor", "title": "A post every reader takes"})]
+    lines += [json.dumps({"id": post_id, "title": "Visa?"}) for post_id in ID_CASES]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    read = read_post_input(source)
+    cli_took = {p.id for p in read.posts}
+    cli_reason = {int(s.where.split()[1]) - 2: s.reason for s in read.skipped}
+
+    for n, post_id in enumerate(ID_CASES):
+        rule = id_problem(post_id)
+        posted = _send(app, "/v1/posts", {"posts": [{"id": post_id, "title": "Visa?"}]})
+        deleted = _send(app, "/v1/posts/delete", {"ids": [post_id]})
+        http_took = posted.status_code == 202
+        assert (deleted.status_code == 202) == http_took, (post_id, deleted.text)
+        parked = BatchResult()  # a producer that bypasses both: the worker parks what the rules refuse
+        worker_took = bool(_parse_posts([json.loads(json.dumps({"id": post_id, "title": "Visa?"}))], parked))
+        assert http_took == (post_id in cli_took) == worker_took == _schema_takes(schema, post_id) == (rule is None), (
+            post_id[:20],
+            posted.text[:300],
+            cli_reason.get(n),
+        )
+        if rule is not None:
+            assert posted.status_code == 422, posted.text
+            if "surrogate" not in rule:  # pydantic refuses a lone surrogate before the rules: not valid Unicode
+                assert rule in posted.json()["error"]["message"], posted.text
+                assert posted.json()["detail"][0]["loc"] == ["body", "posts", 0, "id"]
+            assert cli_reason[n] == rule  # the same words from every path
+            assert parked.failed[0][1].endswith(f": {rule}"), parked.failed
+    assert len(sender.sent) == 2 * sum(id_problem(i) is None for i in ID_CASES)
+
+
+TEXT_CASES = [
+    ("Visa?", ""),
+    ("", "<p>How long?</p>"),
+    ("line\nnext\r\n\ttab", ""),
+    ("", ""),
+    (" ", "\n"),
+    ("<p></p>", "&nbsp;"),
+    ("a\x01", ""),
+    ("", "caf\ufffd"),
+    ("a\x7f", ""),
+    ("x" * 51, ""),
+]
+
+
+def test_the_http_models_and_the_cli_reader_take_the_same_titles_and_bodies(tmp_path) -> None:
+    """The same for text, with the server's limit on the CLI's side too (max_text_chars 50 here)."""
+    from semdup.core.post_rules import post_problem
+    from semdup.core.posts import Post
+    from semdup.data.posts_input import read_post_input
+
+    app = client(FakeSender(), max_text_chars=50)
+    source = tmp_path / "posts.jsonl"
+    lines = [json.dumps({"id": "anchor", "title": "A post every reader takes"})]
+    lines += [json.dumps({"id": f"p{n}", "title": t, "body": b}) for n, (t, b) in enumerate(TEXT_CASES)]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cli_took = {p.id for p in read_post_input(source).posts if len(p.title) <= 50 and len(p.body) <= 50}
+    for n, (title, body) in enumerate(TEXT_CASES):
+        post = {"id": f"p{n}", "title": title, "body": body}
+        r = app.post("/v1/posts", json={"posts": [post]}, headers={"X-API-Key": KEY})
+        rule = post_problem(Post(**post), max_text_chars=50)
+        assert (r.status_code == 202) == (f"p{n}" in cli_took) == (rule is None), (post, r.text)
+        if rule is not None and "characters; at most" not in rule:
+            assert rule in r.json()["error"]["message"], r.text
+
+
+def test_a_batch_with_bad_posts_is_refused_whole_and_each_bad_post_is_named() -> None:
+    """The HTTP ingest answers per post where it can: one 422 whose detail names every bad post by its position
+    and why, and nothing is enqueued (the client holds the posts; it resends the batch fixed)."""
+    sender = FakeSender()
+    batch = posts(5)
+    batch[1]["id"] = " "
+    batch[3] = {"id": "3", "title": "<p></p>"}
+    batch[4]["body"] = "bin\x00ary"
+    r = client(sender).post("/v1/posts", json={"posts": batch}, headers={"X-API-Key": KEY})
+    assert r.status_code == 422, r.text
+    named = [(item["loc"][2:], item["msg"]) for item in r.json()["detail"]]
+    assert named == [
+        ([1, "id"], "Value error, id is only white space"),
+        ([3], "Value error, post '3': no visible text (title and body hold only markup or white space)"),
+        ([4, "body"], "Value error, body holds control character U+0000 at character 4"),
+    ]
+    assert r.json()["error"]["message"].startswith("posts.1.id: Value error, id is only white space")
+    assert sender.sent == []

@@ -77,3 +77,51 @@ def test_the_request_schema_states_what_the_service_refuses() -> None:
     assert schema["additionalProperties"] is False and len(schema["anyOf"]) == 2
     assert schema["properties"]["k"]["maximum"] == 20 and schema["properties"]["title"]["maxLength"] == 50
     assert schema["properties"]["templates"]["anyOf"][0]["maxItems"] == 6
+
+
+def test_scopes_and_reviewer_names_extend_the_key_format_and_old_strings_keep_their_meaning() -> None:
+    keys = parse_api_keys("k1:travel,mod7:travel:review:alice,ops2:*:search|review,k3")
+    assert [(k.indices, k.scopes, k.name) for k in keys] == [
+        (("travel",), ("search",), None),
+        (("travel",), ("review",), "alice"),
+        ((), ("search", "review"), None),
+        ((), ("search",), None),
+    ]
+    assert keys[1].who == "alice" and keys[2].who.startswith("key-") and "ops2" not in keys[2].who
+    for bad, why in (
+        ("s3cr3t:travel:admin", "unknown API key scope"),
+        ("s3cr3t:travel:", "lists no scope"),
+        ("s3cr3t:travel:review:bad name", "reviewer's name"),
+        ("s3cr3t:travel:review:a:b", "more than four"),
+    ):
+        with pytest.raises(ConfigError, match=why) as err:
+            parse_api_keys(bad)
+        assert "s3cr3t" not in str(err.value)
+    mapped = settings(api_keys={"m": {"indices": "*", "scopes": ["review"], "name": "bob"}, "k": ["travel"]})
+    assert mapped.api_keys[0] == ApiKey("m", (), ("review",), "bob") and mapped.api_keys[1].scopes == ("search",)
+
+
+def test_a_review_key_cannot_search_and_a_search_key_cannot_review() -> None:
+    s = settings(api_key="main-key", api_keys="k1:travel,mod7:travel:review:alice,both:*:search|review")
+    assert s.review_enabled
+    assert s.key_indices("mod7") is None and s.reviewer("mod7").who == "alice"
+    assert s.reviewer("main-key") is None and s.reviewer("k1") is None and s.key_indices("k1") == ("travel",)
+    assert s.key_indices("both") == ("travel",) and s.reviewer("both") is not None
+    assert not settings(api_key="main-key").review_enabled
+    off = settings(auth="off", api_keys="mod7:travel:review")
+    assert not off.review_enabled and off.reviewer("mod7") is None  # verdicts record who: no review without keys
+
+
+def test_review_settings_are_checked_and_the_session_secret_never_shown() -> None:
+    secret = "x" * 40
+    s = settings(api_key="k", session_secret=secret, post_url="https://travel.stackexchange.com/questions/{id}")
+    assert secret not in repr(s) and s.session_max_age == 12 * 3600
+    for bad, why in (
+        ({"session_secret": "short"}, "at least 32"),
+        ({"post_url": "javascript:alert(1)//{id}"}, "http"),
+        ({"post_url": "https://x.example/questions/"}, "{id}"),
+        ({"post_url": "https://x.example/{id}/{user}"}, "only {id} and {index}"),
+        ({"session_max_age": "5"}, "SESSION_MAX_AGE"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            settings(api_key="k", **bad)

@@ -1,0 +1,285 @@
+"""The job ledger: every batch of a job is recorded in ``semdup-jobs`` before it is published, so none can be lost.
+
+A batch is one task message: task name, JSON arguments, and a key (its sequence number in the job). The
+producer writes the ledger records of a chunk of batches (one bulk request), publishes them, then records on the
+job how many batches are published so far (``sent``). Each message carries ``job`` and ``batch`` in its kwargs
+and has the task id ``<job>-<batch>``, the same every time the batch is sent, so the broker's copy can be matched
+to the ledger (:func:`semdup.indexer.backlog.queued_task_ids`) and a task's outcome is recorded once per batch
+(:func:`semdup.indexer.outcomes.record_outcome`). A batch is then *done* (an outcome record), *queued* (a message
+on the broker), or *missing*: neither, which the sweeper (:mod:`semdup.indexer.sweeper`) confirms over time and
+sends again from its record here.
+
+What it costs: one more bulk request per :data:`CHUNK` batches while enqueueing, one small update of the job
+record per chunk, and the batches' arguments stored once more in ``semdup-jobs`` (``call`` is an object with
+``enabled: false``: kept in ``_source`` only, nothing indexed, no doc values; ``index_posts`` batches carry the
+posts' text, the others only ids). The records of a finished job are deleted by whoever sees it finish
+(:func:`forget_batches`), so the store holds only unfinished jobs' batches; the outcome records (a few numbers
+per batch) stay.
+
+Example::
+
+    calls = [TaskCall(tasks.index_posts, [index, posts, version], job.id) for posts in chunked(payload, 64)]
+    publish(client, job, calls)                  # ledger chunk, publish chunk, job.sent, ... in that order
+    ledger_entries(client, job.id)               # {"0": LedgerEntry(seq=0, size=64), ...}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+from opensearchpy.helpers import BulkIndexError, bulk, scan
+
+from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.indexer.bulk import chunked
+from semdup.indexer.outcomes import JOBS_INDEX, Job, ensure_jobs_index
+
+__all__ = [
+    "CHUNK",
+    "TaskCall",
+    "LedgerEntry",
+    "SentMark",
+    "task_id",
+    "publish",
+    "ledger_entries",
+    "done_batches",
+    "read_calls",
+    "sent_mark",
+    "forget_batches",
+]
+
+logger = logging.getLogger(__name__)
+
+CHUNK = 100  # batches per ledger bulk request (at most ~100 x 64 posts of text) and per `sent` update
+_TIMEOUT = 60.0
+_MAX_BULK_BYTES = 20 * 1024 * 1024
+_TRANSIENT = (os_exc.ConnectionError, os_exc.ConnectionTimeout)
+
+
+def task_id(job: str, batch: str) -> str:
+    """The Celery task id of a batch: the same each time the batch is sent, so the broker's copies can be matched
+    to the ledger."""
+    return f"{job}-{batch}"
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """One task message: the task (an object with ``name`` and ``apply_async``), its JSON-native arguments, the
+    job it belongs to and its key in the job's ledger (given by :func:`publish`)."""
+
+    task: Any
+    args: list[Any]
+    job: str | None = None
+    batch: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Posts or ids the message carries."""
+        return len(self.args[1]) if len(self.args) > 1 else 0
+
+    @property
+    def kwargs(self) -> dict[str, str]:
+        return {k: v for k, v in (("job", self.job), ("batch", self.batch)) if v}
+
+    def send(self) -> None:
+        tid = task_id(self.job, self.batch) if self.job and self.batch else None
+        self.task.apply_async(args=self.args, kwargs=self.kwargs, task_id=tid)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """What the sweeper needs of a batch without its arguments: its place in the job and its size."""
+
+    seq: int
+    size: int
+
+
+@dataclass(frozen=True)
+class SentMark:
+    """How many of a job's batches its producer has published (in ledger order), and when it last said so."""
+
+    sent: int
+    at: float
+
+
+def _bulk(client: OpenSearch, actions: list[dict[str, Any]], what: str) -> None:
+    try:
+        bulk(client, actions, max_chunk_bytes=_MAX_BULK_BYTES, request_timeout=_TIMEOUT, refresh=False)
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while {what}: {exc}") from exc
+    except BulkIndexError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        raise IndexError_(f"{JOBS_INDEX} refused {len(exc.errors)} records while {what}; first: {first}") from exc
+
+
+def _record(client: OpenSearch, job: Job, calls: Sequence[TaskCall], first_seq: int) -> None:
+    now = int(time.time())
+    actions = [
+        {
+            "_op_type": "index",
+            "_index": JOBS_INDEX,
+            "_id": f"batch/{job.id}/{c.batch}",
+            "_source": {
+                "kind": "batch",
+                "job": job.id,
+                "index": job.index,
+                "task": c.task.name.rsplit(".", 1)[-1],
+                "batch": c.batch,
+                "seq": first_seq + n,
+                "size": c.size,
+                "call": {"task": c.task.name, "args": c.args},
+                "at": now,
+            },
+        }
+        for n, c in enumerate(calls)
+    ]
+    _bulk(client, actions, f"recording {len(calls)} batches of job {job.id}")
+
+
+def _mark_sent(client: OpenSearch, job: Job, sent: int) -> None:
+    try:
+        client.update(
+            index=JOBS_INDEX,
+            id=f"job/{job.id}",
+            body={"doc": {"sent": sent, "sent_at": int(time.time())}},
+            request_timeout=_TIMEOUT,
+            retry_on_conflict=3,
+        )
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while marking job {job.id}'s batches sent") from exc
+
+
+def publish(
+    client: OpenSearch,
+    job: Job,
+    calls: Iterable[TaskCall],
+    *,
+    on_sent: Callable[[TaskCall], None] | None = None,
+) -> int:
+    """Record each chunk of ``calls`` in the ledger, publish it, then mark it sent on the job record. The job
+    record must exist (:func:`semdup.indexer.outcomes.record_job`). ``on_sent`` is called after each message
+    (a progress bar). Returns the posts or ids sent.
+
+    A producer that dies part-way leaves its unpublished batches in the ledger: the sweeper sends them.
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer (the batches published so far are in the ledger).
+    """
+    ensure_jobs_index(client)
+    seq = sent = 0
+    for chunk in chunked(calls, CHUNK):
+        keyed = [replace(c, job=job.id, batch=str(seq + n)) for n, c in enumerate(chunk)]
+        _record(client, job, keyed, seq)
+        for call in keyed:
+            call.send()
+            sent += call.size
+            if on_sent is not None:
+                on_sent(call)
+        seq += len(keyed)
+        _mark_sent(client, job, seq)
+    return sent
+
+
+def _scan(client: OpenSearch, job_id: str, kind: str, fields: list[str]) -> Iterable[dict[str, Any]]:
+    query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": kind}}]}}
+    try:
+        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True, request_timeout=_TIMEOUT)
+        yield from scan(
+            client,
+            index=JOBS_INDEX,
+            query={"query": query, "_source": fields},
+            size=2000,
+            scroll="2m",
+            request_timeout=_TIMEOUT,
+            ignore_unavailable=True,
+        )
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}'s {kind}s") from exc
+    except os_exc.NotFoundError:
+        return
+
+
+def ledger_entries(client: OpenSearch, job_id: str) -> dict[str, LedgerEntry]:
+    """``batch key -> LedgerEntry`` of every batch recorded for ``job_id`` (none for a job before the ledger).
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    out: dict[str, LedgerEntry] = {}
+    for hit in _scan(client, job_id, "batch", ["batch", "seq", "size"]):
+        src = hit.get("_source") or {}
+        out[str(src["batch"])] = LedgerEntry(int(src.get("seq", 0)), int(src.get("size", 0)))
+    return out
+
+
+def done_batches(client: OpenSearch, job_id: str) -> set[str]:
+    """Keys of ``job_id``'s batches that recorded an outcome (written, parked or skipped: finished).
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    return {str(h["_source"]["batch"]) for h in _scan(client, job_id, "outcome", ["batch"]) if "batch" in h["_source"]}
+
+
+def read_calls(client: OpenSearch, job_id: str, keys: Sequence[str]) -> list[tuple[str, str, list[Any]]]:
+    """``(batch key, task name, args)`` of the given batches, from their ledger records (those still there).
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    if not keys:
+        return []
+    try:
+        found = client.mget(
+            index=JOBS_INDEX, body={"ids": [f"batch/{job_id}/{k}" for k in keys]}, request_timeout=_TIMEOUT
+        )
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}'s batches") from exc
+    out = []
+    for doc in found.get("docs", []):
+        if doc.get("found"):
+            src = doc["_source"]
+            out.append((str(src["batch"]), str(src["call"]["task"]), list(src["call"]["args"])))
+    return out
+
+
+def sent_mark(client: OpenSearch, job_id: str) -> SentMark | None:
+    """How many of the job's batches are published, per its producer; None for a job recorded before the ledger.
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    try:
+        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}", request_timeout=_TIMEOUT)["_source"]
+    except os_exc.NotFoundError:
+        return None
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}") from exc
+    if "sent" not in doc:
+        return None
+    return SentMark(int(doc["sent"]), float(doc.get("sent_at") or doc.get("at") or 0))
+
+
+def forget_batches(client: OpenSearch, job_id: str) -> int:
+    """Delete the ledger records of a finished job (its outcomes stay); returns how many were deleted.
+
+    Raises:
+        OpenSearchUnavailable: the cluster did not answer.
+    """
+    query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "batch"}}]}}
+    try:
+        out = client.delete_by_query(
+            index=JOBS_INDEX,
+            body={"query": query},
+            conflicts="proceed",
+            ignore_unavailable=True,
+            request_timeout=_TIMEOUT,
+        )
+    except _TRANSIENT as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while forgetting job {job_id}'s batches") from exc
+    return int(out.get("deleted", 0))

@@ -1,0 +1,179 @@
+"""The sweeper's rules without a broker or a cluster (issue #17): what counts as missing, when a batch is sent
+again, and what is left alone (a message in flight, a batch on an unreadable broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.indexer import ledger, sweeper
+from semdup.indexer.ledger import LedgerEntry, SentMark, task_id
+from semdup.indexer.outcomes import Job
+from semdup.indexer.sweeper import Sweeper, SweepSettings
+from semdup.indexer.waiting import WaitState, format_duration
+
+JOB = Job("j1", "travel", "bow-cnn-0123456789ab", total=40)
+
+
+class FakeApp:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send_task(self, name: str, **kw: Any) -> None:
+        self.sent.append({"name": name, **kw})
+
+
+class World:
+    """The ledger (4 batches of 10), the done set, the broker's task ids and a clock, all settable by a test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entries = {str(k): LedgerEntry(k, 10) for k in range(4)}
+        self.done: set[str] = set()
+        self.broker: dict[str, bool] | None = {task_id("j1", str(k)): False for k in range(4)}
+        self.broker_error: Exception | None = None
+        self.rabbit_down = False  # an unreadable broker (RabbitMQ) that does not answer either
+        self.opensearch_error: Exception | None = None
+        self.mark: SentMark | None = SentMark(4, 0.0)
+        self.now = 1000.0
+        monkeypatch.setattr(ledger, "done_batches", lambda c, j: self._os(set(self.done)))
+        monkeypatch.setattr(ledger, "ledger_entries", lambda c, j: self._os(dict(self.entries)))
+        monkeypatch.setattr(ledger, "sent_mark", lambda c, j: self._os(self.mark))
+        monkeypatch.setattr(
+            ledger, "read_calls", lambda c, j, keys: [(k, "semdup.indexer.index_posts", ["travel", [k]]) for k in keys]
+        )
+        monkeypatch.setattr(sweeper, "queued_task_ids", self._broker)
+        monkeypatch.setattr(sweeper, "check_broker", self._answer)
+
+    def _os(self, value: Any) -> Any:
+        if self.opensearch_error is not None:
+            raise self.opensearch_error
+        return value
+
+    def _answer(self, app: Any) -> None:
+        if self.rabbit_down:
+            raise BrokerUnavailable("connection refused")
+
+    def _broker(self, app: Any) -> dict[str, bool] | None:
+        if self.broker_error is not None:
+            raise self.broker_error
+        return None if self.broker is None else dict(self.broker)
+
+    def take(self, key: str) -> None:
+        """A worker's BRPOP: the message leaves the queue; no HSET follows (the worker died, or not yet)."""
+        assert self.broker is not None
+        del self.broker[task_id("j1", key)]
+
+    def sweeper(self, after: float = 60.0) -> tuple[Sweeper, FakeApp]:
+        app = FakeApp()
+        return Sweeper(None, app, JOB, SweepSettings(after_s=after), clock=lambda: self.now), app  # type: ignore[arg-type]
+
+
+def test_a_batch_in_flight_at_one_sweep_is_neither_reported_nor_sent(monkeypatch) -> None:
+    world = World(monkeypatch)
+    s, app = world.sweeper()
+    world.take("1")  # between BRPOP and HSET at this read
+    first = s.sweep()
+    assert first.missing == () and first.resent == () and first.queued == 3 and first.queued_posts == 30
+    world.broker[task_id("j1", "1")] = True  # the HSET came: unacknowledged, held by the worker
+    world.now += 61
+    second = s.sweep()
+    assert second.missing == () and app.sent == [] and second.queued == 4
+
+
+def test_a_batch_missing_past_the_bound_is_sent_again_once_with_its_own_task_id(monkeypatch) -> None:
+    world = World(monkeypatch)
+    s, app = world.sweeper(after=60)
+    world.done = {"0"}
+    world.take("0")
+    world.take("2")  # lost: its worker died between BRPOP and HSET
+    assert s.sweep().missing == ()  # seen once: could be in flight
+    world.now += 30
+    confirmed = s.sweep()
+    assert confirmed.missing == ("2",) and confirmed.missing_posts == 10 and confirmed.missing_for_s == 30
+    assert app.sent == []  # not yet past the bound
+    world.now += 30
+    sent = s.sweep()
+    assert sent.resent == ("2",) and sent.missing == ()
+    assert app.sent == [
+        {
+            "name": "semdup.indexer.index_posts",
+            "args": ["travel", ["2"]],
+            "kwargs": {"job": "j1", "batch": "2"},
+            "task_id": "j1-2",
+        }
+    ]
+    world.broker[task_id("j1", "2")] = False  # the copy is queued now
+    world.now += 120
+    assert s.sweep().resent == () and len(app.sent) == 1 and s.resent_total == 1
+
+
+def test_nothing_is_sent_while_the_broker_or_the_cluster_does_not_answer(monkeypatch) -> None:
+    world = World(monkeypatch)
+    s, app = world.sweeper(after=10)
+    world.take("3")
+    s.sweep()
+    world.now += 100
+    world.broker_error = BrokerUnavailable("connection refused")
+    down = s.sweep()
+    assert down.broker_error and down.queued is None and down.resent == () and app.sent == []
+    world.broker_error = None
+    world.opensearch_error = OpenSearchUnavailable("cut")
+    cut = s.sweep()
+    assert cut.opensearch_error and cut.queued_posts == 30 and cut.resent == () and app.sent == []
+    world.opensearch_error = None
+    assert s.sweep().resent == ("3",)  # missing all along, so sent at the first sweep that can tell
+
+
+def test_on_rabbitmq_only_batches_the_producer_never_published_are_sent_again(monkeypatch) -> None:
+    world = World(monkeypatch)
+    world.broker = None  # RabbitMQ: the queue cannot be read
+    world.mark = SentMark(2, 0.0)  # the producer died after publishing batches 0 and 1
+    world.done = {"0"}
+    s, app = world.sweeper(after=10)
+    first = s.sweep()
+    assert first.queued is None and first.queued_posts is None
+    world.now += 10
+    assert s.sweep().resent == ("2", "3")  # "1" is on the broker (published, confirmed): left to it
+    world.now += 100
+    assert s.sweep().resent == () and [m["task_id"] for m in app.sent] == ["j1-2", "j1-3"]
+    world.rabbit_down = True  # stopped: said so, and nothing decided meanwhile
+    world.now += 100
+    down = s.sweep()
+    assert down.broker_error == "connection refused" and down.resent == ()
+    world.rabbit_down = False
+    world.mark = None  # a job recorded before the ledger: nothing to go by, nothing sent
+    s2, app2 = world.sweeper(after=1)
+    s2.sweep()
+    world.now += 5
+    assert s2.sweep().resent == () and app2.sent == []
+
+
+def test_sweep_settings_come_from_the_environment_with_a_bound_above_a_task(monkeypatch) -> None:
+    monkeypatch.delenv("SEMDUP_SWEEP_AFTER", raising=False)
+    default = SweepSettings.from_env()
+    assert default.after_s == 300 and default.every_s == 30
+    monkeypatch.setenv("SEMDUP_SWEEP_AFTER", "8")
+    assert SweepSettings.from_env().every_s == 2
+    for bad in ("soon", "0", "-5"):
+        monkeypatch.setenv("SEMDUP_SWEEP_AFTER", bad)
+        with pytest.raises(ConfigError, match="SEMDUP_SWEEP_AFTER must be seconds > 0"):
+            SweepSettings.from_env()
+
+
+def test_the_wait_state_says_what_holds_a_job_up() -> None:
+    assert WaitState().describe(808) is None
+    cut = WaitState(opensearch_down_s=384, queued_posts=808)
+    assert (
+        cut.describe(808) == "OpenSearch unreachable for 6 min; 808 posts held on the broker, the workers retry them"
+    )
+    rabbit = WaitState(opensearch_down_s=30, broker_down_s=None)
+    assert rabbit.describe(12) == "OpenSearch unreachable for 30 s; 12 posts not done, the workers retry them"
+    lost = WaitState(missing_posts=50, missing_for_s=130, resent_batches=1, sweep_after_s=300)
+    assert lost.describe(50) == (
+        "50 posts neither done nor queued for 2 min (a worker killed while taking them?); sent again after 5 min; "
+        "1 batches sent again so far"
+    )
+    assert WaitState(broker_down_s=61).describe(7) == "broker unreachable for 61 s; 7 posts not done"
+    assert [format_duration(s) for s in (0, 119, 120, 3599, 3900)] == ["0 s", "119 s", "2 min", "59 min", "1 h 5 min"]
