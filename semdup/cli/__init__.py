@@ -29,6 +29,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("train_cmd", "train", "Train an encoder (bow-cnn, cnn, scqa, rcnn, bow-minilm) on real data."),
     "export": ("export_cmd", "export", "Export a trained checkpoint to a verified ONNX model bundle."),
     "fit-default": ("fit_default_cmd", "fit_default_cmd", "Fit the hybrid default bundle on labelled duplicates."),
+    "learn": ("learn_cmd", "learn", "Learn a bundle from a site's own duplicates; keep it only if it is better."),
     "worker": ("indexer_cmd", "worker", "Run a Celery indexing worker (ONNX encoder -> OpenSearch)."),
     "index-posts": ("indexer_cmd", "index_posts", "Enqueue posts from a file for indexing and wait for them."),
     "backfill": ("indexer_cmd", "backfill", "Fill semdup fields of posts indexed by an older or no model."),

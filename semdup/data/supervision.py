@@ -62,6 +62,7 @@ class SourceReport:
         conflicting: pairs labelled duplicate and non-duplicate both (left out of both).
         unlabelled: candidates without a label (left out).
         dated_links: duplicate links with a creation time (a split by time needs them all).
+        bad_values: link values that name no post id (an object, an empty string; left out).
     """
 
     source: str
@@ -74,13 +75,15 @@ class SourceReport:
     conflicting: int = 0
     unlabelled: int = 0
     dated_links: int = 0
+    bad_values: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
         left = {k: v for k, v in (("missing post", self.missing_post_links), ("self", self.self_links),
-                                  ("conflicting", self.conflicting), ("unlabelled", self.unlabelled)) if v}
+                                  ("conflicting", self.conflicting), ("unlabelled", self.unlabelled),
+                                  ("not an id", self.bad_values)) if v}
         out = ", ".join(f"{v} {k}" for k, v in left.items()) or "none"
         return (f"{self.source} ({self.format}): {self.queries} queries, {self.duplicate_links} duplicate and "
                 f"{self.non_duplicate_links} non-duplicate links kept; left out: {out}; "

@@ -42,7 +42,7 @@ TRAIN, HELD_OUT = "train", "dev"  # the dump's split names, so StackExchangeDump
 class SplitReport:
     """How the labels were split, with the sizes (printed by the caller)."""
 
-    by: str  # "time" or "cluster"
+    by: str  # "time", "cluster", or "official" (a bundled set's own published split)
     train_queries: int
     held_out_queries: int
     train_clusters: int
@@ -53,7 +53,8 @@ class SplitReport:
         return asdict(self)
 
     def line(self) -> str:
-        how = f"by time (first link at or after {self.cut})" if self.by == "time" else "by duplicate cluster"
+        how = {"time": f"by time (first link at or after {self.cut})", "official": "by the data set's own split"}.get(
+            self.by, "by duplicate cluster")
         total_q = self.train_queries + self.held_out_queries
         total_c = self.train_clusters + self.held_out_clusters
         return (f"held out {how}: {self.held_out_queries} of {total_q} queries, {self.held_out_clusters} of "
