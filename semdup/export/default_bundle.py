@@ -310,7 +310,7 @@ class _Fitted:
 
 def _fit_on(base_path: str | Path, fit_data: FitData, k: int, knn: bool, cache_dir: Path | None,
             grid: tuple[Sequence[float], Sequence[float]] | None, grid_title: Sequence[float]) -> _Fitted:
-    """The fusion (and, for pairs, the threshold) chosen on ``fit_data``'s labelled queries over ``base_path``'s encoder."""
+    """The fusion (and, for pairs, the threshold) chosen on ``fit_data``'s queries over ``base_path``'s encoder."""
     base = Bundle.load(base_path)
     if base.dimension is None:
         raise ConfigError(f"{base_path} has no dense encoder; give a base encoder's bundle (semdup export "
@@ -369,7 +369,7 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
         q_base = quantized_bundle(base_path, Path(tmp) / "int8", mode)
         q = _fit_on(q_base, fit_data, k, knn, cache, grid, grid_title)
         chosen = fp32.fit.dev - q.fit.dev <= INT8_MAX_DROP
-        quant = {"mode": mode, "method": quantize_method(mode), "eval": f"{fit_data.name} fitted queries, {fp32.measure}",
+        quant = {"mode": mode, "method": quantize_method(mode), "eval": f"{fit_data.name} fit, {fp32.measure}",
                  "dev_fp32": fp32.fit.dev, "dev_int8": q.fit.dev, "change": q.fit.dev - fp32.fit.dev,
                  "max_drop": INT8_MAX_DROP, "chosen": chosen, "fusion_fp32": dict(fp32.fit.fusion)}
         logger.info("int8 %s: dev %.2f vs fp32 %.2f (%s)", mode, q.fit.dev, fp32.fit.dev,
