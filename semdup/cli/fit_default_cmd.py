@@ -18,8 +18,8 @@ __all__ = ["fit_default_cmd"]
 @click.option("--base-bundle", type=click.Path(path_type=Path),
               help="Its bundle (default artifacts/bundles/NAME; exported there with torch when absent).")
 @click.option("--data", required=True,
-              help="Dev duplicates: travel | semeval | askubuntu, a Stack Exchange dump folder (with splits.tsv; "
-                   "its dev split) or a .jsonl file of labelled pairs.")
+              help="Labelled duplicates to fit on: travel | semeval | askubuntu (their training queries), a Stack "
+                   "Exchange dump folder (with splits.tsv; its train split) or a .jsonl file of labelled pairs.")
 @click.option("--corpus", type=click.Path(exists=True, path_type=Path),
               help="Posts to be indexed (JSONL, SemEval XML or dump folder); their text joins the IDF vocabulary.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
@@ -38,10 +38,11 @@ __all__ = ["fit_default_cmd"]
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corpus: Path | None, out_dir: Path,
                     k: int, knn: bool, cache_dir: Path | None, title: bool, int8: str, as_json: bool) -> None:
-    """Fit the hybrid default on your dev duplicates and write its bundle (no training, no GPU).
+    """Fit the hybrid default on your labelled duplicates and write its bundle (no training, no GPU).
 
     s = beta_bow * cos_bow(idf) + beta_dense * cos_dense + alpha * lexnorm(BM25) + beta_title * cos_title;
-    (beta_bow, alpha, beta_title) are chosen by a grid on dev (beta_dense = 1) and stored in the manifest.
+    (beta_bow, alpha, beta_title) are chosen by a grid on the training queries (beta_dense = 1; dev stays for
+    checking) and stored in the manifest.
     cos_title is the cosine of the titles' own vectors (the workers then encode each title too). Index with
     --knn to get the k-NN candidates.
 
@@ -66,7 +67,7 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
     result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir,
                          grid_title=GRID_TITLE if title else (0.0,), int8=int8)
     out = {"bundle": str(result.bundle_dir), "version": result.version, "fusion": result.fusion,
-           "dev": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "dev_queries": result.n_dev,
+           "fit": {result.measure: round(result.dev, 2)}, "threshold": result.threshold, "fit_queries": result.n_dev,
            "vocab_size": result.vocab_size, "seconds": round(result.seconds, 1), "quantization": result.quantization,
            "flagging": None if result.flagging is None else {"k": result.flagging.k,
                                                               "threshold": result.flagging.threshold,
@@ -76,11 +77,11 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
         return
     f = result.fusion
     click.echo(f"{result.version}: beta_bow {f['beta_bow']:g}, beta_dense {f['beta_dense']:g}, alpha {f['alpha']:g}, "
-               f"beta_title {f.get('beta_title', 0.0):g} chosen on {result.n_dev} dev items of {data} "
+               f"beta_title {f.get('beta_title', 0.0):g} chosen on {result.n_dev} training items of {data} "
                f"({result.measure} {result.dev:.2f})")
     q = result.quantization
     if q is not None:
-        click.echo(f"int8 ({q['mode']}): dev {q['dev_int8']:.2f} vs fp32 {q['dev_fp32']:.2f} ({q['change']:+.2f}); "
+        click.echo(f"int8 ({q['mode']}): fit {q['dev_int8']:.2f} vs fp32 {q['dev_fp32']:.2f} ({q['change']:+.2f}); "
                    + ("the int8 encoder is shipped" if q["chosen"] else f"fp32 kept (drop above {q['max_drop']:g})"))
     if result.flagging is not None:
         click.echo(f"flagging: k={result.flagging.k}, threshold {result.flagging.threshold:.4f} "

@@ -45,10 +45,12 @@ from semdup.core.fitting import best_threshold, pair_accuracy  # the threshold f
 
 __all__ = [
     "semeval_scores",
+    "semeval_average_precisions",
     "rank_semeval_candidates",
     "average_precision_at",
     "accuracy_at_k",
     "retrieval_scores",
+    "retrieval_average_precisions",
     "pair_accuracy",
     "best_threshold",
     "precision_recall_f1_accuracy",
@@ -151,7 +153,7 @@ def semeval_scores(
     for orgq, row in gold.items():
         flags = rank_semeval_candidates(predictions.get(orgq, {}), row, orgq)
         top = flags[:cutoff]
-        ap += average_precision_at(flags, cutoff)
+        ap += _semeval_ap(flags, cutoff)
         rr += next((1.0 / i for i, rel in enumerate(top, start=1) if rel), 0.0)
         p1 += sum(top[:1]) / 1
         p5 += sum(top[:5]) / 5
@@ -168,6 +170,37 @@ def semeval_scores(
         "P@5": 100.0 * p5 / n,
         "AvgRec": 100.0 * float(per_k.mean()),
         "n_queries": n,
+    }
+
+
+def _semeval_ap(flags: Sequence[bool], cutoff: int) -> float:
+    """One question's average precision by the scorer's rule (a fraction; 0 without a relevant candidate)."""
+    return average_precision_at(flags, cutoff)
+
+
+def semeval_average_precisions(
+    predictions: Mapping[str, Mapping[str, float]],
+    gold: Mapping[str, Mapping[str, bool]],
+    cutoff: int = SEMEVAL_CUTOFF,
+) -> dict[str, float]:
+    """Each question's average precision (percent) by the official rules: their mean is ``semeval_scores``' MAP.
+
+    What a paired test between two systems compares (:mod:`semdup.core.significance`): the same questions,
+    question by question.
+
+    Args:
+        predictions: orgq id -> relq id -> score, as for :func:`semeval_scores`.
+        gold: orgq id -> relq id -> relevant, in gold-file order; every question in it gets a value.
+        cutoff: ranks that count (10 in the official measure).
+
+    Returns:
+        orgq id -> AP in percent, in ``gold``'s order.
+    """
+    if not gold:
+        raise ValueError("gold is empty; pass SemEvalSet.gold() or load_relevancy(...) of the set you score.")
+    return {
+        orgq: 100.0 * _semeval_ap(rank_semeval_candidates(predictions.get(orgq, {}), row, orgq), cutoff)
+        for orgq, row in gold.items()
     }
 
 
@@ -224,16 +257,39 @@ def retrieval_scores(
     ap = rr = 0.0
     absent = 0
     for qid, rel in relevant.items():
-        rel_set = set(rel) - {qid}
         absent += qid not in ranked
-        flags = _ranked_flags(qid, list(ranked.get(qid, ())), rel_set)[:cutoff]
-        ap += average_precision_at(flags, cutoff, n_relevant=len(rel_set))
+        flags, n_rel = _retrieval_flags(qid, ranked, rel, cutoff)
+        ap += average_precision_at(flags, cutoff, n_relevant=n_rel)
         rr += next((1.0 / i for i, r in enumerate(flags, start=1) if r), 0.0)
     if absent:
         logger.warning("%d of %d queries have no ranking; they count as misses.", absent, len(relevant))
     n = len(relevant)
     scores.update({"MAP": 100.0 * ap / n, "MRR": 100.0 * rr / n, "n_queries": n})
     return scores
+
+
+def _retrieval_flags(
+    qid: str, ranked: Mapping[str, Sequence[str]], relevant: Iterable[str], cutoff: int
+) -> tuple[list[bool], int]:
+    """(the relevance flags of the query's top ``cutoff``, its number of relevant posts), the query itself out."""
+    rel_set = set(relevant) - {qid}
+    return _ranked_flags(qid, list(ranked.get(qid, ())), rel_set)[:cutoff], len(rel_set)
+
+
+def retrieval_average_precisions(
+    ranked: Mapping[str, Sequence[str]],
+    relevant: Mapping[str, Iterable[str]],
+    cutoff: int = 100,
+) -> dict[str, float]:
+    """Each query's average precision (percent, TREC rule) over the top ``cutoff``: their mean is
+    :func:`retrieval_scores`' MAP. A query absent from ``ranked`` gets 0."""
+    if not relevant:
+        raise ValueError("relevant is empty; pass the queries' relevant sets (StackExchangeDump.queries).")
+    out = {}
+    for qid, rel in relevant.items():
+        flags, n_rel = _retrieval_flags(qid, ranked, rel, cutoff)
+        out[qid] = 100.0 * average_precision_at(flags, cutoff, n_relevant=n_rel)
+    return out
 
 
 def precision_recall_f1_accuracy(pred_bool: Sequence[bool], gold_bool: Sequence[bool]) -> dict[str, float]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from semdup.core.errors import ConfigError
 
-__all__ = ["data_dir", "default_data_dir", "semeval_files", "SEMEVAL_SETS", "travel_dir", "askubuntu_files"]
+__all__ = ["data_dir", "default_data_dir", "semeval_files", "semeval_train_files", "SEMEVAL_SETS", "travel_dir",
+           "askubuntu_files"]
 
 SEMEVAL_SETS = {
     "dev": (
@@ -55,6 +56,12 @@ def semeval_files(name: str) -> tuple[Path, Path]:
     base = data_dir() / "semeval2016-task3"
     xml, rel = SEMEVAL_SETS[name]
     return base / xml, base / rel
+
+
+def semeval_train_files() -> tuple[Path, Path]:
+    """SemEval-2016's training side: part 1 (pairs JSONL) and part 2 (official XML)."""
+    base = data_dir() / "semeval2016-task3"
+    return base / "train-part1.pairs.jsonl", base / "official" / "SemEval2016-Task3-CQA-QL-train-part2.xml"
 
 
 def travel_dir() -> Path:

@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -65,6 +65,9 @@ class StackExchangeDump:
         skipped_posts: questions with neither title nor body (counted, unused).
         self_links: duplicate/related links from a post to itself (counted, unused).
         other_posts: rows of Posts.xml that are not questions (answers, wiki...), not loaded.
+        link_dates: (PostId, RelatedPostId) of a kept duplicate link -> its ``CreationDate`` (ISO 8601 text as the
+            dump writes it), for links that carry one: when a moderator closed the question, what a split by
+            time orders by.
     """
 
     posts: dict[str, Post]
@@ -75,6 +78,7 @@ class StackExchangeDump:
     skipped_posts: int = 0
     self_links: int = 0
     other_posts: int = 0
+    link_dates: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def _neighbours(self) -> dict[str, frozenset[str]]:
@@ -155,14 +159,15 @@ def load_duplicate_links(path: str | Path) -> list[tuple[str, str]]:
     Raises:
         DataError: a missing, empty, non-UTF-8 or malformed file, a row without PostId / RelatedPostId.
     """
-    dup, _, _, _ = _load_links(Path(path), _AnyPost())
+    dup, _, _, _, _ = _load_links(Path(path), _AnyPost())
     return dup
 
 
 def _load_links(
     path: Path, posts: dict[str, Post] | _AnyPost
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int, int]:
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int, int, dict[tuple[str, str], str]]:
     dup: dict[tuple[str, str], None] = {}
+    dates: dict[tuple[str, str], str] = {}
     rel: dict[tuple[str, str], None] = {}
     skipped = self_links = repeats = 0
     for row in iter_xml_elements(path, "row", "a Stack Exchange PostLinks.xml (<postlinks><row PostId=... />)"):
@@ -181,6 +186,9 @@ def _load_links(
         if (a, b) in target:
             repeats += 1
         target[(a, b)] = None
+        when = row.get("CreationDate")
+        if link_type == DUPLICATE_LINK and when and (a, b) not in dates:
+            dates[(a, b)] = when
     if skipped:
         logger.info(
             "%s: %d links name a post absent from Posts.xml; skipped (counted in skipped_links).", path, skipped
@@ -189,7 +197,7 @@ def _load_links(
         logger.warning("%s: %d links join a post to itself; skipped (counted in self_links).", path, self_links)
     if repeats:
         logger.info("%s: %d links repeat an earlier (PostId, RelatedPostId, LinkTypeId); kept once.", path, repeats)
-    return list(dup), list(rel), skipped, self_links
+    return list(dup), list(rel), skipped, self_links, dates
 
 
 def _load_splits(path: Path) -> dict[str, str]:
@@ -226,7 +234,7 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
             f"{d}: not a directory; expected a Stack Exchange dump directory with Posts.xml and PostLinks.xml."
         )
     posts, skipped_posts, other = _load_posts(d / "Posts.xml")
-    dup, rel, skipped_links, self_links = _load_links(d / "PostLinks.xml", posts)
+    dup, rel, skipped_links, self_links, link_dates = _load_links(d / "PostLinks.xml", posts)
     split_file = Path(splits_path) if splits_path is not None else d / "splits.tsv"
     splits: dict[str, str] = {}
     if splits_path is not None or split_file.exists():
@@ -245,6 +253,7 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
         skipped_posts=skipped_posts,
         self_links=self_links,
         other_posts=other,
+        link_dates=link_dates,
     )
     logger.info(
         "Loaded %s: %d questions (%d skipped, %d non-question rows), %d duplicate + %d related links (%d skipped)",

@@ -66,6 +66,19 @@ class WeightAverage:
         correction = 1.0 - self.decay**self.steps
         return {k: acc / correction for k, acc in self._acc.items()}
 
+    def state(self) -> dict[str, object]:
+        """The accumulator and step count (a resumable run saves them beside the optimiser's state)."""
+        return {"steps": self.steps, "decay": self.decay, "acc": {k: v.clone() for k, v in self._acc.items()}}
+
+    def load_state(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state`; refuses one of another decay or other tensors."""
+        acc = state["acc"]
+        if float(state["decay"]) != self.decay or not isinstance(acc, dict) or set(acc) != set(self._acc):
+            raise ConfigError("the saved weight average does not match this model and decay; start a new run")
+        self.steps = int(state["steps"])  # type: ignore[call-overload]
+        for k, v in acc.items():
+            self._acc[k].copy_(v)
+
     @contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
         """Inside the block the model holds the averaged weights; its own weights come back after."""

@@ -216,3 +216,25 @@ def test_written_ir_baseline_scores_the_same(tmp_path):
     path = write_semeval_pred(tmp_path / "dev.pred", pred, gold)
     assert len(path.read_text().splitlines()) == 500
     assert _r2(semeval_scores(read_semeval_pred(path), gold))["MAP"] == 71.35
+
+
+def test_per_question_average_precisions_average_to_the_official_map() -> None:
+    from semdup.core.metrics import semeval_average_precisions, semeval_scores
+
+    gold = {"q1": {"a": True, "b": False, "c": True}, "q2": {"d": False, "e": True}, "q3": {"f": False}}
+    preds = {"q1": {"a": 0.1, "b": 0.9, "c": 0.5}, "q2": {"d": 0.2, "e": 0.8}, "q3": {"f": 1.0}}
+    per = semeval_average_precisions(preds, gold)
+    assert list(per) == ["q1", "q2", "q3"]
+    assert per["q1"] == pytest.approx(100 * (1 / 2 + 2 / 3) / 2) and per["q2"] == 100.0 and per["q3"] == 0.0
+    assert sum(per.values()) / 3 == pytest.approx(semeval_scores(preds, gold)["MAP"])
+
+
+def test_per_query_retrieval_average_precisions_average_to_the_map() -> None:
+    from semdup.core.metrics import retrieval_average_precisions, retrieval_scores
+
+    ranked = {"q1": ["x", "q1", "r1", "y", "r2"], "q2": ["z", "w"]}
+    relevant = {"q1": ["r1", "r2", "r3"], "q2": ["w"], "q3": ["v"]}
+    per = retrieval_average_precisions(ranked, relevant, cutoff=100)
+    assert per["q1"] == pytest.approx(100 * (1 / 2 + 2 / 4) / 3)  # the query's own id is dropped from its ranking
+    assert per["q2"] == pytest.approx(50.0) and per["q3"] == 0.0
+    assert sum(per.values()) / 3 == pytest.approx(retrieval_scores(ranked, relevant)["MAP"])

@@ -119,7 +119,7 @@ def test_cli_fits_and_prints_the_bundle(base_bundle: Path, pairs_file: Path, tmp
     printed = json.loads(result.output)
     bundle = Bundle.load(out)
     assert printed["version"] == bundle.version and printed["fusion"] == bundle.fusion
-    assert printed["dev_queries"] == N_PAIRS and printed["vocab_size"] == len(bundle.pipeline.vocab)
+    assert printed["fit_queries"] == N_PAIRS and printed["vocab_size"] == len(bundle.pipeline.vocab)
 
     bad = CliRunner().invoke(cli, ["fit-default", "--base-bundle", str(base_bundle), "--data", "nowhere",
                                    "--out", str(tmp_path / "x")])

@@ -68,14 +68,17 @@ def test_every_post_of_the_split_is_a_query_in_creation_order() -> None:
 
 
 def _tiny_travel(out: Path, n_dev: int = 6, n_filler: int = 30) -> Path:
-    """A real Travel dump cut down: the first ``n_dev`` dev posts with an earlier duplicate, those duplicates, and
-    ``n_filler`` other posts; Posts.xml and PostLinks.xml rows copied verbatim."""
+    """A real Travel dump cut down: the first ``n_dev`` dev posts with an earlier duplicate and as many train posts
+    (the fusion is fitted on training queries), their duplicates, and ``n_filler`` other posts; Posts.xml and
+    PostLinks.xml rows copied verbatim."""
     src = travel_dir()
     full = load_stackexchange_dump(src)
-    dev = sorted(
-        (p for p, s in full.splits.items() if s == "dev" and any(int(d) < int(p) for d in full.duplicates_of(p))),
-        key=int,
-    )[:n_dev]
+
+    def linked(split: str) -> list[str]:
+        found = (p for p, s in full.splits.items() if s == split and any(int(d) < int(p) for d in full.duplicates_of(p)))
+        return sorted(found, key=int)[:n_dev]
+
+    dev = linked("dev") + linked("train")
     keep = set(dev) | {d for p in dev for d in full.duplicates_of(p)}
     keep |= {p.id for p in full.corpus()[:n_filler]}
     out.mkdir()

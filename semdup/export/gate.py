@@ -1,0 +1,171 @@
+"""The gate: may a newly learned bundle replace the current one? Judged query by query on held-out labels.
+
+Both bundles score the same held-out queries the way the reranker does (:func:`semdup.export.default_bundle.
+dev_groups`: BM25 ∪ k-NN candidates for a dump, the labelled candidates for a rerank set, each pair for pairs),
+each query gets one figure (average precision; for pairs, 100 if the pair is classified right, else 0), and a
+paired randomisation test (:mod:`semdup.core.significance`) asks whether the new bundle's mean is above the
+current one's by more than chance. The gate accepts only when it is (one-sided p < ``alpha``): where learning
+does not clearly help, the current bundle stays, so a site never gets a model that is worse on its own labels.
+
+A fusion fitted on the held-out queries would be judged on the queries it was fitted on; so the candidate's
+figures are **cross-fitted** (:func:`cross_fitted_figures`): the queries are cut into folds, and each fold is
+scored with the fusion (and, for pairs, the threshold) chosen on the other folds. The current bundle is scored
+with the fusion it ships with.
+
+Example::
+
+    current = per_query_figures(groups_now, bundle_now.fusion, data)
+    candidate, fusions = cross_fitted_figures(groups_new, data, folds=2)
+    decision = gate(current, candidate, metric="MAP")
+    decision.accept, decision.line()   # (True, "accept: MAP <current> -> <candidate> (<gain>, 95% CI ..), p=.., ..")
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from semdup.core.metrics import best_threshold, retrieval_average_precisions, semeval_average_precisions
+from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
+from semdup.export.default_bundle import TOP, FitData
+from semdup.export.default_fit import GRID_TITLE, Group, choose_fusion, group_scores
+
+__all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "cross_fitted_figures", "gate",
+           "DEFAULT_ALPHA"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ALPHA = 0.05
+
+
+def _labels(data: FitData) -> Any:
+    if data.kind == "retrieval":
+        dump, split = data.dev
+        return {q.post.id: set(q.relevant) for q in dump.queries(split)}
+    if data.kind == "semeval":
+        return data.dev.gold()
+    return [p.duplicate for p in data.dev]
+
+
+def figures_from_predictions(preds: Mapping[str, Mapping[str, float]], groups: Sequence[Group], data: FitData,
+                             threshold: float | None) -> dict[str, float]:
+    """query id -> figure of fused scores ``preds`` (see :func:`per_query_figures`)."""
+    labels = _labels(data)
+    if data.kind == "pairs":
+        y = [labels[int(g.query_id)] for g in groups]
+        s = np.asarray([next(iter(preds[g.query_id].values())) for g in groups])
+        thr = best_threshold(s, y)[0] if threshold is None else threshold
+        return {g.query_id: 100.0 * float((si >= thr) == yi) for g, si, yi in zip(groups, s, y, strict=True)}
+    if data.kind == "semeval":
+        return semeval_average_precisions(preds, {g.query_id: labels[g.query_id] for g in groups})
+    ranked = {g.query_id: sorted(preds[g.query_id], key=preds[g.query_id].__getitem__, reverse=True)[:TOP]
+              for g in groups}
+    return retrieval_average_precisions(ranked, {g.query_id: labels[g.query_id] for g in groups}, cutoff=TOP)
+
+
+def per_query_figures(groups: Sequence[Group], fusion: Mapping[str, float], data: FitData,
+                      threshold: float | None = None) -> dict[str, float]:
+    """query id -> its figure under ``fusion`` (percent): AP for ``retrieval`` (top 100) and ``semeval``; for
+    ``pairs`` (query id = the pair's index) 100 or 0 at ``threshold`` (None: the best one on these pairs).
+    ``groups`` come from :func:`~semdup.export.default_bundle.dev_groups` over ``data``."""
+    return figures_from_predictions(group_scores(groups, fusion), groups, data, threshold)
+
+
+def _fold(query_id: str, folds: int) -> int:
+    return zlib.crc32(f"cross-fit:{query_id}".encode()) % folds
+
+
+def cross_fitted_figures(
+    groups: Sequence[Group], data: FitData, folds: int = 2, grid_title: Sequence[float] = GRID_TITLE,
+    grid: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """(query id -> figure under the fusion chosen on the other folds, the fusion chosen for each fold).
+
+    Each fold's fusion maximises the mean figure of the other folds (their MAP; for pairs, the accuracy at the
+    best threshold there, and that threshold is applied to the fold).
+
+    Args:
+        groups: the held-out queries' groups.
+        data: their labels.
+        folds: 2 or more (a crc32 of the query id picks the fold).
+        grid_title, grid: the fusion grid (:func:`semdup.export.default_fit.choose_fusion`).
+    """
+    if folds < 2:
+        raise ValueError(f"cross-fitting needs at least 2 folds; got {folds}")
+    kwargs: dict[str, Any] = {"grid_title": tuple(grid_title)}
+    if grid is not None:
+        kwargs |= {"grid_bow": grid[0], "grid_alpha": grid[1]}
+    out: dict[str, float] = {}
+    chosen = []
+    for f in range(folds):
+        fit_on = [g for g in groups if _fold(g.query_id, folds) != f]
+        score_on = [g for g in groups if _fold(g.query_id, folds) == f]
+        if not fit_on or not score_on:
+            continue
+        def measure(preds: Mapping[str, Mapping[str, float]], gs: Sequence[Group] = fit_on) -> float:
+            return float(np.mean(list(figures_from_predictions(preds, gs, data, None).values())))
+
+        fit = choose_fusion(fit_on, measure, "fold", **kwargs)
+        chosen.append(fit.fusion)
+        threshold = None
+        if data.kind == "pairs":
+            labels = _labels(data)
+            preds = group_scores(fit_on, fit.fusion)
+            threshold = best_threshold([next(iter(preds[g.query_id].values())) for g in fit_on],
+                                       [labels[int(g.query_id)] for g in fit_on])[0]
+        out.update(per_query_figures(score_on, fit.fusion, data, threshold))
+    return {g.query_id: out[g.query_id] for g in groups if g.query_id in out}, chosen
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Accept or keep, with the paired test it rests on."""
+
+    accept: bool
+    metric: str
+    alpha: float
+    test: PairedTest
+
+    @property
+    def reason(self) -> str:
+        t = self.test
+        if self.accept:
+            return f"the new bundle is better on {t.n} held-out queries (p = {t.p_value:.4f} < {self.alpha})"
+        if t.mean_difference <= 0:
+            return f"the new bundle is not better on {t.n} held-out queries (mean difference {t.mean_difference:+.2f})"
+        return (f"the gain ({t.mean_difference:+.2f}) on {t.n} held-out queries is within chance "
+                f"(p = {t.p_value:.4f} >= {self.alpha})")
+
+    def line(self) -> str:
+        t = self.test
+        verdict = "accept" if self.accept else "keep the current bundle"
+        return (f"{verdict}: {self.metric} {t.mean_a:.2f} -> {t.mean_b:.2f} ({t.mean_difference:+.2f}, 95% CI "
+                f"{t.ci_low:+.2f}..{t.ci_high:+.2f}), p={t.p_value:.4f}, {t.wins} better / {t.losses} worse / "
+                f"{t.ties} tied queries; {self.reason}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accept": self.accept, "metric": self.metric, "alpha": self.alpha, "reason": self.reason,
+                "test": self.test.to_json()}
+
+
+def gate(current: Mapping[str, float], candidate: Mapping[str, float], metric: str,
+         alpha: float = DEFAULT_ALPHA, seed: int = 0) -> GateDecision:
+    """Decide on the queries both were scored on (see the module doc; the test is :data:`TEST_NAME`).
+
+    Raises:
+        ValueError: no query in common, or ``alpha`` outside (0, 1).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1); got {alpha}")
+    common = [q for q in current if q in candidate]
+    if not common:
+        raise ValueError("the two bundles were scored on no common held-out query")
+    test = paired_randomisation_test([current[q] for q in common], [candidate[q] for q in common], seed=seed)
+    decision = GateDecision(test.p_value < alpha and test.mean_difference > 0, metric, alpha, test)
+    logger.info("gate (%s): %s", TEST_NAME, decision.line())
+    return decision

@@ -1,0 +1,298 @@
+"""Fine-tune a sentence encoder on a site's duplicate groups inside a time budget; resumable, with a summary.
+
+:func:`learn_encoder` runs the recipe (:class:`~semdup.training.learn.settings.LearnSettings`) step by step:
+a seeded order of the groups per epoch, the in-batch softmax loss of each batch
+(:func:`~semdup.training.learn.step.step_loss`), Adam. It stops when every planned step is done or when the next
+step would not fit in ``budget_minutes`` (the step time is measured as it runs, the final held-out check is
+reserved), whichever comes first. Every ``save_every_minutes`` and at the end it writes its state
+(``learn-state.pt``: weights, optimiser, weight average, step, random states) atomically; run again on the same
+folder with the same recipe and data, it resumes from that step and gives the weights an uninterrupted run would
+(with one torch thread; more threads sum in a varying order). A different recipe or data in the folder is refused.
+The result is a standard checkpoint (``semdup.training.checkpoint``), so ``semdup export`` takes it as any other.
+
+No early stopping: the recipe's length was chosen on dev beforehand, and the held-out figure is measured only
+before and after (plus ``eval_points`` checks for a learning curve, which choose nothing), so the gate that later
+compares it with the current bundle is not biased by a choice made on the same queries.
+
+Example::
+
+    data = learn_data_from_dump(dump, "train", hard_negatives=1)
+    run = learn_encoder(LearnSettings(), data, "artifacts/learn/travel", budget_minutes=30,
+                        evaluate=lambda scorer: eval_travel(scorer, dump, "dev"), metric="MAP")
+    run.summary.line()   # "<steps>/<planned> steps (<epochs> epochs) in <min> min, stopped: done; ..."
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from semdup.core.errors import ConfigError
+from semdup.core.posts import Post
+from semdup.core.progress import progress
+from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary, check_post
+from semdup.core.wordpiece import pad_id, wordpiece_inputs
+from semdup.training.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
+from semdup.training.learn.data import LearnData
+from semdup.training.learn.settings import LearnSettings, LearnSummary
+from semdup.training.learn.step import encode_sorted, step_loss
+from semdup.training.losses.in_batch import InBatchSoftmaxLoss
+from semdup.training.models.minilm import MiniLM
+from semdup.training.weight_average import WeightAverage
+
+__all__ = ["LearnRun", "learn_encoder", "STATE_FILE", "SUMMARY_FILE"]
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "learn-state.pt"
+SUMMARY_FILE = "learn-summary.json"
+Evaluate = Callable[[CheckpointScorer], Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class LearnRun:
+    """The checkpoint folder a run wrote, its summary, and whether this call found it finished (``reused``)."""
+
+    checkpoint_dir: Path
+    summary: LearnSummary
+    reused: bool = False
+
+
+class _Tokens:
+    """Each post's wordpiece ids, computed once (by the one tokenisation serving uses)."""
+
+    def __init__(self, model: MiniLM) -> None:
+        self.tokenizer = model.tokenizer
+        self.settings = model.pipeline.settings
+        self.pad = pad_id(self.tokenizer)
+        self._cache: dict[str, list[int]] = {}
+
+    def __call__(self, post: Post) -> list[int]:
+        got = self._cache.get(post.id)
+        if got is None:
+            arrays = wordpiece_inputs(self.tokenizer, [post], settings=self.settings)
+            got = self._cache[post.id] = arrays["input_ids"][0].tolist()
+        return got
+
+
+def _order(n_groups: int, seed: int, epoch: int) -> list[int]:
+    order = list(range(n_groups))
+    random.Random(f"learn-order:{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def _batch_at(data: LearnData, settings: LearnSettings, step: int) -> list[Any]:
+    """The groups of 0-based ``step``: epoch e's seeded order cut into batches (the last one may be short)."""
+    per_epoch = settings.steps_per_epoch(len(data.groups))
+    epoch, at = divmod(step, per_epoch)
+    order = _order(len(data.groups), settings.seed, epoch)
+    idx = order[at * settings.batch_size : (at + 1) * settings.batch_size]
+    if len(idx) < 2:  # a last batch of one group has no in-batch negative: borrow from the epoch's start
+        idx = idx + order[: 2 - len(idx)]
+    return [data.groups[i] for i in idx]
+
+
+class _SortedScorer(CheckpointScorer):
+    """The checkpoint scorer of the model being trained, encoding in length-sorted chunks (the held-out checks
+    cost a fraction of padded batches on short posts; the vectors are the same)."""
+
+    def __init__(self, model: MiniLM, tokens: _Tokens, chunk_size: int) -> None:
+        super().__init__(model, model.pipeline)
+        self._tokens, self._chunk = tokens, chunk_size
+
+    def encode(self, posts: Sequence[Post]) -> tuple[np.ndarray | None, Any]:
+        for p in posts:
+            check_post(p)
+        with torch.no_grad():
+            dense = encode_sorted(self.model.encoder, [self._tokens(p) for p in posts], self._tokens.pad, self._chunk)
+        return dense.numpy(), None
+
+
+def _build_model(settings: LearnSettings) -> MiniLM:
+    pipeline = TextPipeline(TextPipelineSettings(), Vocabulary.build([]))  # dense only: <pad>/<unk>
+    hparams = {"base_encoder": settings.base_encoder, "max_len": settings.max_len,
+               "freeze_layers": settings.freeze_layers}
+    return MiniLM.from_hparams(hparams, pipeline, pretrained=True)
+
+
+def _fingerprint(settings: LearnSettings, data: LearnData) -> dict[str, Any]:
+    return {"settings": settings.to_json(), "data": data.fingerprint()}
+
+
+def _save_state(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+def _evaluate(model: MiniLM, tokens: _Tokens, evaluate: Evaluate | None, metric: str | None,
+              ema: WeightAverage | None) -> float | None:
+    if evaluate is None or metric is None:
+        return None
+    scorer = _SortedScorer(model, tokens, 64)  # puts the model in eval mode
+    if ema is not None and ema.steps:
+        with ema.applied(model):
+            figures = dict(evaluate(scorer))
+    else:
+        figures = dict(evaluate(scorer))
+    model.train()
+    if metric not in figures:
+        raise ConfigError(f"the held-out evaluation gave {sorted(figures)}, not {metric!r}")
+    return float(figures[metric])
+
+
+def learn_encoder(
+    settings: LearnSettings,
+    data: LearnData,
+    out_dir: str | Path,
+    budget_minutes: float = 30.0,
+    evaluate: Evaluate | None = None,
+    metric: str | None = None,
+    eval_points: int = 0,
+    save_every_minutes: float = 5.0,
+    threads: int = 2,
+    reserve_minutes: float = 0.0,
+    extra_config: Mapping[str, Any] | None = None,
+    show_progress: bool = True,
+) -> LearnRun:
+    """Fine-tune ``settings.base_encoder`` on ``data`` into the checkpoint folder ``out_dir`` (see the module doc).
+
+    Args:
+        settings: the recipe.
+        data: groups and known duplicates (:mod:`~semdup.training.learn.data`).
+        out_dir: the checkpoint folder; a run's state there is resumed when its recipe and data match.
+        budget_minutes: wall-clock minutes this call may train for (the held-out checks included).
+        evaluate: scorer -> held-out figures (run before and after; None = no held-out check).
+        metric: the figure of ``evaluate`` to report.
+        eval_points: extra held-out checks spread over the run (a learning curve; nothing is chosen by them).
+        save_every_minutes: how often the resumable state is written.
+        threads: torch CPU threads.
+        reserve_minutes: minutes kept free at the end besides the final check (the caller's export and fit).
+        extra_config: more entries for the checkpoint's config.json.
+        show_progress: a progress bar on a terminal.
+
+    Raises:
+        ConfigError: ``out_dir`` holds the state of another recipe or other data.
+    """
+    t_start = time.monotonic()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(threads)
+    fingerprint = _fingerprint(settings, data)
+    summary_path = out / SUMMARY_FILE
+    if summary_path.exists():
+        done = json.loads(summary_path.read_text(encoding="utf-8"))
+        if done.get("fingerprint") != fingerprint:
+            raise ConfigError(f"{out} holds a finished learn run of another recipe or other data; "
+                              "give a new folder or remove it")
+        summary = LearnSummary(**done["summary"])
+        logger.info("%s already holds this finished run: %s", out, summary.line())
+        return LearnRun(out, summary, reused=True)
+    random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    model = _build_model(settings)
+    tokens = _Tokens(model)
+    loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=settings.lr)
+    ema = WeightAverage(model, settings.ema_decay) if settings.ema_decay > 0 else None
+    planned = settings.planned_steps(len(data.groups))
+    step, spent, curve, dev_before = 0, 0.0, [], None
+    state: dict[str, Any] = {}
+    state_path = out / STATE_FILE
+    if state_path.exists():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        if state["fingerprint"] != fingerprint:
+            raise ConfigError(f"{out / STATE_FILE} belongs to another recipe or other data "
+                              f"({state['fingerprint']} vs {fingerprint}); give a new folder or remove the file")
+        model.load_state_dict(state["model"], strict=False)
+        opt.load_state_dict(state["optimizer"])
+        if ema is not None:
+            ema.load_state(state["ema"])
+        step, spent, curve, dev_before = state["step"], state["seconds"], state["curve"], state["dev_before"]
+        torch.set_rng_state(state["torch_rng"])
+        logger.info("resuming %s at step %d of %d (%.1f min spent before)", out, step, planned, spent / 60)
+    resumed_from = step
+    eval_s = state["eval_seconds"] if resumed_from else 0.0  # what one held-out check costs
+    model.train()
+    if step == 0 and dev_before is None:
+        t_eval = time.monotonic()
+        dev_before = _evaluate(model, tokens, evaluate, metric, None)
+        eval_s = time.monotonic() - t_eval
+        if dev_before is not None:
+            logger.info("held-out %s before training: %.2f (%.0f s)", metric, dev_before, eval_s)
+    checks = {round(planned * (j + 1) / (eval_points + 1)) for j in range(eval_points)} if eval_points else set()
+    budget_s = budget_minutes * 60.0
+    last_save = time.monotonic()
+    step_times: list[float] = []
+    stopped = "done"
+    bar = progress(total=planned, initial=step, desc="learn", unit="step", enabled=show_progress)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    while step < planned:
+        elapsed = time.monotonic() - t_start
+        typical = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
+        if elapsed + typical + eval_s + reserve_minutes * 60.0 > budget_s and step_times:
+            stopped = "budget"
+            logger.warning("the %.1f-minute budget ends before step %d of %d; stopping there (give a larger "
+                           "budget to run the whole recipe)", budget_minutes, step + 1, planned)
+            break
+        t0 = time.monotonic()
+        for g in opt.param_groups:
+            g["lr"] = settings.lr * settings.lr_factor(step, planned)
+        opt.zero_grad()
+        batch = _batch_at(data, settings, step)
+        loss = step_loss(model.encoder, tokens, tokens.pad, batch, data.known, loss_fn, settings.chunk_size,
+                         settings.mask_known)
+        loss.backward()
+        if settings.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+        opt.step()
+        if ema is not None:
+            ema.update(model)
+        step += 1
+        step_times.append(time.monotonic() - t0)
+        bar.update(1)
+        loss_value = float(loss.detach())
+        bar.set_postfix(loss=f"{loss_value:.4f}")
+        if step in checks:
+            t_eval = time.monotonic()
+            value = _evaluate(model, tokens, evaluate, metric, ema)
+            eval_s = time.monotonic() - t_eval
+            curve.append({"step": step, "epoch": round(step / settings.steps_per_epoch(len(data.groups)), 3),
+                          "loss": loss_value, metric or "dev": value})
+            logger.info("step %d/%d: loss %.4f held-out %s %s", step, planned, loss_value, metric, value)
+        if time.monotonic() - last_save > save_every_minutes * 60.0 and step < planned:
+            _save_state(state_path, {
+                "fingerprint": fingerprint, "step": step, "curve": curve, "dev_before": dev_before,
+                "seconds": spent + time.monotonic() - t_start, "torch_rng": torch.get_rng_state(),
+                "eval_seconds": eval_s,
+                "model": {k: v for k, v in model.state_dict().items() if k in trainable},
+                "optimizer": opt.state_dict(), "ema": ema.state() if ema is not None else None})
+            last_save = time.monotonic()
+    bar.close()
+    if ema is not None and ema.steps:
+        model.load_state_dict(ema.averaged_state(), strict=False)
+    dev_after = _evaluate(model, tokens, evaluate, metric, None)
+    per_epoch = settings.steps_per_epoch(len(data.groups))
+    summary = LearnSummary(steps=step, planned_steps=planned, epochs=round(step / per_epoch, 3),
+                           seconds=round(spent + time.monotonic() - t_start, 1), stopped=stopped, dev_metric=metric,
+                           dev_before=dev_before, dev_after=dev_after, resumed_from_step=resumed_from, curve=curve)
+    model.eval()
+    config = {"threshold": None, "seed": settings.seed, "data": data.summary,
+              "learn": {"settings": settings.to_json(), "summary": summary.to_json()}, **dict(extra_config or {})}
+    save_checkpoint(out, model, "minilm", model.pipeline, config)
+    write_metrics(out, {"arch": "minilm", "learn": summary.to_json(), "dev": {metric: dev_after} if metric else None})
+    summary_path.write_text(json.dumps({"fingerprint": fingerprint, "summary": summary.to_json()}, indent=2),
+                            encoding="utf-8")
+    state_path.unlink(missing_ok=True)
+    logger.info("learn: %s", summary.line())
+    return LearnRun(out, summary)

@@ -1,0 +1,93 @@
+"""The gate: refuses a bundle that is worse or only better by chance, accepts a clear gain; per-query figures and
+their cross-fitting on hand-built groups."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from semdup.core.posts import Post
+from semdup.data.pairs import PostPair
+from semdup.data.semeval import OriginalQuestion, RelatedQuestion, SemEvalSet
+from semdup.export.default_bundle import FitData
+from semdup.export.default_fit import Group
+from semdup.export.gate import cross_fitted_figures, gate, per_query_figures
+
+DENSE = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
+
+
+def _figures(values: np.ndarray) -> dict[str, float]:
+    return {f"q{i}": float(v) for i, v in enumerate(values)}
+
+
+def test_the_gate_refuses_a_bundle_that_is_worse_on_the_held_out_queries() -> None:
+    rng = np.random.default_rng(0)
+    current = rng.uniform(40, 100, 80)
+    candidate = current - rng.uniform(0, 10, 80)  # worse or equal on every query
+    decision = gate(_figures(current), _figures(candidate), "MAP")
+    assert not decision.accept
+    assert decision.test.mean_difference < 0 and "not better" in decision.reason
+    assert decision.line().startswith("keep the current bundle")
+
+
+def test_the_gate_refuses_a_gain_that_is_within_chance() -> None:
+    rng = np.random.default_rng(1)
+    current = rng.uniform(0, 100, 50)
+    candidate = current + rng.normal(0.5, 20.0, 50)  # +0.5 on average, noise of 20 per query
+    decision = gate(_figures(current), _figures(candidate), "MAP")
+    assert not decision.accept and decision.test.p_value >= 0.05
+
+
+def test_the_gate_accepts_a_clear_gain_and_compares_only_common_queries() -> None:
+    rng = np.random.default_rng(2)
+    current = rng.uniform(20, 80, 200)
+    candidate = current + rng.normal(4.0, 5.0, 200)
+    extra = {**_figures(candidate), "only-new": 100.0}
+    decision = gate(_figures(current), extra, "MAP")
+    assert decision.accept and decision.test.n == 200 and decision.test.ci_low > 0
+    assert decision.to_json()["test"]["test"].startswith("paired randomisation test")
+
+
+def _semeval(n: int, informative: str) -> tuple[list[Group], FitData]:
+    """n questions of 4 candidates; candidate 1 is relevant; only ``informative`` knows it, the rest is noise."""
+    rng = np.random.default_rng(3)
+    questions, groups = [], []
+    for i in range(n):
+        related = tuple(RelatedQuestion(Post(f"r{i}-{j}", "t", "b"), j + 1, j == 1, None, ()) for j in range(4))
+        questions.append(OriginalQuestion(Post(f"o{i}", "t", "b"), related))
+        comps = {k: rng.uniform(0.0, 0.3, 4) for k in ("cos_bow", "cos_dense", "lexical")}
+        comps[informative][1] += 1.0
+        groups.append(Group(f"o{i}", tuple(r.post.id for r in related), **comps))
+    return groups, FitData("toy", "semeval", SemEvalSet("toy", tuple(questions)), [])
+
+
+def test_per_query_figures_are_the_official_average_precisions() -> None:
+    groups, data = _semeval(6, "cos_dense")
+    figures = per_query_figures(groups, DENSE, data)
+    assert figures == {f"o{i}": 100.0 for i in range(6)}  # dense ranks the relevant candidate first everywhere
+
+
+def test_cross_fitting_finds_the_informative_term_on_the_other_fold() -> None:
+    groups, data = _semeval(40, "lexical")
+    dense_only = per_query_figures(groups, DENSE, data)
+    crossed, fusions = cross_fitted_figures(groups, data, folds=2, grid_title=(0.0,))
+    assert len(fusions) == 2 and all(f["alpha"] > 0 for f in fusions)
+    assert set(crossed) == set(dense_only)
+    assert np.mean(list(crossed.values())) > np.mean(list(dense_only.values())) + 20
+
+
+def test_pair_figures_use_the_threshold_given() -> None:
+    p = lambda i: Post(str(i), "t", "b")  # noqa: E731
+    pairs = [PostPair(p(0), p(1), True, "duplicate"), PostPair(p(2), p(3), False, "non-duplicate")]
+    data = FitData("pairs", "pairs", pairs, [])
+    groups = [Group(str(i), (pair.candidate.id,), np.zeros(1), np.array([s]), np.zeros(1))
+              for i, (pair, s) in enumerate(zip(pairs, (0.8, 0.3), strict=True))]
+    assert per_query_figures(groups, DENSE, data) == {"0": 100.0, "1": 100.0}  # best threshold separates them
+    assert per_query_figures(groups, DENSE, data, threshold=0.9) == {"0": 0.0, "1": 100.0}
+
+
+def test_bad_gate_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        gate({"a": 1.0}, {"a": 2.0}, "MAP", alpha=1.5)
+    with pytest.raises(ValueError, match="no common"):
+        gate({"a": 1.0}, {"b": 2.0}, "MAP")

@@ -1,0 +1,87 @@
+"""The budgeted learn trainer: an interrupted run resumes to the weights of an uninterrupted one, a short budget
+stops early and says so, a folder of another recipe is refused. MiniLM with 5 of 6 layers frozen, 32 wordpieces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from semdup.core.errors import ConfigError
+from semdup.core.posts import Post
+from semdup.training.learn import trainer as learn_trainer
+from semdup.training.learn.data import LearnData
+from semdup.training.learn.settings import LearnSettings
+from semdup.training.learn.trainer import STATE_FILE, learn_encoder
+from semdup.training.pairs import TrainingGroup
+
+TOPICS = ["visa for qatar", "mount a usb drive", "taxi from doha airport", "rent a flat in doha", "driving licence",
+          "cheap flights to india", "football club", "dentist in al sadd"]
+
+
+def _data() -> LearnData:
+    groups = []
+    for i, t in enumerate(TOPICS):
+        q, pos = Post(f"q{i}", t, "how do I do this?"), Post(f"p{i}", t.upper(), "the same question again")
+        neg = Post(f"n{i}", TOPICS[(i + 3) % len(TOPICS)], "something else")
+        groups.append(TrainingGroup(q, pos, (neg,)))
+    known = {g.query.id: frozenset({g.query.id, g.positive.id}) for g in groups}
+    return LearnData(tuple(groups), known, {"groups": len(groups)})
+
+
+SETTINGS = LearnSettings(max_len=32, freeze_layers=5, batch_size=4, epochs=1.5, lr=1e-4, ema_decay=0.5)
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = learn_encoder(SETTINGS, _data(), tmp_path / "whole", threads=1, show_progress=False)
+    assert (whole.summary.steps, whole.summary.stopped) == (3, "done")
+
+    real = learn_trainer.step_loss
+    calls = {"n": 0}
+
+    def dies_on_third_step(*args, **kwargs):  # noqa: ANN002, ANN003
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # the operator's Ctrl-C, or the machine going down
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(learn_trainer, "step_loss", dies_on_third_step)
+    with pytest.raises(KeyboardInterrupt):
+        learn_encoder(SETTINGS, _data(), tmp_path / "cut", threads=1, save_every_minutes=0, show_progress=False)
+    assert (tmp_path / "cut" / STATE_FILE).exists()
+    monkeypatch.setattr(learn_trainer, "step_loss", real)
+    again = learn_encoder(SETTINGS, _data(), tmp_path / "cut", threads=1, show_progress=False)
+    assert again.summary.resumed_from_step == 2 and again.summary.steps == 3
+    assert not (tmp_path / "cut" / STATE_FILE).exists()
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "cut")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    done = learn_encoder(SETTINGS, _data(), tmp_path / "cut", threads=1, show_progress=False)
+    assert done.reused and done.summary == again.summary
+
+
+def test_a_short_budget_stops_early_and_reports_the_held_out_figure(tmp_path: Path) -> None:
+    seen = []
+
+    def evaluate(scorer):  # noqa: ANN001, ANN202
+        s = scorer.score(Post("x", "visa for qatar", ""), [Post("y", "VISA FOR QATAR", ""), Post("z", "taxi", "")])
+        seen.append(s)
+        return {"margin": float(s[0] - s[1])}
+
+    run = learn_encoder(SETTINGS, _data(), tmp_path / "short", budget_minutes=1e-4, evaluate=evaluate,
+                        metric="margin", threads=1, show_progress=False)
+    assert run.summary.stopped == "budget" and run.summary.steps == 1  # one step always runs
+    assert run.summary.dev_before is not None and run.summary.dev_after is not None and len(seen) == 2
+    assert "stopped: budget" in run.summary.line()
+    assert (tmp_path / "short" / "config.json").exists()
+
+
+def test_a_folder_of_another_recipe_is_refused(tmp_path: Path) -> None:
+    learn_encoder(SETTINGS, _data(), tmp_path / "run", threads=1, show_progress=False)
+    other = LearnSettings(**{**SETTINGS.to_json(), "lr": 3e-4})
+    with pytest.raises(ConfigError, match="another recipe"):
+        learn_encoder(other, _data(), tmp_path / "run", threads=1, show_progress=False)
