@@ -59,7 +59,7 @@ def _groups(bundle, pipeline, idf, sem, title: bool):
 
 
 def per_question(groups, fusion, sem) -> dict[str, float]:
-    from semdup.core.metrics import semeval_average_precisions
+    from semdup.core.measures import semeval_average_precisions
     from semdup.export.default_fit import group_scores
 
     return semeval_average_precisions(group_scores(groups, fusion), sem.gold())
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _measure_for(sem):
-    from semdup.core.metrics import semeval_scores
+    from semdup.core.measures import semeval_scores
 
     gold = sem.gold()
     return lambda preds: semeval_scores(preds, gold)["MAP"]

@@ -37,7 +37,7 @@ def fold_of(key: str, k: int) -> int:
 
 
 def _semeval(fold: tuple[int, int] | None, hard: int, seed: int):
-    from semdup.core.protocols import eval_semeval
+    from semdup.core.eval_protocols import eval_semeval
     from semdup.data import SemEvalSet
     from semdup.training.learn.data import learn_data_from_semeval
     from semdup.training.recipes import DataPaths, _load_semeval
@@ -54,7 +54,7 @@ def _semeval(fold: tuple[int, int] | None, hard: int, seed: int):
 
 
 def _travel(hard: int, seed: int):
-    from semdup.core.protocols import eval_travel
+    from semdup.core.eval_protocols import eval_travel
     from semdup.data import load_stackexchange_dump
     from semdup.data.paths import travel_dir
     from semdup.training.learn.data import learn_data_from_dump
@@ -65,7 +65,7 @@ def _travel(hard: int, seed: int):
 
 
 def _askubuntu(hard: int, seed: int):
-    from semdup.core.protocols import eval_pairs
+    from semdup.core.eval_protocols import eval_pairs
     from semdup.data import load_pairs_jsonl
     from semdup.data.paths import askubuntu_files
     from semdup.training.learn.data import learn_data_from_pairs

@@ -31,8 +31,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch
 
     from experiments.learn_fusion import _sets
-    from semdup.core.metrics import semeval_average_precisions
-    from semdup.core.protocols import semeval_predictions
+    from semdup.core.eval_protocols import semeval_predictions
+    from semdup.core.measures import semeval_average_precisions
     from semdup.core.significance import paired_randomisation_test
     from semdup.training.checkpoint import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, CheckpointScorer
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from opensearchpy import OpenSearch
 
     from semdup.bundle.bundle import Bundle
-    from semdup.core.metrics import retrieval_scores, semeval_scores
+    from semdup.core.measures import retrieval_scores, semeval_scores
     from semdup.data import load_semeval_xml
     from semdup.data.paths import semeval_files, travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump

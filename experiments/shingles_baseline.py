@@ -6,7 +6,7 @@ chosen on train, accuracy reported on test once.
 
 from __future__ import annotations
 
-from semdup.core.metrics import pair_accuracy
+from semdup.core.fitting import pair_accuracy
 from semdup.core.shingles import ShingleJaccardScorer, tune_shingle_size
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data import load_pairs_jsonl

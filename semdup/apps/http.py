@@ -51,9 +51,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from semdup.core.errors import (
     BrokerUnavailable,
     ConfigError,
-    IndexError_,
     OpenSearchUnavailable,
     PostError,
+    SearchIndexError,
     SemdupError,
 )
 from semdup.core.logs import active_format, configure_logging, scrub
@@ -92,7 +92,7 @@ def error_status(exc: BaseException) -> int:
         return 422
     if isinstance(exc, (ModelMismatch, NothingIndexed, NotASiteIndex)):
         return 409
-    if isinstance(exc, IndexError_):
+    if isinstance(exc, SearchIndexError):
         return 404
     if isinstance(exc, SearchTimeout):
         return 504

@@ -204,7 +204,7 @@ def _index_with_worker(client, bundle: Path, env: dict[str, str]) -> bool:
 
 def _travel_rows(client, sets, bundle_path: Path, env, rows, dev, notes) -> None:
     from semdup.bundle import Bundle
-    from semdup.core.metrics import retrieval_scores
+    from semdup.core.measures import retrieval_scores
     from semdup.evaluation.through_reranker import DENSE_ALONE, candidate_recall, rank_queries
 
     knn = _index_with_worker(client, bundle_path, env)
@@ -228,7 +228,7 @@ def _travel_rows(client, sets, bundle_path: Path, env, rows, dev, notes) -> None
 
 
 def _semeval_rows(client, sets, bundle_path: Path, rows, dev) -> None:
-    from semdup.core.metrics import semeval_scores
+    from semdup.core.measures import semeval_scores
     from semdup.evaluation.through_reranker import DENSE_ALONE, semeval_rerank_runs
 
     fusions = {"default": None, "peer": DENSE_ALONE}
@@ -253,7 +253,7 @@ def _pair_rows(client, sets, bundle_path: Path, rows, dev) -> None:
 def _paper_travel(client, sets, workdir: Path, env, rows) -> None:
     """BOW-CNN trained on Travel here (one thread: bit-reproducible), indexed by the worker, BM25 top 100 reranked."""
     from semdup.bundle import Bundle
-    from semdup.core.metrics import retrieval_scores
+    from semdup.core.measures import retrieval_scores
     from semdup.evaluation.through_reranker import rank_queries
 
     ckpt, bundle = workdir / "bow-cnn-travel", workdir / "bow-cnn-travel.bundle"

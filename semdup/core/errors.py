@@ -8,7 +8,7 @@ boundary with ``raise X(...) from exc`` so callers catch semdup's types only::
     ├── DataError                    a data file that cannot be read as promised
     │   └── PostError                one post that cannot be indexed or scored (empty, binary)
     ├── OpenSearchUnavailable        cluster down or unreachable (message says how to start one)
-    ├── IndexError_                  an index that is missing or holds another model's vectors
+    ├── SearchIndexError                  an index that is missing or holds another model's vectors
     ├── BrokerUnavailable            Redis / RabbitMQ down or unreachable
     ├── BundleError                  a model bundle that does not load or whose pieces disagree
     └── BulkWriteError               documents that kept failing after retries (ids + errors kept)
@@ -24,7 +24,7 @@ __all__ = [
     "DataError",
     "PostError",
     "OpenSearchUnavailable",
-    "IndexError_",
+    "SearchIndexError",
     "BrokerUnavailable",
     "BundleError",
     "BulkWriteError",
@@ -51,7 +51,7 @@ class OpenSearchUnavailable(SemdupError):
     """The cluster did not answer; the message tells how to start the embedded one."""
 
 
-class IndexError_(SemdupError):  # noqa: N801 - trailing underscore avoids shadowing the builtin
+class SearchIndexError(SemdupError):
     """An index that is missing, or whose semdup fields belong to another model version."""
 
 

@@ -2,7 +2,7 @@ r"""The one rule set for a post's id and text, shared by every way a post comes 
 
 ``semdup index-posts --input`` (the readers of :mod:`semdup.data.posts_input`), the HTTP API (the request models
 of ``POST /v1/posts``, ``/v1/posts/sync``, ``/v1/posts/delete`` and ``/v1/rerank``, whose OpenAPI schema states the
-same bounds) and the indexing workers (:func:`semdup.indexer.semantic.index_batch`, the last defence for producers
+same bounds) and the indexing workers (:func:`semdup.indexer.batch_writer.index_batch`, the last defence for producers
 that bypass both) call these functions, so a post one path takes is never one another refuses.
 
 ========================  ============================================================================

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from opensearchpy import OpenSearch
 
-from semdup.core.metrics import semeval_scores
+from semdup.core.measures import semeval_scores
 from semdup.core.progress import progress as progress_bar
 from semdup.data import SemEvalSet
 from semdup.evaluation.methods import Method, load_scorer

@@ -5,7 +5,7 @@
         --titles artifacts/demo/cache/dense-f9d2a03a8b4fcb7c.npy
 
 Protocol: the Travel Stack Exchange protocol (``semdup eval stackexchange``: every post indexed, each query
-searches all posts but itself, Acc@1/5/10, MAP and MRR over the top 100, :func:`semdup.core.metrics.retrieval_scores`),
+searches all posts but itself, Acc@1/5/10, MAP and MRR over the top 100, :func:`semdup.core.measures.retrieval_scores`),
 with the query's title as the only text. Contenders:
 
 * ``bm25-title``: the stored template ``semdup-bm25-title`` (the title against the posts' titles), top 100;
@@ -31,7 +31,7 @@ from typing import Any
 
 from semdup.core import progress as progress_bar
 from semdup.core.fitting import grid_search
-from semdup.core.metrics import retrieval_scores
+from semdup.core.measures import retrieval_scores
 from semdup.reranker.similar import CANDIDATES, SIMILAR_FUSION, TitleSearch
 
 __all__ = ["GRID", "TOP", "title_runs", "choose_fusion", "run", "print_result", "main"]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from opensearchpy import OpenSearch
 
-from semdup.core.metrics import retrieval_scores
-from semdup.core.protocols import rank_corpus
+from semdup.core.eval_protocols import rank_corpus
+from semdup.core.measures import retrieval_scores
 from semdup.data import StackExchangeDump
 from semdup.evaluation.methods import Method, load_scorer
 from semdup.indexer.lexical_index import create_index, delete_index, load_posts

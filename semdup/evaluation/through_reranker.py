@@ -1,7 +1,7 @@
 """Quality figures through the reranker itself: retrieval runs, candidate recall and duplicate decisions.
 
 Every figure here goes through :class:`~semdup.reranker.Reranker` on a fresh index filled by the indexer's
-own :func:`semdup.indexer.semantic.index_batch`, so the numbers are the service's, not an offline model's:
+own :func:`semdup.indexer.batch_writer.index_batch`, so the numbers are the service's, not an offline model's:
 
 * :func:`semeval_predictions` / :func:`stackexchange_ranking`: what ``semdup eval semeval|stackexchange
   --method bundle:PATH`` report.
@@ -28,12 +28,12 @@ from semdup.bundle.bundle import Bundle
 from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError
 from semdup.core.fitting import THRESHOLD_MEASURES, best_threshold, pair_accuracy
-from semdup.core.metrics import precision_recall_f1_accuracy
+from semdup.core.measures import precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.index_format.schema import CandidateFields
+from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.indexer.lexical_index import create_index, delete_index
-from semdup.indexer.semantic import ensure_index_model, index_batch
 from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, save_calibration
 from semdup.reranker.candidates import lexical_scores_for
 from semdup.reranker.fusion import compute_fused

@@ -48,8 +48,9 @@ from semdup.bundle.bundle import (
     write_bundle,
 )
 from semdup.core.errors import ConfigError
+from semdup.core.fitting import best_threshold
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.metrics import best_threshold, retrieval_scores, semeval_scores
+from semdup.core.measures import retrieval_scores, semeval_scores
 from semdup.core.posts import Post
 from semdup.core.scoring import bow_matrix, title_vectors
 from semdup.core.text_pipeline import TextPipeline, Vocabulary

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from semdup.core.metrics import best_threshold, retrieval_average_precisions, semeval_average_precisions
+from semdup.core.fitting import best_threshold
+from semdup.core.measures import retrieval_average_precisions, semeval_average_precisions
 from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
 from semdup.export.default_bundle import TOP, FitData
 from semdup.export.default_fit import GRID_TITLE, Group, choose_fusion, group_scores

@@ -111,7 +111,7 @@ def learn_from(
     """Find the labels (see the module doc), learn, and return what was written and which bundle is kept.
 
     Raises:
-        DataError: unreadable or too few labels. IndexError_ / OpenSearchUnavailable: reading the site's index.
+        DataError: unreadable or too few labels. SearchIndexError / OpenSearchUnavailable: reading the site's index.
         ValueError: contradictory arguments.
     """
     t0, c0 = time.monotonic(), time.process_time()

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from semdup.bundle.bundle import Bundle
-from semdup.core.metrics import best_threshold
+from semdup.core.fitting import best_threshold
 from semdup.core.posts import Post
 from semdup.data.supervision import SourceReport, Supervision
 from semdup.data.supervision_split import LearnSplit, SplitReport, split_supervision

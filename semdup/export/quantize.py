@@ -85,7 +85,7 @@ def quantize_files(
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """(files with the int8 encoder, the ``quantization`` manifest entry with the measured MAP change)."""
     from semdup.bundle.scorer import BundleScorer
-    from semdup.core.protocols import eval_semeval
+    from semdup.core.eval_protocols import eval_semeval
     from semdup.data.paths import semeval_files
     from semdup.data.semeval import load_semeval_xml
     from semdup.export.parity import sample_posts

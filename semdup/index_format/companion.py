@@ -25,7 +25,7 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.index_format.mapping import MODEL_META_KEY
 
 __all__ = [
@@ -132,11 +132,11 @@ def search_target(client: OpenSearch, index: str, version: str | None = None) ->
     ``semdup`` fields), else its companion (for model ``version``, :func:`pinned_companion`).
 
     Raises:
-        IndexError_: ``index`` does not exist, or it is a site's index that ``semdup enable`` has not connected.
+        SearchIndexError: ``index`` does not exist, or it is a site's index that ``semdup enable`` has not connected.
     """
     own = _mappings(client, index)
     if own is None:
-        raise IndexError_(
+        raise SearchIndexError(
             f"index {index!r} does not exist; create it with `semdup index-posts --index {index} ...` "
             f"or connect an existing one with `semdup enable --index {index}`"
         )
@@ -144,7 +144,7 @@ def search_target(client: OpenSearch, index: str, version: str | None = None) ->
         return index
     found = pinned_companion(client, index, version)
     if found is None:
-        raise IndexError_(
+        raise SearchIndexError(
             f"index {index!r} has no semdup fields and no companion index; connect it with "
             f"`semdup enable --index {index} --title-field FIELD --body-field FIELD --bundle PATH`, then "
             "`semdup backfill`"

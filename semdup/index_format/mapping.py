@@ -13,7 +13,7 @@ import numpy as np
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.index_format.packed_fields import pack_semdup_fields
 from semdup.index_format.schema import CandidateFields
 
@@ -62,7 +62,7 @@ def mappings(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
     try:
         mappings = client.indices.get_mapping(index=index)
     except os_exc.NotFoundError as exc:
-        raise IndexError_(
+        raise SearchIndexError(
             f"index {index!r} does not exist; create it with `semdup index-posts --index {index} ...` "
             f"or add semdup to an existing one with `semdup enable --index {index}`"
         ) from exc

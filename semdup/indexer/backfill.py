@@ -24,7 +24,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import scan
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import companion_of
@@ -61,11 +61,11 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
     """Refuse early, before enqueueing anything, when the index cannot take this model's fields.
 
     Raises:
-        IndexError_: missing index, no ``semdup`` mapping (run ``semdup enable``), or another model's vectors.
+        SearchIndexError: missing index, no ``semdup`` mapping (run ``semdup enable``), or another model's vectors.
     """
     for name, current in index_model(client, index).items():
         if current not in (None, version):
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {name!r} holds vectors of model {current}; backfilling model {version} would mix two "
                 "models. Index into a new index behind an alias instead, or run the backfill with bundle "
                 f"{current}"
@@ -76,7 +76,7 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
     for name, m in mapping.items():
         if "semdup" not in (m.get("mappings", {}).get("properties") or {}):
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {name!r} has no semdup fields in its mapping; add them first with "
                 f"`semdup enable --index {index} --bundle PATH`"
             )
@@ -145,12 +145,12 @@ def index_version(client: OpenSearch, index: str) -> str:
     ``--bundle`` fills it with.
 
     Raises:
-        IndexError_: no model claimed yet (name the bundle), or several (an alias over indices of two models).
+        SearchIndexError: no model claimed yet (name the bundle), or several (an alias over indices of two models).
     """
     found = companion_of(client, index)
     target = found[0] if found is not None else index
     models = {m for m in index_model(client, target).values() if m is not None}
     if len(models) != 1:
         what = "no model yet" if not models else f"models {', '.join(sorted(models))}"
-        raise IndexError_(f"index {target!r} holds {what}; name the bundle to fill it with: --bundle PATH")
+        raise SearchIndexError(f"index {target!r} holds {what}; name the bundle to fill it with: --bundle PATH")
     return models.pop()

@@ -22,7 +22,7 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.index_format.companion import (
     SOURCE_META_KEY,
@@ -65,24 +65,24 @@ def check_site_index(client: OpenSearch, index: str, title_field: str, body_fiel
     """Refuse a site index semdup cannot read its posts from (every concrete index behind an alias is checked).
 
     Raises:
-        IndexError_: missing, no ``_source``, a text field missing from a mapping, or an index semdup created.
+        SearchIndexError: missing, no ``_source``, a text field missing from a mapping, or an index semdup created.
     """
     found = mappings(client, index)
     for name, mapping in found.items():
         props = mapping.get("properties") or {}
         if (mapping.get("_source") or {}).get("enabled") is False:
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {name!r} does not keep _source, so semdup cannot read the posts' text from it; "
                 "reindex it with _source enabled"
             )
         for wanted in (title_field, body_field):
             if not _field_exists(props, wanted):
-                raise IndexError_(
+                raise SearchIndexError(
                     f"index {name!r} has no field {wanted!r}; name its title and body fields with "
                     f"--title-field/--body-field (fields there: {', '.join(sorted(props)) or 'none'})"
                 )
     if found and all("packed" in (semdup_props(m) or {}) for m in found.values()):
-        raise IndexError_(
+        raise SearchIndexError(
             f"index {index!r} was created by semdup and holds its fields already; it needs no companion "
             f"(fill it with `semdup backfill --index {index}`)"
         )
@@ -104,7 +104,7 @@ def enable_index(
         fields: the search structures for the reranker's hybrid candidate paths (default: none).
 
     Raises:
-        IndexError_: see the module doc. OpenSearchUnavailable: the cluster did not answer.
+        SearchIndexError: see the module doc. OpenSearchUnavailable: the cluster did not answer.
     """
     check_index_name(index)
     wanted = fields or CandidateFields()
@@ -131,7 +131,7 @@ def _create(
         client.indices.create(index=concrete, body=body)
     except os_exc.RequestError as exc:
         if "resource_already_exists_exception" not in str(exc):
-            raise IndexError_(f"OpenSearch refused the companion index {concrete!r}: {exc.info or exc}") from exc
+            raise SearchIndexError(f"OpenSearch refused the companion index {concrete!r}: {exc.info or exc}") from exc
         # a concurrent enable, or an earlier one stopped before the alias: put the alias, then complete it
         client.indices.put_alias(index=concrete, name=alias)
         return _complete(client, alias, version, dimension, wanted, source)
@@ -149,7 +149,7 @@ def _complete(
         meta = mapping.get("_meta") or {}
         current = meta.get(MODEL_META_KEY)
         if current not in (None, version):
-            raise IndexError_(
+            raise SearchIndexError(
                 f"the companion {name!r} of {source.index!r} holds vectors of model {current}, not {version}; move "
                 f"to a new model with `semdup upgrade --alias {source.index} --bundle PATH`"
             )
@@ -158,7 +158,7 @@ def _complete(
         target = wanted | CandidateFields.of_mapping(mapped)
         targets.append(target)
         if target.knn and "vector" not in mapped and knn_on != "true":
-            raise IndexError_(
+            raise SearchIndexError(
                 f"the companion {name!r} was created without k-NN, which cannot be turned on later; create a new "
                 f"one with `semdup upgrade --alias {source.index} --bundle PATH --knn`, or drop --knn"
             )

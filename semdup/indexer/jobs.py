@@ -42,7 +42,7 @@ from celery import Celery
 from opensearchpy import OpenSearch
 
 from semdup.core.clients import knn_available
-from semdup.core.errors import BrokerUnavailable, ConfigError, IndexError_, OpenSearchUnavailable
+from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.core.logs import scrub
 from semdup.core.posts import Post
@@ -121,14 +121,14 @@ def ensure_index(
     Raises:
         ConfigError: a name that is not one index (a pattern, list, endpoint or system name), or ``fields.knn``
             without a dense encoder (``dimension`` None) or without the k-NN plugin.
-        IndexError_: the index exists but semdup did not create it (a site's index: ``semdup enable`` connects it).
+        SearchIndexError: the index exists but semdup did not create it (a site's index: ``semdup enable`` connects it).
     """
     check_index_name(index)
     if client.indices.exists(index=index):
         found = index_mappings(client, index)
         foreign = [name for name, m in found.items() if semdup_props(m) is None]
         if foreign:
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {', '.join(foreign)} was not created by semdup; semdup never writes a site's documents. "
                 f"Connect it with `semdup enable --index {index} --title-field FIELD --body-field FIELD`, then "
                 f"`semdup backfill --index {index}` (new and edited posts: `semdup watch` or POST /v1/posts/sync)"

@@ -35,7 +35,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import BulkIndexError, bulk, scan
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.indexer.bulk import chunked
 from semdup.indexer.outcomes import JOBS_INDEX, Job, ensure_jobs_index
 
@@ -118,7 +118,7 @@ def _bulk(client: OpenSearch, actions: list[dict[str, Any]], what: str) -> None:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while {what}: {exc}") from exc
     except BulkIndexError as exc:
         first = exc.errors[0] if exc.errors else {}
-        raise IndexError_(f"{JOBS_INDEX} refused {len(exc.errors)} records while {what}; first: {first}") from exc
+        raise SearchIndexError(f"{JOBS_INDEX} refused {len(exc.errors)} records while {what}; first: {first}") from exc
 
 
 def _record(client: OpenSearch, job: Job, calls: Sequence[TaskCall], first_seq: int) -> None:

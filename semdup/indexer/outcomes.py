@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.index_format.system_indices import JOBS, ensure
 
 __all__ = [
@@ -105,12 +105,12 @@ def read_job(client: OpenSearch, job_id: str) -> Job:
     """The job ``job_id`` as recorded when it was enqueued.
 
     Raises:
-        IndexError_: no such job (the message says where job ids come from).
+        SearchIndexError: no such job (the message says where job ids come from).
     """
     try:
         doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}")["_source"]
     except os_exc.NotFoundError as exc:
-        raise IndexError_(
+        raise SearchIndexError(
             f"no index job {job_id!r} in {JOBS_INDEX!r}; use the job id `semdup index-posts` printed when it "
             "enqueued the posts"
         ) from exc

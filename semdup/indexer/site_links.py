@@ -27,7 +27,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 from opensearchpy.helpers import scan
 
-from semdup.core.errors import DataError, IndexError_, OpenSearchUnavailable
+from semdup.core.errors import DataError, OpenSearchUnavailable, SearchIndexError
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump
 from semdup.data.supervision import SourceReport, Supervision
@@ -68,7 +68,7 @@ def site_supervision(client: OpenSearch, index: str, duplicate_field: str, title
     """The duplicate links that ``duplicate_field`` records in the site's ``index`` (see the module doc).
 
     Raises:
-        IndexError_: the index does not exist. OpenSearchUnavailable: the cluster stopped answering.
+        SearchIndexError: the index does not exist. OpenSearchUnavailable: the cluster stopped answering.
         DataError: no document holds a usable link.
     """
     connected = companion_of(client, index)
@@ -90,7 +90,7 @@ def site_supervision(client: OpenSearch, index: str, duplicate_field: str, title
             bad += n_bad
             named.extend((post["id"], target) for target in ids)
     except os_exc.NotFoundError as exc:
-        raise IndexError_(f"no index or alias {index!r} to read duplicate links from") from exc
+        raise SearchIndexError(f"no index or alias {index!r} to read duplicate links from") from exc
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch stopped answering while reading {index!r}; run it again") from exc
     links: dict[tuple[str, str], None] = {}

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.index_format.companion import SourceFields, pinned_companion, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import mappings
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer.semantic import BatchResult, DocumentEncoder, delete_batch, index_batch
+from semdup.indexer.batch_writer import BatchResult, DocumentEncoder, delete_batch, index_batch
 
 __all__ = ["read_source_posts", "site_indices", "sync_batch", "companion_for"]
 
@@ -37,11 +37,11 @@ def companion_for(client: OpenSearch, index: str, version: str | None = None) ->
     of a site's ``index``.
 
     Raises:
-        IndexError_: ``index`` was not connected with ``semdup enable``.
+        SearchIndexError: ``index`` was not connected with ``semdup enable``.
     """
     found = pinned_companion(client, index, version)
     if found is None:
-        raise IndexError_(
+        raise SearchIndexError(
             f"index {index!r} has no semdup companion; connect it first with `semdup enable --index {index} "
             "--title-field FIELD --body-field FIELD --bundle PATH`"
         )
@@ -49,7 +49,7 @@ def companion_for(client: OpenSearch, index: str, version: str | None = None) ->
 
 
 def site_indices(client: OpenSearch, source: SourceFields) -> list[str]:
-    """The concrete indices behind the site's index or alias (raises IndexError_ when it is gone)."""
+    """The concrete indices behind the site's index or alias (raises SearchIndexError when it is gone)."""
     return sorted(mappings(client, source.index))
 
 

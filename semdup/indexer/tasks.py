@@ -1,4 +1,4 @@
-"""Celery tasks of the indexer: thin wrappers over ``semdup.indexer.semantic`` with the retry and parking rules.
+"""Celery tasks of the indexer: thin wrappers over ``semdup.indexer.batch_writer`` with the retry and parking rules.
 
 Every post a task carries ends in exactly one of three states: **written**, **parked** (in ``semdup-parked``,
 with the reason), or **still queued** (its message still on the broker). Never acknowledged and dropped:
@@ -36,8 +36,8 @@ from celery.utils.log import get_task_logger
 from opensearchpy import exceptions as os_exc
 
 from semdup.core import task_names
-from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
-from semdup.indexer import outcomes, parking, semantic, sync, worker_metrics
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError, SemdupError
+from semdup.indexer import batch_writer, outcomes, parking, sync, worker_metrics
 from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
 from semdup.indexer.retry import MAX_RETRY_WAIT
 
@@ -224,8 +224,8 @@ def _deliver(task: Task, batch: Batch, work: Callable[[WorkerRuntime], Outcome])
             outcome = work(rt)
         except (Retry, Reject):
             raise
-        except IndexError_ as exc:  # refused before any write (wrong model): park it whole, with the reason
-            outcome = _park_whole(rt, batch, f"IndexError_: {exc}")
+        except SearchIndexError as exc:  # refused before any write (wrong model): park it whole, with the reason
+            outcome = _park_whole(rt, batch, f"SearchIndexError: {exc}")
         except Exception as exc:
             if not is_transient(exc):
                 logger.exception("a %s batch of %s failed for good", batch.task, batch.index)
@@ -282,8 +282,8 @@ def index_posts(
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
-        search = semantic.ensure_index_model(rt.client, index, model_version)
-        result = semantic.index_batch(rt.client, index, posts, rt.bundle, search=search)
+        search = batch_writer.ensure_index_model(rt.client, index, model_version)
+        result = batch_writer.index_batch(rt.client, index, posts, rt.bundle, search=search)
         parking.park(
             rt.client, index, result.failed, task="index_posts", model_version=model_version, payloads=result.payloads
         )
@@ -307,7 +307,7 @@ def sync_posts(
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
         companion, source = sync.companion_for(rt.client, index, model_version)
-        search = semantic.ensure_index_model(rt.client, companion, model_version)
+        search = batch_writer.ensure_index_model(rt.client, companion, model_version)
         result = sync.sync_batch(rt.client, companion, source, ids, rt.bundle, search=search)
         parking.park(rt.client, index, result.failed, task="sync_posts", model_version=model_version)
         done = {i for i, _ in result.failed} | set(result.missing)
@@ -342,8 +342,8 @@ def backfill_batch(
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
-        search = semantic.ensure_index_model(rt.client, index, model_version)
-        result = semantic.backfill_batch(rt.client, index, ids, rt.bundle, search)
+        search = batch_writer.ensure_index_model(rt.client, index, model_version)
+        result = batch_writer.backfill_batch(rt.client, index, ids, rt.bundle, search)
         parking.park(rt.client, index, result.failed, task="backfill_batch", model_version=model_version)
         gone = len(result.missing)
         logger.info("backfill %s: %d written, %d parked, %d gone", index, result.written, len(result.failed), gone)
@@ -366,7 +366,7 @@ def delete_posts(
     current = Batch("delete_posts", index, ids, "", job, batch)
 
     def work(rt: WorkerRuntime) -> Outcome:
-        result = semantic.delete_batch(rt.client, index, ids)
+        result = batch_writer.delete_batch(rt.client, index, ids)
         parking.park(rt.client, index, result.failed, task="delete_posts", model_version="")
         return Outcome(written=result.written, parked=len(result.failed))
 

@@ -27,7 +27,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.clients import knn_available
-from semdup.core.errors import ConfigError, IndexError_, OpenSearchUnavailable
+from semdup.core.errors import ConfigError, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import (
@@ -39,9 +39,9 @@ from semdup.index_format.companion import (
 )
 from semdup.index_format.mapping import MODEL_META_KEY, common_fields
 from semdup.index_format.schema import CandidateFields, index_body
+from semdup.indexer.batch_writer import DocumentEncoder
 from semdup.indexer.bulk import chunked
 from semdup.indexer.reconcile import plan_sync
-from semdup.indexer.semantic import DocumentEncoder
 from semdup.indexer.sync import sync_batch
 
 __all__ = ["UPGRADE_META_KEY", "UpgradeResult", "Removed", "upgrade", "remove_old"]
@@ -121,7 +121,7 @@ def upgrade(
         settle: seconds to wait after the switch before the last catch-up round.
 
     Raises:
-        IndexError_: ``index`` is not connected, or an unfinished upgrade to another model is under way.
+        SearchIndexError: ``index`` is not connected, or an unfinished upgrade to another model is under way.
         ConfigError: ``fields`` (or the old companion's) asks for k-NN the bundle or the cluster cannot serve.
         OpenSearchUnavailable: the cluster stopped answering (the message says: run it again, it resumes).
     """
@@ -158,7 +158,7 @@ def _upgrade(
 ) -> UpgradeResult:
     found = companion_of(client, index)
     if found is None:
-        raise IndexError_(
+        raise SearchIndexError(
             f"index {index!r} is not connected to semdup (no companion {companion_alias(index)!r}); connect it with "
             f"`semdup enable --index {index} --title-field FIELD --body-field FIELD --bundle PATH` and backfill it"
         )
@@ -219,7 +219,7 @@ def _refuse_other_upgrade(
         pending = meta.get(UPGRADE_META_KEY)
         if name in behind or not pending or pending.get("from") not in models or meta.get(MODEL_META_KEY) == version:
             continue
-        raise IndexError_(
+        raise SearchIndexError(
             f"an upgrade of {index!r} to model {meta.get(MODEL_META_KEY)} is under way (companion {name!r}, not "
             f"switched yet), and this bundle is model {version}; finish that one with its bundle "
             f"(`semdup upgrade --alias {index} --bundle PATH`), or drop it with "
@@ -241,19 +241,19 @@ def _new_companion(
     if new in every:
         meta = _meta(every[new])
         if meta.get(MODEL_META_KEY) == bundle.version and not meta.get(UPGRADE_META_KEY):
-            raise IndexError_(
+            raise SearchIndexError(
                 f"{new!r} is the companion of model {bundle.version} kept from before an earlier upgrade (stale once "
                 "the old workers were restarted); to go back to that model, remove it with "
                 f"`semdup upgrade --alias {index} --remove-old`, then run again (a fresh copy)"
             )
         if meta.get(MODEL_META_KEY) != bundle.version:
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {new!r} exists but holds no companion of model {bundle.version} (its _meta: {meta}); "
                 f"remove it with `semdup upgrade --alias {index} --remove-old` and run again"
             )
         have = common_fields({new: every[new]})
         if fields is not None and fields != have:
-            raise IndexError_(
+            raise SearchIndexError(
                 f"the new companion {new!r} of an earlier run holds {have.describe()}, not {fields.describe()}; "
                 f"run again with its flags, or remove it with `semdup upgrade --alias {index} --remove-old`"
             )
@@ -276,7 +276,7 @@ def _new_companion(
     try:
         client.indices.create(index=new, body=body)
     except os_exc.RequestError as exc:
-        raise IndexError_(f"OpenSearch refused the new companion index {new!r}: {exc.info or exc}") from exc
+        raise SearchIndexError(f"OpenSearch refused the new companion index {new!r}: {exc.info or exc}") from exc
     logger.info("upgrade of %s: created %s for model %s (%s)", index, new, bundle.version, wanted.describe())
     return wanted, True
 
@@ -314,7 +314,7 @@ def _switch(client: OpenSearch, index: str, alias: str, new: str, old: list[str]
     """One atomic alias change; first check the new companion is still ours (never an auto-created stand-in)."""
     meta = _meta(_concrete(client, new).get(new, {}))
     if meta.get(MODEL_META_KEY) != version:
-        raise IndexError_(f"the new companion {new!r} was removed or replaced during the upgrade; {_RESUME}")
+        raise SearchIndexError(f"the new companion {new!r} was removed or replaced during the upgrade; {_RESUME}")
     actions: list[dict[str, Any]] = [{"remove": {"index": name, "alias": alias}} for name in old]
     actions.append({"add": {"index": new, "alias": alias, "is_write_index": True}})
     client.indices.update_aliases(body={"actions": actions})
@@ -333,7 +333,7 @@ def remove_old(client: OpenSearch, index: str, *, dry_run: bool = False) -> Remo
     after ``upgrade``, or an unfinished upgrade's); the one behind the alias is never deleted.
 
     Raises:
-        IndexError_: ``index`` is not connected. OpenSearchUnavailable: the cluster did not answer.
+        SearchIndexError: ``index`` is not connected. OpenSearchUnavailable: the cluster did not answer.
     """
     check_index_name(index)
     alias = companion_alias(index)
@@ -344,7 +344,7 @@ def remove_old(client: OpenSearch, index: str, *, dry_run: bool = False) -> Remo
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
         raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the companion of {index!r}") from exc
     if not behind:
-        raise IndexError_(f"index {index!r} has no companion alias {alias!r}; nothing to remove")
+        raise SearchIndexError(f"index {index!r} has no companion alias {alias!r}; nothing to remove")
     try:
         every = _concrete(client, f"{alias}-*")
         old = sorted(n for n in every if n not in behind)

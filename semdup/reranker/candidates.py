@@ -16,7 +16,7 @@ add a few ms to the template search, where the ``mget`` of 100 ``_source`` docum
 
 Every OpenSearch call carries an explicit ``request_timeout``; a timeout raises :class:`SearchTimeout`
 (the service answers 504), a connection failure :class:`~semdup.core.errors.OpenSearchUnavailable` (503), a
-missing index :class:`~semdup.core.errors.IndexError_` (404).
+missing index :class:`~semdup.core.errors.SearchIndexError` (404).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.clients import error_reason
-from semdup.core.errors import IndexError_, OpenSearchUnavailable, SemdupError
+from semdup.core.errors import OpenSearchUnavailable, SearchIndexError, SemdupError
 from semdup.index_format.packed_fields import unpack_semdup_value
 from semdup.index_format.schema import PACKED_FIELD
 from semdup.reranker.field_cache import FieldCache
@@ -105,7 +105,7 @@ def call_opensearch(fn: Callable[..., Any], what: str, **kwargs: Any) -> Any:
             "`semdup opensearch start` or set SEMDUP_OPENSEARCH_URL"
         ) from exc
     except os_exc.NotFoundError as exc:
-        raise IndexError_(
+        raise SearchIndexError(
             f"{what}: index not found ({getattr(exc, 'error', exc)}); index posts into it first"
         ) from exc
     except os_exc.TransportError as exc:
@@ -219,7 +219,7 @@ def response_hits(
     if "error" in resp:
         err = resp["error"]
         if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
-            raise IndexError_(f"index {index!r} does not exist; index posts into it first")
+            raise SearchIndexError(f"index {index!r} does not exist; index posts into it first")
         raise SemdupError(f"the {what} candidate search on {index!r} failed: {error_reason(err)}")
     hits = resp["hits"]["hits"]
     if fields is not None:
@@ -327,7 +327,7 @@ def _doc_error(doc: Mapping[str, Any], index: str) -> None:
     if "error" in doc:
         err = doc["error"]
         if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
-            raise IndexError_(f"index {index!r} does not exist; index posts into it first")
+            raise SearchIndexError(f"index {index!r} does not exist; index posts into it first")
         raise SemdupError(f"reading candidate {doc.get('_id')} of {index!r} failed: {err}")
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from semdup.core.errors import BrokerUnavailable, IndexError_
+from semdup.core.errors import BrokerUnavailable, SearchIndexError
 from semdup.core.settings import redact_url
 from semdup.core.task_names import INDEXER_QUEUE
 
@@ -61,7 +61,7 @@ class CelerySender:
         self.app.send_task(name, args=args, queue=self.queue, retry=True, retry_policy=_RETRY_POLICY)
 
 
-class NotASiteIndex(IndexError_):
+class NotASiteIndex(SearchIndexError):
     """``/v1/posts/sync`` named an index semdup created: the workers would find no site's index to re-read the posts
     from and park every id, so the request is refused before anything is enqueued (the service answers 409)."""
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from semdup.bundle.bundle import Bundle
-from semdup.core.errors import IndexError_, PostError
+from semdup.core.errors import PostError, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.core.posts import Post
 from semdup.core.scoring import TITLE_WEIGHT
@@ -88,11 +88,11 @@ def _searches() -> ThreadPoolExecutor:
 logger = logging.getLogger(__name__)
 
 
-class ModelMismatch(IndexError_):
+class ModelMismatch(SearchIndexError):
     """The index holds vectors of another bundle version than the reranker's (the service answers 409)."""
 
 
-class NothingIndexed(IndexError_):
+class NothingIndexed(SearchIndexError):
     """The site's index holds posts but semdup has encoded none of them yet (the service answers 409): a rerank
     would answer nothing, which must never look like "no duplicates"."""
 
@@ -225,7 +225,7 @@ class Reranker:
 
         Raises:
             ConfigError: a name that is not one index or alias (``*``, ``_all``, ``a,b``, ``_search``, ``.hidden``;
-                :func:`~semdup.core.index_names.check_index_name`). IndexError_: the index does not exist.
+                :func:`~semdup.core.index_names.check_index_name`). SearchIndexError: the index does not exist.
             ModelMismatch: it holds another model's vectors.
         """
         name = index or self.index
@@ -460,7 +460,7 @@ class Reranker:
         """The top ``k`` candidates for ``post``, best first.
 
         Raises:
-            PostError: empty or binary text. IndexError_: unknown index. ModelMismatch: another model's vectors.
+            PostError: empty or binary text. SearchIndexError: unknown index. ModelMismatch: another model's vectors.
             OpenSearchUnavailable / SearchTimeout: the cluster is down or too slow.
         """
         if k < 1:

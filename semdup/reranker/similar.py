@@ -44,8 +44,8 @@ from semdup.reranker.candidates import (
     call_opensearch,
     knn_query,
     merge_hits,
+    response_hits,
 )
-from semdup.reranker.candidates import response_hits
 from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.search_templates import query_text
@@ -189,7 +189,7 @@ class TitleSearch:
         encoding (dense vector, BOW weights): one encoding, one ``_msearch``.
 
         Raises:
-            PostError: a bad title. IndexError_: an index that does not exist. ModelMismatch: another model's.
+            PostError: a bad title. SearchIndexError: an index that does not exist. ModelMismatch: another model's.
         """
         title = _check_title(title)
         rr = self.reranker

@@ -37,7 +37,7 @@ from typing import Any
 from semdup.alerts.flag import read_posts
 from semdup.bundle.bundle import Bundle
 from semdup.core.errors import DataError, PostError
-from semdup.core.metrics import precision_recall_f1_accuracy
+from semdup.core.measures import precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.progress import progress
 from semdup.data.pairs import PAIR_LABELS, iter_pair_records

@@ -12,7 +12,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.clients import error_reason, opensearch_errors
-from semdup.core.errors import IndexError_, SemdupError
+from semdup.core.errors import SearchIndexError, SemdupError
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 
@@ -135,7 +135,7 @@ def msearch_templates(
     """Run (template id, params) pairs with ``_msearch/template``; one hit list per request, in order.
 
     Raises:
-        IndexError_: the index does not exist. SemdupError: a request failed (its error is named).
+        SearchIndexError: the index does not exist. SemdupError: a request failed (its error is named).
     """
     results: list[list[Hit]] = []
     for start in range(0, len(requests), batch):
@@ -148,7 +148,7 @@ def msearch_templates(
             if "error" in r:
                 err = r["error"]
                 if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
-                    raise IndexError_(f"index {index!r} does not exist; index posts into it first")
+                    raise SearchIndexError(f"index {index!r} does not exist; index posts into it first")
                 raise SemdupError(f"search template request failed: {error_reason(err)}")
             results.append([Hit(h["_id"], float(h["_score"])) for h in r["hits"]["hits"]])
     return results
@@ -159,4 +159,4 @@ def _call(fn, **kwargs):
         with opensearch_errors(f"running {fn.__name__}"):
             return fn(**kwargs)
     except os_exc.NotFoundError as exc:
-        raise IndexError_(f"not found: {exc.info if hasattr(exc, 'info') else exc}") from exc
+        raise SearchIndexError(f"not found: {exc.info if hasattr(exc, 'info') else exc}") from exc

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import ConfigError
+from semdup.core.eval_protocols import travel_scores
 from semdup.core.fitting import best_threshold, grid_search
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.metrics import semeval_scores
-from semdup.core.protocols import travel_scores
+from semdup.core.measures import semeval_scores
 from semdup.core.scoring import PostScorer, minmax_normalise
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from semdup.bundle import Bundle, BundleScorer
-from semdup.core.metrics import best_threshold, pair_accuracy
+from semdup.core.fitting import best_threshold, pair_accuracy
 from semdup.data import load_pairs_jsonl, load_semeval_xml
 from semdup.data.paths import askubuntu_files, semeval_files
 from semdup.data.semeval import SemEvalSet

@@ -29,8 +29,8 @@ from semdup.index_format.documents import lexical_document
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import pack_semdup_fields, unpack_semdup_fields
 from semdup.index_format.schema import HNSW_PARAMETERS, CandidateFields, index_body
+from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.indexer.lexical_index import create_index
-from semdup.indexer.semantic import ensure_index_model, index_batch
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.candidates import DOCVALUE_FIELDS, knn_query, sparse_query, stored_semdup_fields
 from semdup.search_templates import register_templates, render_template, template_id, template_params

@@ -238,12 +238,12 @@ def test_index_posts_cli_reads_enqueues_waits_and_replays(
 
 
 def test_model_mixing_is_refused(opensearch_client, unique_index, bundle):
-    from semdup.core.errors import IndexError_
+    from semdup.core.errors import SearchIndexError
     from semdup.index_format.mapping import index_model
-    from semdup.indexer.semantic import ensure_index_model
+    from semdup.indexer.batch_writer import ensure_index_model
 
     create(opensearch_client, unique_index, bundle)
     ensure_index_model(opensearch_client, unique_index, bundle.version)
     assert index_model(opensearch_client, unique_index) == {unique_index: bundle.version}
-    with pytest.raises(IndexError_, match="never mixed"):
+    with pytest.raises(SearchIndexError, match="never mixed"):
         ensure_index_model(opensearch_client, unique_index, "rcnn-aaaaaaaaaaaa")

@@ -116,9 +116,9 @@ def test_an_outage_longer_than_the_retry_budget_keeps_the_batches_queued(
 def test_a_bad_id_is_parked_alone_and_the_rest_of_its_batch_written(
     opensearch_client, unique_index, worker, bundle, posts
 ):
+    from semdup.indexer.batch_writer import _bulk_or_split
     from semdup.indexer.jobs import enqueue_posts, replay_parked, wait_for
     from semdup.indexer.parking import PARKED_INDEX, iter_parked
-    from semdup.indexer.semantic import _bulk_or_split
 
     long_id = "q" * 600
     batch = posts[:9] + [Post(long_id, "A valid post", "whose id OpenSearch refuses")]

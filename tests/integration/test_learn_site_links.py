@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from opensearchpy.helpers import bulk
 
-from semdup.core.errors import DataError, IndexError_
+from semdup.core.errors import DataError, SearchIndexError
 from semdup.data import load_stackexchange_dump
 from semdup.data.paths import travel_dir
 from semdup.data.supervision_split import split_supervision
@@ -76,5 +76,5 @@ def test_links_are_read_through_the_sites_alias_and_bad_ones_counted(opensearch_
 
     with pytest.raises(DataError, match="no usable duplicate link"):
         site_supervision(opensearch_client, site, "Nothing", title_field="Title", body_field="Body")
-    with pytest.raises(IndexError_, match="no index or alias"):
+    with pytest.raises(SearchIndexError, match="no index or alias"):
         site_supervision(opensearch_client, f"{site}-absent", "DuplicateOf")

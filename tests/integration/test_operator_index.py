@@ -54,12 +54,12 @@ def _companion_docs(client: Any, alias: str) -> dict[str, dict[str, Any]]:
 def test_operator_index_enable_backfill_rerank_and_freshness(
     opensearch_client: Any, site: str, worker: LocalWorker, bundle: Any, travel_posts: list[Post]
 ) -> None:
-    from semdup.core.errors import IndexError_
+    from semdup.core.errors import SearchIndexError
     from semdup.index_format.documents import content_hash
     from semdup.indexer.backfill import enqueue_backfill, index_version
+    from semdup.indexer.batch_writer import ensure_index_model, index_batch
     from semdup.indexer.enable import enable_index
     from semdup.indexer.reconcile import plan_sync, watch
-    from semdup.indexer.semantic import ensure_index_model, index_batch
     from semdup.reranker.reranker import NothingIndexed, Reranker
     from semdup.reranker.settings import RerankerSettings
 
@@ -83,12 +83,12 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     with pytest.raises(NothingIndexed, match=f"holds {N_SITE} posts but semdup has encoded none"):
         rr.empty_reason()
     # semdup never writes the site's documents: index-posts into the site's index is refused before any write.
-    with pytest.raises(IndexError_, match="not created by semdup"):
+    with pytest.raises(SearchIndexError, match="not created by semdup"):
         ensure_index_model(client, site, bundle.version)
     from semdup.indexer.jobs import ensure_index
 
     with pytest.raises(
-        IndexError_, match="not created by semdup.*semdup enable"
+        SearchIndexError, match="not created by semdup.*semdup enable"
     ):  # `semdup index-posts`, before enqueueing
         ensure_index(client, site, dimension=bundle.dimension)
 
@@ -189,23 +189,23 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
 
 
 def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, bundle: Any) -> None:
-    from semdup.core.errors import IndexError_
+    from semdup.core.errors import SearchIndexError
     from semdup.indexer.enable import enable_index
     from semdup.indexer.lexical_index import create_index
 
     def enable(index: str, **kw: Any) -> Any:
         return enable_index(opensearch_client, index, version=bundle.version, dimension=bundle.dimension, **kw)
 
-    with pytest.raises(IndexError_, match="does not exist"):
+    with pytest.raises(SearchIndexError, match="does not exist"):
         enable(site)
     opensearch_client.indices.create(
         index=site, body={"mappings": {"_source": {"enabled": False}, "properties": {"title": {"type": "text"}}}}
     )
-    with pytest.raises(IndexError_, match="does not keep _source"):
+    with pytest.raises(SearchIndexError, match="does not keep _source"):
         enable(site)
     other = f"{site}-fields"
     opensearch_client.indices.create(index=other, body={"mappings": SITE_MAPPING})
-    with pytest.raises(IndexError_, match="has no field 'title'.*--title-field"):
+    with pytest.raises(SearchIndexError, match="has no field 'title'.*--title-field"):
         enable(other)
     # A field named semdup in the site's own mapping is no obstacle: semdup never writes there.
     taken = f"{site}-taken"
@@ -215,15 +215,15 @@ def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, 
     assert enable(taken, title_field="Title", body_field="Body").created
     from semdup.index_format.schema import CandidateFields
 
-    with pytest.raises(IndexError_, match="created without k-NN"):
+    with pytest.raises(SearchIndexError, match="created without k-NN"):
         enable(taken, title_field="Title", body_field="Body", fields=CandidateFields(knn=True))
-    with pytest.raises(IndexError_, match="holds vectors of model .*semdup upgrade"):
+    with pytest.raises(SearchIndexError, match="holds vectors of model .*semdup upgrade"):
         enable_index(
             opensearch_client, taken, version="other-model", dimension=4, title_field="Title", body_field="Body"
         )
     own = f"{site}-own"
     create_index(opensearch_client, own, dimension=bundle.dimension)
-    with pytest.raises(IndexError_, match="created by semdup"):
+    with pytest.raises(SearchIndexError, match="created by semdup"):
         enable(own)
 
 

@@ -46,7 +46,7 @@ def test_the_service_answers_them_with_200(served: tuple[Bundle, str], tiny_bund
 def test_a_markup_only_post_is_reported_for_parking_not_indexed_as_a_zero_vector(
     served: tuple[Bundle, str], opensearch_client
 ) -> None:
-    from semdup.indexer.semantic import index_batch
+    from semdup.indexer.batch_writer import index_batch
 
     bundle, index = served
     result = index_batch(opensearch_client, index, [{"id": "blank-1", "title": " ", "body": "<p> </p>"}], bundle)

@@ -77,7 +77,7 @@ def test_posts_sent_over_http_are_written_by_a_real_worker(
 
     assert app.post("/v1/posts", json=body, headers={"X-API-Key": "wrong"}).status_code == 401
     refused = app.post("/v1/posts", json={**body, "index": fresh_index}, headers={"X-API-Key": OTHER_KEY})
-    assert refused.status_code == 404 and refused.json()["error"]["type"] == "IndexError_", refused.text
+    assert refused.status_code == 404 and refused.json()["error"]["type"] == "SearchIndexError", refused.text
     assert queue.llen(INDEXER_QUEUE) == 0  # neither reached the broker
 
     r = app.post("/v1/posts", json=body, headers={"X-API-Key": KEY})

@@ -19,8 +19,8 @@ from semdup.bundle import Bundle, BundleScorer
 from semdup.core.clients import knn_available
 from semdup.core.posts import Post
 from semdup.index_format.mapping import MODEL_META_KEY
+from semdup.indexer.batch_writer import index_batch
 from semdup.indexer.lexical_index import create_index
-from semdup.indexer.semantic import index_batch
 from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
 from semdup.reranker.candidates import sparse_query
 from semdup.reranker.path_search import search_candidates

@@ -111,7 +111,7 @@ def test_service_refuses_to_start_without_a_key(tiny_bundle: Path, opensearch_ur
         ({"title": "ok", "titel": "typo"}, 422, "ValidationError"),
         ({"title": "ok", "templates": ["nope"]}, 422, "ValidationError"),
         ({"title": "ok", "templates": ["bm25"] * 600}, 422, "ValidationError"),  # was a 504 "within None s"
-        ({"title": "ok", "index": "semdup-no-such-index"}, 404, "IndexError_"),
+        ({"title": "ok", "index": "semdup-no-such-index"}, 404, "SearchIndexError"),
     ],
 )
 def test_bad_calls_get_json_errors_and_the_service_stays_up(

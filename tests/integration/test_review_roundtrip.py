@@ -28,7 +28,7 @@ from settings_tree import service_settings
 from semdup.alerts.flag import read_posts
 from semdup.alerts.store import delete_flags, list_flags
 from semdup.apps.http import create_app
-from semdup.core.metrics import best_threshold
+from semdup.core.fitting import best_threshold
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.core.task_names import FLAG_DUPLICATES

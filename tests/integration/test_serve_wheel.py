@@ -52,7 +52,7 @@ from semdup.core.clients import connect
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.indexer.lexical_index import create_index
-from semdup.indexer.semantic import ensure_index_model, index_batch
+from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.reranker import Reranker
 from semdup.search_templates import register_templates
 from semdup.apps.settings import load_settings

@@ -133,6 +133,6 @@ def test_the_served_alias_and_per_key_lists(service: tuple[TestClient, list[str]
     narrow = ask(client, None, key=NARROW_KEY)  # this key may not search the default index: its own is used
     assert narrow.status_code == 200 and narrow.json()["index"] == names["alias"]
     denied = ask(client, names["index"], key=NARROW_KEY)
-    assert denied.status_code == 404 and denied.json()["error"]["type"] == "IndexError_"
+    assert denied.status_code == 404 and denied.json()["error"]["type"] == "SearchIndexError"
     for key in ("wrong", "", ALL_KEY[:-1]):
         assert ask(client, names["index"], key=key).status_code == 401

@@ -255,12 +255,12 @@ class _Crashing:
 def test_upgrade_resumes_and_refuses(
     opensearch_client: Any, site: str, bundle_a: Any, bundle_b: Any, travel_posts: list[Post]
 ) -> None:
-    from semdup.core.errors import IndexError_, OpenSearchUnavailable
+    from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
     from semdup.index_format.companion import companion_alias, companion_index_name
     from semdup.indexer.upgrade import upgrade
 
     client = opensearch_client
-    with pytest.raises(IndexError_, match="not connected to semdup.*semdup enable"):
+    with pytest.raises(SearchIndexError, match="not connected to semdup.*semdup enable"):
         upgrade(client, site, bundle_b, progress=False)
     posts = travel_posts[:N_SITE]
     old = _make_connected_site(client, site, posts, bundle_a)
@@ -277,7 +277,7 @@ def test_upgrade_resumes_and_refuses(
 
     other = _Crashing(bundle_a, fail_at=1)
     other.version = "another-model"
-    with pytest.raises(IndexError_, match="upgrade of .* to model .* is under way"):
+    with pytest.raises(SearchIndexError, match="upgrade of .* to model .* is under way"):
         upgrade(client, site, other, progress=False)
 
     out = upgrade(client, site, bundle_b, progress=False, batch_size=64, max_rounds=1)
@@ -287,5 +287,5 @@ def test_upgrade_resumes_and_refuses(
     assert client.count(index=new)["count"] == N_SITE
     assert upgrade(client, site, bundle_b, progress=False).already
     # Back to the old model while its companion is kept: refused with what to do.
-    with pytest.raises(IndexError_, match="kept from before an earlier upgrade.*remove-old"):
+    with pytest.raises(SearchIndexError, match="kept from before an earlier upgrade.*remove-old"):
         upgrade(client, site, bundle_a, progress=False)

@@ -48,7 +48,7 @@ from semdup.core.inputs import build_inputs
 from semdup.core.posts import Post
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
-INDEX_CHUNK = 32  # posts per document_fields call in index_batch (semdup.indexer.semantic.INDEX_CHUNK)
+INDEX_CHUNK = 32  # posts per document_fields call in index_batch (semdup.indexer.batch_writer.INDEX_CHUNK)
 OLD_BATCH = 64  # the bundle's in-order batch size before length sorting
 
 Encoder = Callable[[Sequence[Post], Sequence[str]], np.ndarray]

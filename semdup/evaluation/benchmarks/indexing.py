@@ -6,7 +6,7 @@ fields) and the same bulk settings (one batch of ``--batch-size`` posts per task
 
 * lexical: per batch, parse the posts, clean them with the text pipeline and bulk-``index`` the lexical fields
   in one request (what a plain BM25 indexing task costs);
-* semantic: per batch, :func:`semdup.indexer.semantic.index_batch` — the function the Celery ``index_posts``
+* semantic: per batch, :func:`semdup.indexer.batch_writer.index_batch` — the function the Celery ``index_posts``
   task runs (text pipeline + encoder + term weights + bulk; a batch larger than ``--chunk`` posts is written in
   chunks, each encoded while the previous chunk's request is in flight), without the broker hop and the
   once-per-task mapping read, into an index as ``semdup index-posts`` creates it by default: the lexical fields
@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.index_format.documents import index_action
     from semdup.index_format.schema import CandidateFields
+    from semdup.indexer.batch_writer import INDEX_CHUNK, index_batch
     from semdup.indexer.bulk import bulk_write, chunked
     from semdup.indexer.lexical_index import create_index, delete_index
-    from semdup.indexer.semantic import INDEX_CHUNK, index_batch
 
     posts: list[Post] = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())
     if args.posts:

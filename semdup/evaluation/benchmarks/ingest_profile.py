@@ -2,7 +2,7 @@
 
     python -m semdup.evaluation.benchmarks.ingest_profile --bundle B [--posts 400] [--threads 2]
 
-Runs the steps of :func:`semdup.indexer.semantic.index_batch` one at a time over ``--posts`` Travel posts in
+Runs the steps of :func:`semdup.indexer.batch_writer.index_batch` one at a time over ``--posts`` Travel posts in
 batches of ``--batch`` (a seeded sample), and prints, per step, wall and CPU milliseconds per post of this
 process, and for the bulk write also the OpenSearch node's own CPU (``/proc``):
 
@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.devstack.local_opensearch import LocalOpenSearch
     from semdup.devstack.local_process import any_free_port, read_record
     from semdup.index_format.documents import lexical_document
+    from semdup.indexer.batch_writer import _semdup_fields, ensure_index_model
     from semdup.indexer.bulk import bulk_write
     from semdup.indexer.lexical_index import create_index
-    from semdup.indexer.semantic import _semdup_fields, ensure_index_model
 
     bundle = Bundle.load(args.bundle, providers=["CPUExecutionProvider"], intra_op_threads=args.threads)
     posts, _ = _sample(load_stackexchange_dump(travel_dir()).corpus(), args.posts, args.seed)

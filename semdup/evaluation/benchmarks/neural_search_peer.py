@@ -156,7 +156,7 @@ def _peer_bulk(client: Any, posts: Sequence[Post], settings: Any) -> None:
 
 
 def _semdup_batch(client: Any, posts: Sequence[Post], bundle: Any, search: Any) -> None:
-    from semdup.indexer.semantic import index_batch
+    from semdup.indexer.batch_writer import index_batch
 
     result = index_batch(client, _SEMDUP_INDEX, [p.to_json() for p in posts], bundle, search=search)
     if result.failed:
@@ -262,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.benchmarks.peer_install import peer_cache_dir
+    from semdup.indexer.batch_writer import ensure_index_model
     from semdup.indexer.lexical_index import create_index
-    from semdup.indexer.semantic import ensure_index_model
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_templates import query_text
 

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
-from semdup.core.errors import IndexError_
+from semdup.core.errors import SearchIndexError
 from semdup.reranker.routers.schemas import API_KEY_HEADER, MAX_INDEX_CHARS, NOT_SERVED
 from semdup.reranker.settings import ServiceSettings
 
@@ -57,10 +57,10 @@ def access_for(settings: ServiceSettings) -> Callable[..., tuple[str, ...]]:
 
 def served_index(settings: ServiceSettings, requested: str | None, allowed: tuple[str, ...]) -> str:
     """The index a request names (else the default), by exact name among ``allowed``: no pattern, alias or other
-    index is ever sent on. 404 (:class:`IndexError_`) otherwise, one answer for "not yours" and "not there"."""
+    index is ever sent on. 404 (:class:`SearchIndexError`) otherwise, one answer for "not yours" and "not there"."""
     name = requested or settings.default_index(allowed)
     if name not in allowed:
-        raise IndexError_(NOT_SERVED.format(name=name[:MAX_INDEX_CHARS]))
+        raise SearchIndexError(NOT_SERVED.format(name=name[:MAX_INDEX_CHARS]))
     return name
 
 

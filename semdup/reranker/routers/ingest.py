@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from semdup.core.errors import BrokerUnavailable, IndexError_
+from semdup.core.errors import BrokerUnavailable, SearchIndexError
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import NotASiteIndex, TaskSender, enqueue_batches
 from semdup.reranker.reranker import ModelMismatch
@@ -74,11 +74,11 @@ def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ke
     name, to, version = _target(request, req.index, allowed)
     try:
         own = state(request).reranker.target(name) == name  # looked up on the first sync request, not at start
-    except IndexError_ as exc:
+    except SearchIndexError as exc:
         if isinstance(exc, ModelMismatch):
             raise
         logger.warning("sync for served index %s refused: %s", name, exc)
-        raise IndexError_(NOT_SERVED.format(name=name)) from exc
+        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
     if own:
         raise NotASiteIndex(
             f"index {name!r} is one semdup created, not a site's index connected with `semdup enable`: "

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from semdup.core.errors import IndexError_
+from semdup.core.errors import SearchIndexError
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
 from semdup.reranker.routers.schemas import NOT_SERVED, RerankResponse, request_model, responses
@@ -38,11 +38,11 @@ def rerank(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_ac
     try:
         cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=name)
         reason = rr.empty_reason(name) if not cands else None
-    except IndexError_ as exc:
+    except SearchIndexError as exc:
         if isinstance(exc, (ModelMismatch, NothingIndexed)):
             raise
         logger.warning("served index %s cannot be searched: %s", name, exc)
-        raise IndexError_(NOT_SERVED.format(name=name)) from exc
+        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
     return {
         "model": rr.version,
         "index": name,

@@ -167,7 +167,7 @@ class RerankResponse(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    type: str = Field(description="The error's kind, e.g. Unauthorized, IndexError_, SearchTimeout.")
+    type: str = Field(description="The error's kind, e.g. Unauthorized, SearchIndexError, SearchTimeout.")
     message: str = Field(description="What was wrong and how to fix it.")
 
 

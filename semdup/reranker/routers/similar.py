@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 
-from semdup.core.errors import IndexError_
+from semdup.core.errors import SearchIndexError
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
 from semdup.reranker.routers.schemas import NOT_SERVED, SimilarQuery, SimilarResponse, responses
@@ -74,11 +74,11 @@ def similar(
     search = title_search(st)
     try:
         found = search.search(req.title, name, req.size)
-    except IndexError_ as exc:
+    except SearchIndexError as exc:
         if isinstance(exc, (ModelMismatch, NothingIndexed)):
             raise
         logger.warning("served index %s cannot be searched: %s", name, exc)
-        raise IndexError_(NOT_SERVED.format(name=name)) from exc
+        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
     template = st.settings.post_url
     out = []
     for post in found:

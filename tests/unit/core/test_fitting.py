@@ -21,7 +21,7 @@ from semdup.core.fitting import (
     platt_scaling,
     threshold_candidates,
 )
-from semdup.core.metrics import precision_recall_f1_accuracy, semeval_scores
+from semdup.core.measures import precision_recall_f1_accuracy, semeval_scores
 from semdup.core.posts import Post
 from semdup.core.scoring import fused_scores, minmax_normalise
 from semdup.core.shingles import tune_shingle_size
@@ -102,7 +102,7 @@ def test_platt_needs_both_classes() -> None:
 # --- one regression per former copy ------------------------------------------------------------------------------
 
 def test_former_metrics_best_threshold() -> None:
-    """core/metrics.py best_threshold (accuracy, vectorised): now core/fitting.best_threshold."""
+    """core/measures.py best_threshold (accuracy, vectorised): now core/fitting.best_threshold."""
     assert best_threshold(S, Y) == (0.75, 55.0)
     assert best_threshold(S2, Y2) == (0.4, 83.33333333333333)
 

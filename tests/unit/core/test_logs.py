@@ -272,7 +272,7 @@ task_logger = get_task_logger("semdup.indexer.tasks")
 @app.task(name="semdup.indexer.logprobe")
 def logprobe(posts):
     task_logger.info("logprobe: %d posts via redis://:hunter2@redis:6379/0", len(posts))
-    logging.getLogger("semdup.indexer.semantic").warning("bulk write of %d posts took a while", len(posts))
+    logging.getLogger("semdup.indexer.batch_writer").warning("bulk write of %d posts took a while", len(posts))
     raise ValueError("logprobe fails on purpose")
 """
 

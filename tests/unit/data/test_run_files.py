@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from semdup.core.errors import DataError
+from semdup.core.eval_protocols import rank_corpus
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.metrics import retrieval_scores
-from semdup.core.protocols import rank_corpus
+from semdup.core.measures import retrieval_scores
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data import load_stackexchange_dump
 from semdup.data.paths import default_data_dir

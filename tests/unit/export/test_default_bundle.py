@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from semdup.bundle import Bundle, BundleScorer
 from semdup.cli import cli
 from semdup.core.errors import ConfigError
-from semdup.core.metrics import best_threshold
+from semdup.core.fitting import best_threshold
 from semdup.core.scoring import bow_matrix, cosine_rows, title_posts
 from semdup.data import load_pairs_jsonl
 from semdup.data.paths import askubuntu_files

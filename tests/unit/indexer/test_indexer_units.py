@@ -11,7 +11,7 @@ from semdup.core.errors import OpenSearchUnavailable, PostError
 from semdup.core.posts import Post
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields, semdup_fields_mapping
-from semdup.indexer import semantic
+from semdup.indexer import batch_writer
 from semdup.indexer.bulk import BulkReport
 from semdup.indexer.celery_app import celery_config
 
@@ -74,14 +74,14 @@ def test_tasks_are_namespaced_and_keep_their_message_until_written_or_parked() -
 
 
 def test_bad_posts_are_returned_for_parking_with_their_payload() -> None:
-    result = semantic.BatchResult()
+    result = batch_writer.BatchResult()
     batch = [
         {"id": "1", "title": "ok", "body": ""},
         {"id": "2", "title": "", "body": " "},
         "not an object",
         {"title": "no id"},
     ]
-    posts = semantic._parse_posts(batch, result)
+    posts = batch_writer._parse_posts(batch, result)
     assert [p.id for p in posts] == ["1"]
     ids = [i for i, _ in result.failed]
     assert ids[0] == "2" and all(i.startswith("malformed-") for i in ids[1:])
@@ -89,9 +89,9 @@ def test_bad_posts_are_returned_for_parking_with_their_payload() -> None:
 
 
 def test_a_post_the_encoder_refuses_fails_alone() -> None:
-    result = semantic.BatchResult()
+    result = batch_writer.BatchResult()
     posts = [Post("1", "fine"), Post("2", "BOOM"), Post("3", "also fine")]
-    encoded = semantic._encode(FakeBundle(), posts, result)
+    encoded = batch_writer._encode(FakeBundle(), posts, result)
     assert [p.id for p, _ in encoded] == ["1", "3"]
     assert [i for i, _ in result.failed] == ["2"]
 
@@ -99,12 +99,12 @@ def test_a_post_the_encoder_refuses_fails_alone() -> None:
 def test_rejections_left_after_bulk_retries_are_transient() -> None:
     report = BulkReport(written=3, failed=[("9", "{'type': 'es_rejected_execution_exception', 'status': 429}")])
     with pytest.raises(OpenSearchUnavailable, match="429"):
-        semantic._split_failures(report, semantic.BatchResult(), "index_posts")
+        batch_writer._split_failures(report, batch_writer.BatchResult(), "index_posts")
 
 
 def test_mapping_failures_are_kept_for_parking() -> None:
-    result = semantic.BatchResult()
-    semantic._split_failures(BulkReport(written=2, failed=[("7", "mapper_parsing_exception")]), result, "x")
+    result = batch_writer.BatchResult()
+    batch_writer._split_failures(BulkReport(written=2, failed=[("7", "mapper_parsing_exception")]), result, "x")
     assert result.written == 2 and result.failed == [("7", "mapper_parsing_exception")]
 
 

@@ -27,7 +27,7 @@ from semdup.export.parity import sample_posts
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import unpack_semdup_fields
 from semdup.index_format.schema import CandidateFields, feature_name
-from semdup.indexer import semantic
+from semdup.indexer import batch_writer
 from semdup.indexer.bulk import BulkReport, bulk_lines
 
 TRAVEL_BUNDLE = Path(__file__).resolve().parents[3] / "artifacts" / "bundles" / "bow-cnn-travel"
@@ -157,9 +157,9 @@ def test_write_overlapped_writes_every_chunk_in_order(monkeypatch: pytest.Monkey
         written.append([a["_id"] for a in actions])
         return BulkReport(written=len(actions), failed=[(a["_id"], "x") for a in actions if a["_id"] == "bad"])
 
-    monkeypatch.setattr(semantic, "bulk_write", fake_bulk_write)
+    monkeypatch.setattr(batch_writer, "bulk_write", fake_bulk_write)
     chunks = [[{"_id": "1"}, {"_id": "2"}], [], [{"_id": "bad"}], [{"_id": "4"}]]
-    report = semantic.write_overlapped(None, iter(chunks))  # type: ignore[arg-type]
+    report = batch_writer.write_overlapped(None, iter(chunks))  # type: ignore[arg-type]
     assert written == [["1", "2"], ["bad"], ["4"]]
     assert report.written == 4 and report.failed == [("bad", "x")]
     assert all(name.startswith("semdup-bulk") for name in threads)
@@ -179,7 +179,7 @@ def test_write_overlapped_raises_a_request_error_after_the_request_ends(monkeypa
         yield [{"_id": "2"}]
         yield [{"_id": "3"}]
 
-    monkeypatch.setattr(semantic, "bulk_write", failing_bulk_write)
+    monkeypatch.setattr(batch_writer, "bulk_write", failing_bulk_write)
     with pytest.raises(OpenSearchUnavailable, match="down"):
-        semantic.write_overlapped(None, chunks())  # type: ignore[arg-type]
+        batch_writer.write_overlapped(None, chunks())  # type: ignore[arg-type]
     assert calls == ["1"]

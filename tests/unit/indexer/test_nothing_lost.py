@@ -16,7 +16,7 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, PostError
-from semdup.indexer import semantic, tasks
+from semdup.indexer import batch_writer, tasks
 from semdup.indexer.backlog import decode_message
 from semdup.indexer.celery_app import WorkerRuntime
 from semdup.indexer.parking import parked_id
@@ -56,19 +56,19 @@ def test_retry_waits_fit_the_visibility_timeout() -> None:
 
 # --- ids OpenSearch refuses -----------------------------------------------------------------------------------
 def test_ids_over_512_bytes_of_utf8_or_empty_are_refused() -> None:
-    semantic.check_doc_id("a" * 512)
-    semantic.check_doc_id("é" * 256)  # 512 bytes
+    batch_writer.check_doc_id("a" * 512)
+    batch_writer.check_doc_id("é" * 256)  # 512 bytes
     with pytest.raises(PostError, match="is 514 bytes of UTF-8"):
-        semantic.check_doc_id("é" * 257)
+        batch_writer.check_doc_id("é" * 257)
     with pytest.raises(PostError, match="empty"):
-        semantic.check_doc_id("")
+        batch_writer.check_doc_id("")
 
 
 def test_a_bad_id_is_parked_and_the_rest_of_the_batch_kept() -> None:
-    result = semantic.BatchResult()
+    result = batch_writer.BatchResult()
     long_id = "x" * 600
     batch = [{"id": "1", "title": "ok"}, {"id": long_id, "title": "fine text"}, {"id": "", "title": "t"}]
-    posts = semantic._parse_posts(batch, result)
+    posts = batch_writer._parse_posts(batch, result)
     assert [p.id for p in posts] == ["1"]
     assert [i for i, _ in result.failed] == [long_id, ""]
     assert "600 bytes" in result.failed[0][1] and result.payloads[long_id]["title"] == "fine text"
@@ -106,7 +106,7 @@ def test_a_request_refused_whole_is_split_until_the_refused_document_stands_alon
     client = RefusingBulk()
     actions = [{"_op_type": "index", "_index": "t", "_id": str(i), "_source": {"n": i}} for i in range(7)]
     actions.insert(5, {"_op_type": "index", "_index": "t", "_id": "bad", "_source": {}})
-    report = semantic._bulk_or_split(client, actions)
+    report = batch_writer._bulk_or_split(client, actions)
     assert report.written == 7
     assert [i for i, _ in report.failed] == ["bad"] and "action_request_validation_exception" in report.failed[0][1]
     assert ["bad"] in client.requests

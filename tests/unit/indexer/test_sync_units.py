@@ -9,7 +9,7 @@ import pytest
 from semdup.index_format.companion import SourceFields
 from semdup.index_format.documents import content_hash
 from semdup.indexer import sync
-from semdup.indexer.semantic import BatchResult
+from semdup.indexer.batch_writer import BatchResult
 
 SOURCE = SourceFields("site-posts", "Title", "Body")
 

@@ -15,7 +15,7 @@ from settings_tree import service_settings
 
 from semdup.apps.http import create_app
 from semdup.apps.settings import load_settings
-from semdup.core.errors import ConfigError, IndexError_
+from semdup.core.errors import ConfigError, SearchIndexError
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import CelerySender
@@ -38,7 +38,7 @@ class FakeReranker:
 
     def target(self, index: str) -> str:
         if index in self.missing:
-            raise IndexError_(f"index {index!r} does not exist")
+            raise SearchIndexError(f"index {index!r} does not exist")
         return index if index in self.own else f"{index}.semdup-0123456789"
 
 
@@ -126,7 +126,7 @@ def test_keys_and_indices_are_checked_like_rerank_and_nothing_is_sent(path: str)
         assert r.status_code == 401 and r.json()["error"]["type"] == "Unauthorized", r.text
     for key, index in ((COOK_KEY, "travel"), (KEY, "*"), (KEY, "_all"), (KEY, "travel,cooking"), (KEY, "other")):
         r = app.post(path, json={**body, "index": index}, headers={"X-API-Key": key})
-        assert r.status_code == 404 and r.json()["error"]["type"] == "IndexError_", (key, index, r.text)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "SearchIndexError", (key, index, r.text)
         assert "not one this API key may search" in r.json()["error"]["message"]
     assert sender.sent == []
     r = app.post(path, json=body, headers={"X-API-Key": COOK_KEY})  # no index named: the key's own
@@ -306,7 +306,7 @@ def _send(app: TestClient, path: str, body: dict[str, Any]) -> Any:
 def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_the_same_ids(tmp_path) -> None:
     from semdup.core.post_rules import id_problem
     from semdup.data.posts_input import read_post_input
-    from semdup.indexer.semantic import BatchResult, _parse_posts
+    from semdup.indexer.batch_writer import BatchResult, _parse_posts
 
     sender = FakeSender()
     app = client(sender)

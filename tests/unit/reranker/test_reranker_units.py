@@ -14,7 +14,14 @@ from settings_tree import service_settings
 
 from semdup.apps.http import error_status
 from semdup.apps.settings import load_settings
-from semdup.core.errors import BundleError, ConfigError, IndexError_, OpenSearchUnavailable, PostError, SemdupError
+from semdup.core.errors import (
+    BundleError,
+    ConfigError,
+    OpenSearchUnavailable,
+    PostError,
+    SearchIndexError,
+    SemdupError,
+)
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
 from semdup.reranker.candidates import MAX_SPARSE_TERMS, SearchTimeout, knn_query, merge_hits, sparse_query
@@ -164,7 +171,7 @@ def test_settings_validate_names_and_refuse_missing_key(tmp_path: Path) -> None:
 def test_error_statuses() -> None:
     assert error_status(PostError("x")) == 422
     assert error_status(ModelMismatch("x")) == 409
-    assert error_status(IndexError_("x")) == 404
+    assert error_status(SearchIndexError("x")) == 404
     assert error_status(SearchTimeout("x")) == 504
     assert error_status(OpenSearchUnavailable("x")) == 503
     assert error_status(SemdupError("x")) == 500

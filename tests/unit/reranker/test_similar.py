@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from settings_tree import service_settings
 
 from semdup.apps.http import create_app
-from semdup.core.errors import IndexError_, PostError
+from semdup.core.errors import PostError, SearchIndexError
 from semdup.core.settings import OpenSearchSettings
 from semdup.index_format.packed_fields import PackedTerms, pack_semdup_fields
 from semdup.reranker.reranker import ModelMismatch
@@ -95,7 +95,7 @@ class FakeReranker:
 
     def target(self, index: str) -> str:
         if index == "missing":
-            raise IndexError_("index 'missing' does not exist")
+            raise SearchIndexError("index 'missing' does not exist")
         return index
 
 
@@ -199,7 +199,7 @@ def test_through_the_app_answers_and_access() -> None:
     assert client.get("/v1/similar", params={"title": "Visa?"}, headers={"X-API-Key": REVIEW_ONLY}).status_code == 401
     for index in ("travel", "elsewhere", "*"):  # the cooking key may not search travel; the others are not served
         r = client.get("/v1/similar", params={"title": "Visa?", "index": index}, headers={"X-API-Key": COOK_KEY})
-        assert r.status_code == 404 and r.json()["error"]["type"] == "IndexError_", r.text
+        assert r.status_code == 404 and r.json()["error"]["type"] == "SearchIndexError", r.text
         assert "not one this API key may search" in r.json()["error"]["message"]
 
 

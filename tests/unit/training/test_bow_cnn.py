@@ -10,10 +10,10 @@ import pytest
 import torch
 from tiny_training import random_semeval_map, tiny_semeval_run
 
+from semdup.core.eval_protocols import eval_semeval
 from semdup.core.inputs import build_inputs
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.posts import Post
-from semdup.core.protocols import eval_semeval
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.training.checkpoint import CheckpointScorer, load_checkpoint
 from semdup.training.fusion_choice import best_dense_scale

@@ -7,9 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from semdup.core.metrics import best_threshold, retrieval_scores, semeval_scores
-from semdup.core.posts import Post
-from semdup.core.protocols import (
+from semdup.core.eval_protocols import (
     eval_pair_scores,
     eval_pairs,
     eval_semeval,
@@ -19,6 +17,9 @@ from semdup.core.protocols import (
     travel_rankings,
     travel_scores,
 )
+from semdup.core.fitting import best_threshold
+from semdup.core.measures import retrieval_scores, semeval_scores
+from semdup.core.posts import Post
 
 CORPUS = [Post(i, f"title {i}", "body") for i in ("p1", "p2", "p3", "p4", "p5")]
 IDS = [p.id for p in CORPUS]

@@ -15,7 +15,7 @@ This is the work of the Celery tasks without Celery, so it can be run and tested
 
 Model-mixing guard: the index's mapping ``_meta.semdup_model`` names the one bundle version whose vectors
 it holds. The first write claims it; a write with another version is refused before anything is written
-(``IndexError_``). The mapping ``_meta`` was chosen over looking at existing documents' ``semdup.model``
+(``SearchIndexError``). The mapping ``_meta`` was chosen over looking at existing documents' ``semdup.model``
 because it is one cheap read, is set before the first document lands (no race with an empty index), and
 holds for indices semdup did not create (``semdup enable`` sets it there too). Rolling out a new model
 means a new index behind an alias, as DESIGN.md says.
@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import IndexError_, OpenSearchUnavailable, PostError
+from semdup.core.errors import OpenSearchUnavailable, PostError, SearchIndexError
 from semdup.core.post_rules import check_post_input, opensearch_id_problem
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
@@ -173,19 +173,19 @@ def ensure_index_model(client: OpenSearch, index: str, version: str) -> Candidat
     (``semdup enable --sparse --knn``).
 
     Raises:
-        IndexError_: the index is missing, or its ``_meta.semdup_model`` is another version.
+        SearchIndexError: the index is missing, or its ``_meta.semdup_model`` is another version.
     """
     mappings = index_mapping.mappings(client, index)
     for name, mapping in mappings.items():
         if index_mapping.semdup_props(mapping) is None:
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {name!r} was not created by semdup (no semdup fields in its mapping); semdup never writes "
                 f"its documents: connect it with `semdup enable --index {index}` and let the workers fill the "
                 "companion (`semdup backfill`, `semdup watch`, or the sync_posts task / POST /v1/posts/sync)"
             )
         current = (mapping.get("_meta") or {}).get(MODEL_META_KEY)
         if current is not None and current != version:
-            raise IndexError_(
+            raise SearchIndexError(
                 f"index {name!r} holds vectors of model {current}, not {version}; vectors of two models are never "
                 f"mixed: index into a new index and switch an alias, or run workers with bundle {current}"
             )

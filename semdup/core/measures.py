@@ -1,13 +1,12 @@
 """The official quality measures: SemEval-2016 Task 3 ranking scores, retrieval scores, pair accuracy.
 
 Pure Python/numpy, no torch, so lexical baselines and the reranker are measured without it.
-Every score is returned in percent (0-100), like the published tables. ``pair_accuracy`` and
-``best_threshold`` are defined with the rest of the fitting code (:mod:`semdup.core.fitting`) and re-exported
-here, where the measures' callers look for them.
+Every score is returned in percent (0-100), like the published tables. Choosing a threshold or weights on these
+measures (``best_threshold``, ``pair_accuracy``, grids) is :mod:`semdup.core.fitting`'s job.
 
 SemEval rules, taken from the official scorer (``ev.py`` + ``metrics.py`` of the SemEval-2016
 Task 3 scorer) and checked by reproducing the IR baseline exactly (test MAP 74.75 / MRR 83.79,
-dev 71.35 / 76.67, ``tests/unit/core/test_metrics.py``):
+dev 71.35 / 76.67, ``tests/unit/core/test_measures.py``):
 
 * Each original question's candidates are sorted by predicted SCORE, descending, with Python's
   stable sort. The scorer reads the gold and the prediction file side by side and refuses a
@@ -41,8 +40,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from semdup.core.fitting import best_threshold, pair_accuracy  # the threshold fit lives with the fitting code
-
 __all__ = [
     "semeval_scores",
     "semeval_average_precisions",
@@ -51,8 +48,6 @@ __all__ = [
     "accuracy_at_k",
     "retrieval_scores",
     "retrieval_average_precisions",
-    "pair_accuracy",
-    "best_threshold",
     "precision_recall_f1_accuracy",
     "SEMEVAL_CUTOFF",
 ]
