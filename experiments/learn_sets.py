@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from semdup.export.default_fit import GRID_TITLE
+    from semdup.core.fusion_fit import GRID_TITLE
     from semdup.export.learned_bundle import learn_bundle
     from semdup.training.learn.settings import LearnSettings
 

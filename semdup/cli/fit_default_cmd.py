@@ -62,7 +62,7 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
         click.echo(f"$ semdup export --base-encoder {base_encoder} --out {base}", err=True)
         export_base_encoder(base_encoder, base)
     posts = read_posts(corpus) if corpus is not None else ()
-    from semdup.export.default_fit import GRID_TITLE
+    from semdup.core.fusion_fit import GRID_TITLE
 
     result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir,
                          grid_title=GRID_TITLE if title else (0.0,), int8=int8)

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from semdup.core.fitting import best_threshold
+from semdup.core.fusion_fit import GRID_TITLE, Group, choose_fusion, group_scores
 from semdup.core.measures import retrieval_average_precisions, semeval_average_precisions
 from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
 from semdup.export.default_bundle import TOP, FitData
-from semdup.export.default_fit import GRID_TITLE, Group, choose_fusion, group_scores
 
 __all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "cross_fitted_figures", "gate",
            "DEFAULT_ALPHA"]
@@ -94,7 +94,7 @@ def cross_fitted_figures(
         groups: the held-out queries' groups.
         data: their labels.
         folds: 2 or more (a crc32 of the query id picks the fold).
-        grid_title, grid: the fusion grid (:func:`semdup.export.default_fit.choose_fusion`).
+        grid_title, grid: the fusion grid (:func:`semdup.core.fusion_fit.choose_fusion`).
     """
     if folds < 2:
         raise ValueError(f"cross-fitting needs at least 2 folds; got {folds}")

@@ -41,11 +41,11 @@ import numpy as np
 
 from semdup.bundle.bundle import Bundle
 from semdup.core.fitting import best_threshold
+from semdup.core.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.core.posts import Post
 from semdup.data.supervision import SourceReport, Supervision
 from semdup.data.supervision_split import LearnSplit, SplitReport, split_supervision
 from semdup.export.default_bundle import FitData, dev_groups, idf_pipeline, write_default_bundle
-from semdup.export.default_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.export.gate import GateDecision, cross_fitted_figures, figures_from_predictions, gate, per_query_figures
 from semdup.export.onnx_export import export_checkpoint
 from semdup.training.learn.data import learn_data

@@ -154,7 +154,7 @@ def _mrr(run: dict[str, np.ndarray]) -> float:
     [((0.0,), (0.0, 0.0, 0.0), 87.5, 35.416667), (GRID_TITLE, (0.5, 0.0, 0.0), 100.0, 37.5)],
 )
 def test_former_default_fit_choose_fusion(titles: tuple[float, ...], point: tuple, value: float, last: float) -> None:
-    """export/default_fit.py choose_fusion's triple loop (first best by more than 1e-12)."""
+    """core/fusion_fit.py choose_fusion's triple loop (first best by more than 1e-12)."""
     fit = grid_search(itertools.product(titles, GRID, GRID), _mrr, run=_fused, tolerance=1e-12)
     assert (fit.point, fit.value) == (point, value)
     assert len(fit.table) == 81 * len(titles) and fit.table[-1] == ((titles[-1], 1.5, 1.5), last)

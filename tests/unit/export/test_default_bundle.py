@@ -14,12 +14,12 @@ from semdup.bundle import Bundle, BundleScorer
 from semdup.cli import cli
 from semdup.core.errors import ConfigError
 from semdup.core.fitting import best_threshold
+from semdup.core.fusion_fit import Group, choose_fusion, group_scores
 from semdup.core.scoring import bow_matrix, cosine_rows, title_posts
 from semdup.data import load_pairs_jsonl
 from semdup.data.paths import askubuntu_files
 from semdup.export.base_encoder_bundle import export_base_encoder
 from semdup.export.default_bundle import fit_default, idf_pipeline
-from semdup.export.default_fit import Group, choose_fusion, group_scores
 from semdup.export.parity import sample_posts
 
 N_PAIRS = 16

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from semdup.core.fusion_fit import GRID_TITLE, Group, choose_fusion
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion, fused_scores, title_posts
-from semdup.export.default_fit import GRID_TITLE, Group, choose_fusion
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import pack_semdup_fields, unpack_semdup_fields, unpack_semdup_value
 from semdup.reranker.candidates import stored_semdup_fields
