@@ -36,6 +36,7 @@ __all__ = [
     "companion_of",
     "pinned_companion",
     "search_target",
+    "source_field",
     "source_post",
 ]
 
@@ -152,8 +153,9 @@ def search_target(client: OpenSearch, index: str, version: str | None = None) ->
     return found[0]
 
 
-def _lookup(src: dict[str, Any], path: str) -> Any:
-    """A field of a document's ``_source`` by its mapping path (``Post.Title`` inside an object, or a flat key)."""
+def source_field(src: dict[str, Any], path: str) -> Any:
+    """A field of a document's ``_source`` by its mapping path (``Post.Title`` inside an object, or a flat key);
+    None when absent. How a site's own documents are read: their text fields, and `semdup learn`'s duplicate field."""
     if path in src:
         return src[path]
     node: Any = src
@@ -175,5 +177,5 @@ def _as_text(value: Any) -> str:
 def source_post(doc_id: str, src: dict[str, Any], source: SourceFields) -> dict[str, str]:
     """A site document as the post semdup encodes (``{"id", "title", "body"}``, the site's raw text): the one
     reading that the workers and the freshness check share, so both hash the same text."""
-    title, body = _lookup(src, source.title), _lookup(src, source.body)
+    title, body = source_field(src, source.title), source_field(src, source.body)
     return {"id": str(doc_id), "title": _as_text(title), "body": _as_text(body)}

@@ -31,23 +31,13 @@ from semdup.core.errors import DataError, OpenSearchUnavailable, SearchIndexErro
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump
 from semdup.data.supervision import SourceReport, Supervision
-from semdup.index_format.companion import SourceFields, companion_of, source_post
+from semdup.index_format.companion import SourceFields, companion_of, source_field, source_post
 
 __all__ = ["site_supervision"]
 
 logger = logging.getLogger(__name__)
 
 _TIMEOUT = 60.0
-
-
-def _field(src: dict[str, Any], path: str) -> Any:
-    """A (dotted) field of a document's ``_source``; None when absent."""
-    node: Any = src
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _ids(value: Any) -> tuple[list[str], int]:
@@ -83,7 +73,7 @@ def site_supervision(client: OpenSearch, index: str, duplicate_field: str, title
             post = source_post(str(hit["_id"]), src, source)
             if post["title"].strip() or post["body"].strip():
                 posts[post["id"]] = Post(id=post["id"], title=post["title"], body=post["body"])
-            value = _field(src, duplicate_field)
+            value = source_field(src, duplicate_field)
             if value is None:
                 continue
             ids, n_bad = _ids(value)
