@@ -38,24 +38,21 @@ import logging
 import multiprocessing
 import os
 import random
-import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from semdup.evaluation.benchmarks import run_main
+from semdup.evaluation.benchmarks.bench_stack import START_S, own_opensearch, serve_process
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 from semdup.evaluation.benchmarks.report import format_table, ratio, summary
 
 logger = logging.getLogger(__name__)
 
-_START_S = 180  # seconds for `semdup serve` to answer /readyz (the bundle loads three times: check + 2 workers)
 
 
 @dataclass
@@ -254,8 +251,8 @@ def run_row(base: str, key: str, payloads: Sequence[dict[str, Any]], callers: in
     )
     prober.start()
     try:
-        if not started.wait(_START_S):
-            raise RuntimeError(f"the /healthz prober got no answer within {_START_S} s")
+        if not started.wait(START_S):
+            raise RuntimeError(f"the /healthz prober got no answer within {START_S} s")
         out = asyncio.run(_callers(base, key, payloads, callers, args))
     finally:
         stop.set()
@@ -265,59 +262,16 @@ def run_row(base: str, key: str, payloads: Sequence[dict[str, Any]], callers: in
     return out
 
 
-@contextlib.contextmanager
-def serving(bundle: str, index: str, url: str, workers: int, limit: str, log: Path) -> Iterator[tuple[str, str]]:
+def serving(
+    bundle: str, index: str, url: str, workers: int, limit: str, log: Path
+) -> contextlib.AbstractContextManager[tuple[str, str]]:
     """``semdup serve`` as an operator starts it (its defaults, ``--workers``, a fresh key, ``limit`` unless
     ``default``), yielding (base URL, key) once ``/readyz`` answers 200; stopped with SIGTERM afterwards."""
-    import httpx
-
-    from semdup.devstack.local_process import any_free_port
-
-    port, key = any_free_port(), secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if k != "SEMDUP_MAX_IN_FLIGHT"}
-    env.update({"SEMDUP_API_KEY": key, "SEMDUP_OPENSEARCH_URL": url, "SEMDUP_LOG_FORMAT": "json"})
+    env["SEMDUP_LOG_FORMAT"] = "json"
     if limit != "default":
         env["SEMDUP_MAX_IN_FLIGHT"] = limit
-    cmd = [sys.executable, "-m", "semdup", "serve", "--bundle", bundle, "--index", index, "--port", str(port)]
-    with log.open("ab") as sink:
-        proc = subprocess.Popen([*cmd, "--workers", str(workers)], env=env, stdout=sink, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + _START_S
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"semdup serve did not become ready within {_START_S} s; see {log}")
-            time.sleep(0.5)
-        yield base, key
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def own_opensearch(url: str | None) -> Iterator[str]:
-    """``url`` when given, else a node of this run's own: a temporary state folder and a free port, stopped and
-    removed afterwards (never the default node other work may be using)."""
-    if url:
-        yield url
-        return
-    from semdup.devstack.local_opensearch import LocalOpenSearch
-    from semdup.devstack.local_process import any_free_port
-
-    state = Path(tempfile.mkdtemp(prefix="semdup-bench-service-load-"))
-    node = LocalOpenSearch(state_dir=state, port=any_free_port())
-    try:
-        yield node.start(timeout=300)
-    finally:
-        node.stop()
-        shutil.rmtree(state, ignore_errors=True)
+    return serve_process(bundle, index, url, env, log, workers=workers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -365,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows: list[list[object]] = []
     work = Path(tempfile.mkdtemp(prefix="semdup-bench-service-load-logs-"))
-    with own_opensearch(args.opensearch) as url:
+    with own_opensearch(args.opensearch, "service-load") as url:
         client = connect(OpenSearchSettings(url=url))
         print(f"OpenSearch {client.info()['version']['number']} at {url}")
         with (

@@ -27,82 +27,28 @@ import argparse
 import contextlib
 import logging
 import os
-import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from semdup.evaluation.benchmarks import run_main
+from semdup.evaluation.benchmarks.bench_stack import own_opensearch, serve_process
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 from semdup.evaluation.benchmarks.report import format_table, ratio, summary
 
 logger = logging.getLogger(__name__)
 
 TARGET = 2.0  # p99 of /v1/similar within this many times the BM25 template search (issue #20)
-_START_S = 180
 
 
-@contextlib.contextmanager
-def serving(bundle: str, index: str, url: str, log: Path) -> Iterator[tuple[str, str]]:
-    """A real ``semdup serve`` (one worker) on a free loopback port; yields (base URL, its search key)."""
-    import httpx
-
-    from semdup.devstack.local_process import any_free_port
-
-    port, key = any_free_port(), secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "SEMDUP_API_KEY": key,
-        "SEMDUP_OPENSEARCH_URL": url,
-        "SEMDUP_SEARCH_TIMEOUT": "30",
-        "SEMDUP_MAX_IN_FLIGHT": "0",
-        "OMP_NUM_THREADS": "1",
-    }
+def serving(bundle: str, index: str, url: str, log: Path) -> contextlib.AbstractContextManager[tuple[str, str]]:
+    """A real ``semdup serve`` (one worker, no admission bound, one onnxruntime thread); yields (base URL, key)."""
+    env = {**os.environ, "SEMDUP_SEARCH_TIMEOUT": "30", "SEMDUP_MAX_IN_FLIGHT": "0", "OMP_NUM_THREADS": "1"}
     env.pop("SEMDUP_API_KEYS", None)
-    cmd = [sys.executable, "-m", "semdup", "serve", "--bundle", bundle, "--index", index, "--port", str(port)]
-    with log.open("ab") as sink:
-        proc = subprocess.Popen([*cmd, "--workers", "1"], env=env, stdout=sink, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + _START_S
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"semdup serve did not become ready within {_START_S} s; see {log}")
-            time.sleep(0.5)
-        yield base, key
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def own_opensearch(url: str | None) -> Iterator[str]:
-    """``url`` when given, else a node of this run's own, stopped and removed afterwards."""
-    if url:
-        yield url
-        return
-    from semdup.devstack.local_opensearch import LocalOpenSearch
-    from semdup.devstack.local_process import any_free_port
-
-    state = Path(tempfile.mkdtemp(prefix="semdup-bench-similar-"))
-    node = LocalOpenSearch(state_dir=state, port=any_free_port())
-    try:
-        yield node.start(timeout=300)
-    finally:
-        node.stop()
-        shutil.rmtree(state, ignore_errors=True)
+    return serve_process(bundle, index, url, env, log)
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -149,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     work = Path(tempfile.mkdtemp(prefix="semdup-bench-similar-logs-"))
     rows: list[list[object]] = []
-    with own_opensearch(args.opensearch) as url:
+    with own_opensearch(args.opensearch, "similar") as url:
         client = connect(OpenSearchSettings(url=url))
         print(f"OpenSearch {client.info()['version']['number']} at {url}")
         built = similar_index(
