@@ -25,6 +25,7 @@ from semdup.core.errors import ConfigError, PostError
 from semdup.core.index_names import check_index_name
 from semdup.core.posts import Post
 from semdup.index_format.companion import SourceFields, companion_of
+from semdup.index_format.documents import stored_post
 from semdup.indexer.sync import read_source_posts
 from semdup.reranker.reranker import Candidate, Reranker
 
@@ -62,8 +63,12 @@ def read_posts(client: Any, index: str, ids: Sequence[str]) -> tuple[list[Post],
     index behind an alias: :func:`semdup.indexer.sync.read_source_posts`)."""
     if not ids:
         return [], []
-    current = read_source_posts(client, _source_of(client, index), ids)
-    found = [Post(p["id"], p["title"], p["body"]) for p in current.values()]
+    companion = companion_of(client, index)
+    source = companion[1] if companion is not None else SourceFields(index, "title", "body")
+    current = read_source_posts(client, source, ids)
+    # a site's raw text as it is; an index semdup created holds cleaned text, which must not be cleaned twice
+    make = Post if companion is not None else stored_post
+    found = [make(p["id"], p["title"], p["body"]) for p in current.values()]
     return found, [str(i) for i in ids if str(i) not in current]
 
 

@@ -50,7 +50,7 @@ from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
 from semdup.index_format import mapping as index_mapping
 from semdup.index_format.companion import SourceFields, source_post
-from semdup.index_format.documents import content_hash, lexical_document
+from semdup.index_format.documents import content_hash, lexical_document, stored_post
 from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields
 from semdup.indexer.bulk import BulkReport, bulk_write, chunked
@@ -305,7 +305,8 @@ def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: Bat
         if not doc.get("found"):
             result.missing.append(str(doc["_id"]))  # deleted since the backfill listed it: nothing to fill
             continue
-        post = Post.from_json(source_post(str(doc["_id"]), doc.get("_source") or {}, _OWN_FIELDS))
+        own = source_post(str(doc["_id"]), doc.get("_source") or {}, _OWN_FIELDS)
+        post = stored_post(own["id"], own["title"], own["body"])  # the stored text is cleaned already
         try:
             check_post(post)
         except PostError as exc:
