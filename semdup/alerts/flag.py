@@ -58,16 +58,22 @@ def _source_of(client: Any, index: str) -> SourceFields:
     return found[1] if found is not None else SourceFields(index, "title", "body")
 
 
-def read_posts(client: Any, index: str, ids: Sequence[str]) -> tuple[list[Post], list[str]]:
+def read_posts(
+    client: Any, index: str, ids: Sequence[str], *, to_encode: bool = False
+) -> tuple[list[Post], list[str]]:
     """``(posts found, ids not in the index)``: the text as the index holds it now (a real-time ``mget`` on each
-    index behind an alias: :func:`semdup.indexer.sync.read_source_posts`)."""
+    index behind an alias: :func:`semdup.indexer.sync.read_source_posts`).
+
+    ``to_encode``: the posts go to an encoder (flagging, calibration, training pairs), not to a reader. An index
+    semdup created holds cleaned text, which a second cleaning would change
+    (:func:`semdup.index_format.documents.stored_post`); a site's own index holds its raw text, read as it is.
+    """
     if not ids:
         return [], []
     companion = companion_of(client, index)
     source = companion[1] if companion is not None else SourceFields(index, "title", "body")
     current = read_source_posts(client, source, ids)
-    # a site's raw text as it is; an index semdup created holds cleaned text, which must not be cleaned twice
-    make = Post if companion is not None else stored_post
+    make = stored_post if to_encode and companion is None else Post
     found = [make(p["id"], p["title"], p["body"]) for p in current.values()]
     return found, [str(i) for i in ids if str(i) not in current]
 

@@ -136,7 +136,7 @@ def flag_duplicates_task(self: Task, index: str, ids: list[str], model_version: 
     retries = int(self.request.retries or 0)
     try:
         reranker, settings = process_reranker(rt, index)
-        posts, missing = read_posts(rt.client, index, ids)
+        posts, missing = read_posts(rt.client, index, ids, to_encode=True)
         if missing:  # deleted since they were written: no flags, and none kept from before
             delete_flags(rt.client, index, missing)
         flags = flag_duplicates(reranker, rt.client, index, posts, k=settings.k)

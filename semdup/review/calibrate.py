@@ -156,7 +156,7 @@ def link_samples(reranker: Reranker, client: Any, index: str, links: Links, k: i
     ids = [q for q in links.positives if q not in links.texts]
     texts = dict(links.texts)
     for i in range(0, len(ids), 100):
-        found, missing = read_posts(client, index, ids[i : i + 100])
+        found, missing = read_posts(client, index, ids[i : i + 100], to_encode=True)
         texts.update({p.id: p for p in found})
         out.left_out["posts not in the index"] += len(missing)
     for qid, positives in progress(links.positives.items(), desc="ranking linked posts", total=len(links.positives)):

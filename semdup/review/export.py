@@ -44,7 +44,7 @@ def export_pairs(
     for i in range(0, len(pairs), _BATCH):
         batch = pairs[i : i + _BATCH]
         ids = list(dict.fromkeys(x for p in batch for x in (p.post_id, p.candidate_id)))
-        found, _ = read_posts(client, index, ids)
+        found, _ = read_posts(client, index, ids, to_encode=True)  # pairs to learn from
         posts = {p.id: p for p in found}
         for p in batch:
             query, candidate = posts.get(p.post_id), posts.get(p.candidate_id)

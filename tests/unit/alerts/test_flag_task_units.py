@@ -41,7 +41,7 @@ def worker(monkeypatch) -> dict[str, Any]:
     monkeypatch.setattr(tasks, "runtime", lambda: rt)
     monkeypatch.setattr(tasks, "process_reranker", lambda rt, index: ("rr", SimpleNamespace(k=3)))
 
-    def read_posts(client, index, ids):
+    def read_posts(client, index, ids, *, to_encode=False):
         return [Post(i, "t") for i in ids if i not in seen["missing"]], [i for i in ids if i in seen["missing"]]
 
     def flag(rr, client, index, posts, k):
