@@ -5,7 +5,8 @@
         --titles artifacts/demo/cache/dense-f9d2a03a8b4fcb7c.npy
 
 Protocol: the Travel Stack Exchange protocol (``semdup eval stackexchange``: every post indexed, each query
-searches all posts but itself, Acc@1/5/10, MAP and MRR over the top 100, :func:`semdup.core.measures.retrieval_scores`),
+searches all posts but itself, Acc@1/5/10, MAP and MRR over the top 100,
+:func:`semdup.core.measures.retrieval_scores`),
 with the query's title as the only text. Contenders:
 
 * ``bm25-title``: the stored template ``semdup-bm25-title`` (the title against the posts' titles), top 100;

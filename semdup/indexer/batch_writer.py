@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -76,7 +77,12 @@ _OWN_FIELDS = SourceFields("", "title", "body")  # where an index semdup created
 # and server CPU seconds. (Earlier, with the machine busy, 32 had saved no wall time: overlap needs a free core.)
 INDEX_CHUNK = 32
 _REFUSED_WHOLE = (400, 413)  # statuses of a bulk request refused as a whole (validation, too large)
-_REJECTED = ("429", "es_rejected_execution_exception", "too_many_requests", "circuit_breaking_exception")
+# A document rejected as overloaded: its status, or its error type, matched as such; never a bare "429" anywhere in
+# the text (an index name or id holding "429" made a write-blocked index's refusals look transient).
+_REJECTED = re.compile(
+    r"'status': 429\b|'type': '(?:opensearch_|es_)?rejected_execution_exception'|'type': 'circuit_breaking_exception'"
+    r"|'type': 'too_many_requests'"
+)
 
 
 class DocumentEncoder(Protocol):
@@ -153,7 +159,7 @@ def _encode(bundle: DocumentEncoder, posts: list[Post], result: BatchResult) -> 
 
 def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
     """Per-document failures: 429s left after bulk retries are transient (raise), the rest are parked."""
-    rejected = [(i, e) for i, e in report.failed if any(mark in e for mark in _REJECTED)]
+    rejected = [(i, e) for i, e in report.failed if _REJECTED.search(e)]
     if rejected:
         raise OpenSearchUnavailable(
             f"OpenSearch rejected {len(rejected)} documents of a {what} batch as overloaded (429) after the bulk "

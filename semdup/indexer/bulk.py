@@ -96,6 +96,8 @@ def bulk_write(
                 report.written += 1
             else:
                 error = result.get("error", result)
+                if isinstance(error, dict) and "status" in result and "status" not in error:
+                    error = {"status": result["status"], **error}  # first, so the 500-character cut keeps it
                 report.failed.append((str(result.get("_id")), str(error)[:500]))
                 logger.warning("bulk %s of %s failed: %s", op, result.get("_id"), str(error)[:200])
     except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:

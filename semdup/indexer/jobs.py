@@ -121,7 +121,8 @@ def ensure_index(
     Raises:
         ConfigError: a name that is not one index (a pattern, list, endpoint or system name), or ``fields.knn``
             without a dense encoder (``dimension`` None) or without the k-NN plugin.
-        SearchIndexError: the index exists but semdup did not create it (a site's index: ``semdup enable`` connects it).
+        SearchIndexError: the index exists but semdup did not create it (a site's index: ``semdup enable``
+            connects it).
     """
     check_index_name(index)
     if client.indices.exists(index=index):

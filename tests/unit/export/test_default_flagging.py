@@ -75,7 +75,9 @@ def _tiny_travel(out: Path, n_dev: int = 6, n_filler: int = 30) -> Path:
     full = load_stackexchange_dump(src)
 
     def linked(split: str) -> list[str]:
-        found = (p for p, s in full.splits.items() if s == split and any(int(d) < int(p) for d in full.duplicates_of(p)))
+        found = (
+            p for p, s in full.splits.items() if s == split and any(int(d) < int(p) for d in full.duplicates_of(p))
+        )
         return sorted(found, key=int)[:n_dev]
 
     dev = linked("dev") + linked("train")

@@ -161,3 +161,20 @@ def test_task_args_are_read_from_positional_and_keyword_forms() -> None:
     assert Batch.of("semdup.indexer.delete_posts", ("i", ["1", "2"], "j"), {}) == Batch(
         "delete_posts", "i", ["1", "2"], "", "j"
     )
+
+
+def test_a_refusal_that_only_mentions_429_in_a_name_is_parked_not_retried() -> None:
+    """A write-blocked index whose name holds "429" (a test's random suffix did): its refusals are not overload."""
+    blocked = (
+        "{'status': 403, 'type': 'cluster_block_exception', 'reason': 'index [t-429549b3] blocked by: [FORBIDDEN/8]'}"
+    )
+    result = batch_writer.BatchResult()
+    batch_writer._split_failures(BulkReport(written=0, failed=[("429", blocked)]), result, "index_posts")
+    assert result.failed == [("429", blocked)]
+    with pytest.raises(OpenSearchUnavailable, match="429"):
+        batch_writer._split_failures(
+            BulkReport(written=0, failed=[("1", "{'status': 429, 'type': 'rejected_execution_exception'}")]),
+            batch_writer.BatchResult(),
+            "index_posts",
+        )
+
