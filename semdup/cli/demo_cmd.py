@@ -10,7 +10,9 @@
    (BM25 ∪ k-NN candidates); the MiniLM peer is the same stored vectors ranked by cosine alone.
 5. One table: the default, the peer and the lexical models on the three sets (test), the default's dev figures
    beside, candidate recall, and where the paper models' figures come from (``--paper`` trains BOW-CNN here).
-6. With ``--review``: a review page with real flags on the Travel index, served until Ctrl-C
+6. With ``--learn``: ``semdup learn`` on SemEval and AskUbuntu (their test sides never read), and a "learned on the
+   site" row: the bundle each gate kept, tested once as the default is.
+7. With ``--review``: a review page with real flags on the Travel index, served until Ctrl-C
    (:mod:`semdup.cli.demo_review`).
 """
 
@@ -30,6 +32,7 @@ import click
 __all__ = ["demo"]
 
 DEMO_INDEX = "semdup-demo-travel"
+LEARNED = "learned on the site"
 TRAVEL_COLS = ("MAP", "MRR", "Acc@1", "Acc@5", "Acc@10")
 SEMEVAL_COLS = ("MAP", "MRR", "P@1")
 # the paper models are trained by their own commands (minutes to hours on CPU); the README rows hold the figures
@@ -89,23 +92,30 @@ def _cells(metrics: dict[str, float] | None, cols: tuple[str, ...]) -> str:
               help="The default's dense encoder (mpnet: the accurate preset, about 6x slower on CPU).")
 @click.option("--skip-neural", is_flag=True, help="Only the lexical rows (no encoder, worker or reranker).")
 @click.option("--paper", is_flag=True, help="Also train BOW-CNN on Travel (--threads 1) and rerank with it.")
+@click.option("--learn", is_flag=True, help="Also run `semdup learn` on SemEval and AskUbuntu (their test sides "
+              "never read) and add a 'learned on the site' row: the bundle each gate kept, tested once (about 25 "
+              "minutes on 2 CPU cores).")
 @click.option("--review", is_flag=True, help="Then serve a review page of Travel posts flagged by a real worker "
               "(threshold fitted on Travel's duplicate links), until Ctrl-C; prints its URL and a key.")
 @click.option("--review-port", type=click.IntRange(1, 65535), default=8080, show_default=True,
               help="Port of the review page (another free one when it is taken).")
-def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, review: bool, review_port: int) -> None:
+def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, learn: bool, review: bool,
+         review_port: int) -> None:
     """Start the embedded OpenSearch and Redis, build the default, index through Celery, rerank, print the table.
 
     \b
     Example:
       semdup demo                # or, on a fresh machine: bash scripts/demo.sh
       semdup demo --skip-neural  # lexical baselines only
+      semdup demo --learn        # plus what `semdup learn` gets from SemEval's and AskUbuntu's training links
       semdup demo --review       # then a review page of flagged Travel duplicates at http://127.0.0.1:8080/review
     """
     from semdup.cli.edge import client as edge_client
 
     if review and (skip_neural or paper):
         raise click.UsageError("--review needs the neural default on the Travel index: drop --skip-neural and --paper")
+    if learn and skip_neural:
+        raise click.UsageError("--learn compares with the neural default: drop --skip-neural")
     t0 = time.perf_counter()
     url = _ensure_opensearch()
     client = edge_client(url)
@@ -124,6 +134,8 @@ def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, revie
         _pair_rows(client, sets, bundles["askubuntu"], rows, dev)
         if paper:
             _paper_travel(client, sets, workdir, env, rows)
+        if learn:
+            _learned_rows(client, sets, workdir, base_encoder, bundles, env, rows, notes)
     _print_table(rows, dev, notes, base_encoder, skip_neural, paper)
     (workdir / "demo-results.json").write_text(json.dumps({"test": rows, "dev": dev, "notes": notes}, indent=2))
     click.echo(f"\n{time.perf_counter() - t0:.0f} s in all; figures also in {workdir / 'demo-results.json'}. "
@@ -250,6 +262,40 @@ def _pair_rows(client, sets, bundle_path: Path, rows, dev) -> None:
         dev.setdefault(name, {})["askubuntu"] = {"Acc": r["train"]}
 
 
+def _learned_rows(client, sets, workdir: Path, base_encoder: str, bundles: dict[str, Path], env, rows,
+                  notes) -> None:
+    """``semdup learn`` per set, as a user runs it; the row holds the test figures of the bundle its gate kept."""
+    from semdup.bundle import Bundle
+    from semdup.core.measures import semeval_scores
+    from semdup.evaluation.through_reranker import pair_accuracy_runs, semeval_rerank_runs
+    from semdup.export.learn_run import OUTCOME_FILE, work_dir_for
+
+    row = rows.setdefault(LEARNED, {})
+    for data in ("semeval", "askubuntu"):
+        out = workdir / f"learned-{base_encoder}-{data}"
+        outcome_file = work_dir_for(out) / OUTCOME_FILE
+        if not outcome_file.exists():
+            _semdup("learn", "--data", data, "--base-encoder", base_encoder, "--base-bundle",
+                    str(workdir / base_encoder), "--out", str(out), env=env)
+        outcome = json.loads(outcome_file.read_text(encoding="utf-8"))
+        test = outcome["decision"]["test"]
+        kept = Path(outcome["candidate"]) if outcome["candidate"] else bundles[data]
+        notes.append(f"learned on {data}: {outcome['folds']['queries']} queries in folds; out of fold "
+                     f"{outcome['decision']['metric']} {test['mean_a']:.2f} -> {test['mean_b']:.2f} "
+                     f"(the learned {outcome['chosen']}), p = {test['p_value']:.4f} on {test['n']} queries: "
+                     + ("accepted" if outcome["candidate"] else "the gate kept the default (its figures below)")
+                     + f"; {outcome['wall_seconds'] / 60:.1f} min wall, {outcome['cpu_seconds_total'] / 60:.1f} "
+                     "min CPU")
+        if data == "semeval":
+            preds = semeval_rerank_runs(client, sets["semeval"], kept, {"learned": None})["learned"]
+            row["semeval"] = semeval_scores(preds, sets["semeval"].gold())
+        else:
+            train, test_pairs = sets["pairs"]
+            threshold = Bundle.load(kept).threshold if outcome["candidate"] else None
+            runs = pair_accuracy_runs(client, kept, train, test_pairs, {"learned": None}, threshold=threshold)
+            row["askubuntu"] = {"Acc": runs["learned"]["test"]}
+
+
 def _paper_travel(client, sets, workdir: Path, env, rows) -> None:
     """BOW-CNN trained on Travel here (one thread: bit-reproducible), indexed by the worker, BM25 top 100 reranked."""
     from semdup.bundle import Bundle
@@ -276,7 +322,8 @@ def _print_table(rows, dev, notes, base_encoder: str, skip_neural: bool, paper: 
                "the top 100), S = SemEval-2016 test (70 questions x 10 candidates, official MAP/MRR/P@1), "
                "A = AskUbuntu pairs (285 test pairs, threshold chosen on the 715 train pairs)")
     click.echo(f"{'method':<30}" + "".join(f"{h:>9}" for h in head))
-    order = [n for n in ("default", "peer") if n in rows] + [n for n in rows if n not in ("default", "peer")]
+    first = ("default", LEARNED, "peer")
+    order = [n for n in first if n in rows] + [n for n in rows if n not in first]
     for name in order:
         r = rows[name]
         click.echo(f"{labels.get(name, name):<30}" + _cells(r.get("travel"), TRAVEL_COLS)

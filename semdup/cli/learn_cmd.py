@@ -29,23 +29,34 @@ def _minutes(text: str) -> float:
 
 def _summary(run: Any) -> list[str]:
     o = run.outcome
-    h = o.held_out_figures
-    metric = o.decision.metric
-    t = o.decision.test
+    f, t, d = o.figures, o.choice, o.decision
+    metric = d.metric
     lines = [
         f"labels: {o.source.line()}",
-        f"split: {o.split.line()}",
-        f"training: {o.summary.line()}" + (" (reused: this work folder held the finished run)" if o.reused else ""),
-        f"held-out {metric}: bundle to beat ({o.compared_with}) {h['current']:.2f}; candidate {h['candidate']:.2f} "
-        f"(fusion cross-fitted); encoders alone: base {h['base_dense']:.2f} -> learned {h['learned_dense']:.2f}",
-        f"gate (paired randomisation test, one-sided, alpha {o.decision.alpha:g}): p = {t.p_value:.4f}; "
-        f"{o.decision.line()}",
-        f"candidate written: {o.candidate_dir} ({o.version}); fusion {json.dumps(o.fusion)}",
-        f"kept: {run.kept}" + (" (the candidate)" if o.decision.accept else " (the candidate is not better enough)"),
-        f"time: {run.wall_seconds / 60:.1f} min wall, {run.cpu_seconds / 60:.1f} min CPU (this process); load "
-        f"average {run.load[0]:.2f} -> {run.load[1]:.2f}; phases (wall s): "
-        + ", ".join(f"{k} {v:.0f}" for k, v in o.seconds.items()),
+        f"folds: {o.folds.line()}",
+        *(f"fold {r.index + 1}: {r.summary.line()}" + (" (reused: the work folder held it)" if r.reused else "")
+          for r in o.fold_runs),
+        f"out-of-fold {metric} over {d.test.n} queries: bundle to beat ({o.compared_with}) {f['current']:.2f}; "
+        f"learned encoder alone {f['encoder']:.2f}; learned hybrid {f['hybrid']:.2f}; untrained encoder alone "
+        f"{f['base_dense']:.2f}",
+        *(f"  fold {p['fold'] + 1} ({p['queries']} queries): bundle to beat {p['current']:.2f}, encoder "
+          f"{p['encoder']:.2f}, hybrid {p['hybrid']:.2f}" for p in o.per_fold),
+        f"candidate: the learned {'hybrid' if o.chosen == 'hybrid' else 'encoder alone'} (hybrid vs encoder alone: "
+        f"{t.mean_difference:+.2f}, p = {t.p_value:.4f}; the hybrid is taken only at p < {d.alpha:g}); fusion "
+        f"{json.dumps(o.fusion)}",
+        f"gate (paired randomisation test, one-sided, alpha {d.alpha:g}): p = {d.test.p_value:.4f} on "
+        f"{d.test.n} queries; {d.line()}",
     ]
+    if o.candidate_dir is not None:
+        lines.append(f"final model: {o.final.line()}")
+        lines.append(f"candidate written: {o.candidate_dir} ({o.version})")
+    else:
+        lines.append("no candidate written: the gate kept the bundle it was compared with")
+    lines.append(f"kept: {run.kept}" + (" (the candidate)" if o.candidate_dir is not None else ""))
+    lines.append(f"phases on {o.device} (wall s / CPU s): " + ", ".join(
+        f"{name} {w:.0f}/{c:.0f}" for name, (w, c) in o.phases.items()))
+    lines.append(f"time: {run.wall_seconds / 60:.1f} min wall, {run.cpu_seconds / 60:.1f} min CPU (this process); "
+                 f"load average {run.load[0]:.2f} -> {run.load[1]:.2f}")
     return lines
 
 
@@ -63,11 +74,11 @@ def _summary(run: Any) -> list[str]:
               help="The candidate bundle's folder (written and verified whatever the gate decides).")
 @click.option("--work", "work_dir", type=click.Path(path_type=Path),
               help="Checkpoints and intermediate bundles (default: <out>.work). A rerun with the same folder resumes.")
-@click.option("--budget", default="30m", show_default=True,
-              help="Wall-clock time for the whole run (30m, 1h, 900s); training gets what the rest leaves.")
+@click.option("--budget", help="Wall-clock limit for this call (30m, 1h, 900s; default none). When it runs out, "
+                               "training stops at a step, everything is saved, and the same command goes on.")
 @click.option("--base", "current", type=click.Path(exists=True, path_type=Path),
               help="The bundle to beat (the one the site runs). Default: the untrained default, fitted here on "
-                   "the training side and written to <work>/untrained-default.")
+                   "the labelled queries and written to <work>/untrained-default.")
 @click.option("--base-encoder", type=click.Choice(["minilm", "mpnet"]), default="minilm", show_default=True,
               help="The encoder to fine-tune (mpnet: more accurate, about 4x the CPU).")
 @click.option("--base-bundle", type=click.Path(path_type=Path),
@@ -76,30 +87,36 @@ def _summary(run: Any) -> list[str]:
 @click.option("--seed", type=int, help="Order, dropout and sampling seed (default 0).")
 @click.option("--promote", is_flag=True,
               help="If the gate accepts the candidate, move the site (--index) to it with `semdup upgrade`.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where to train: auto takes a CUDA GPU when torch sees one (bf16 mixed precision there).")
+@click.option("--folds", type=click.IntRange(2, 20),
+              help="K: one model per fold, each judged on the fold it never saw (default 5 on a GPU, 2 on a CPU).")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="CPU threads for training.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_context
 def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, index: str | None, title_field: str,
-          body_field: str, out_dir: Path, work_dir: Path | None, budget: str, current: Path | None, base_encoder: str,
-          base_bundle: Path | None, epochs: float | None, seed: int | None, promote: bool, threads: int,
-          as_json: bool) -> None:
+          body_field: str, out_dir: Path, work_dir: Path | None, budget: str | None, current: Path | None,
+          base_encoder: str, base_bundle: Path | None, epochs: float | None, seed: int | None, promote: bool,
+          device: str, folds: int | None, threads: int, as_json: bool) -> None:
     """Learn from the site's own duplicates and keep the result only if it beats the bundle it would replace.
 
-    Fine-tunes the base encoder on the training side of your labels (in-batch softmax, each query's other known
-    duplicates masked out), exports it through the verified bundle path, fits the hybrid's fusion on held-out
-    queries, and compares it with the bundle to beat on those same queries, query by query (a paired
-    randomisation test; accepted only at p < 0.05). The split is made for you: by time where links are dated,
-    else by duplicate cluster, at least 200 held-out queries where the data has them (the bundled sets keep their
-    own splits). Runs on CPU within --budget; checkpoints every few minutes, and the same command again resumes.
+    Cuts every labelled query into K folds (by time where the link dates separate them, else by duplicate
+    cluster) and fine-tunes one model per fold without it (in-batch softmax, each query's known duplicates masked
+    out), so every query is judged by a model that never saw it. On those out-of-fold scores it chooses between
+    the learned encoder alone and the learned encoder inside the hybrid (the hybrid only if it is significantly
+    better), and compares the choice with the bundle to beat query by query over every labelled query (a paired
+    randomisation test; accepted only at p < 0.05). Only then is the final model trained on all the labels,
+    exported through the verified bundle path and written to --out. Checkpoints are kept: the same command again
+    resumes. The bundled sets' test sides are never read.
 
     Moderators' verdicts: export them with `semdup verdicts --index SITE --out v.jsonl` and learn with
     `--data v.jsonl` (they are not merged with another source in one run).
 
     \b
     Example:
-      semdup learn --data semeval --out artifacts/learned/semeval --budget 30m
+      semdup learn --data semeval --out artifacts/learned/semeval
       semdup eval semeval --set test --method bundle:artifacts/learned/semeval
-      semdup learn --data /dumps/travel.stackexchange.com --out learned/travel --budget 1h
+      semdup learn --data /dumps/travel.stackexchange.com --out learned/travel --device cuda --budget 1h
       semdup learn --index site-posts --duplicate-field duplicate_of --out learned/site --promote
     """
     if (data is None) == (duplicate_field is None):
@@ -108,8 +125,8 @@ def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, ind
         raise click.UsageError("--duplicate-field reads the site's index: give --index too")
     if promote and not index:
         raise click.UsageError("--promote upgrades a site's index: give --index")
-    minutes = _minutes(budget)
-    if minutes <= 0:
+    minutes = None if budget is None else _minutes(budget)
+    if minutes is not None and minutes <= 0:
         raise click.BadParameter("the budget must be positive", param_hint="--budget")
     from semdup.export.learn_run import learn_from, recipe
 
@@ -119,16 +136,16 @@ def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, ind
 
         client = edge.client()
     run = learn_from(data, out_dir, budget_minutes=minutes, settings=recipe(base_encoder, epochs=epochs, seed=seed),
+                     folds=folds, device=device,
                      base_bundle=base_bundle, current_bundle=current, work_dir=work_dir, client=client, index=index,
                      duplicate_field=duplicate_field, title_field=title_field, body_field=body_field, threads=threads)
     if as_json:
-        click.echo(json.dumps({**run.outcome.to_json(), "kept": str(run.kept), "wall_seconds": run.wall_seconds,
-                               "cpu_seconds_total": run.cpu_seconds, "load": list(run.load)}, indent=2))
+        click.echo(json.dumps(run.to_json(), indent=2))
     else:
         for line in _summary(run):
             click.echo(line)
     if promote:
-        if not run.outcome.decision.accept:
+        if run.outcome.candidate_dir is None:
             click.echo(f"--promote: not promoted ({run.outcome.decision.reason}); {index} keeps its bundle")
             return
         from semdup.cli.upgrade_cmd import upgrade

@@ -1,33 +1,31 @@
-"""The bundled data sets as ``semdup learn`` takes them: each with its own published split, so test stays unseen.
+"""The bundled data sets as ``semdup learn`` takes them: every labelled query outside the set's official test side.
 
-An operator's labels are split by :func:`~semdup.data.supervision_split.split_supervision` (time or cluster). The
-three bundled sets already have a protocol with a test side that every figure in the README is measured on; an
-automatic split of all their links would train on test questions. So by name:
+An operator's labels are all learned from and judged on, fold by fold (:mod:`semdup.data.learn_folds`). The three
+bundled sets have a published test side that every README figure is measured on, so it is left out here and read
+only by ``semdup eval``, once:
 
-=============  =======================================  ==============================================
-name           learned from                             judged on (the gate's held-out queries)
-=============  =======================================  ==============================================
-``semeval``    SemEval-2016 train parts 1 and 2         the official dev set (50 questions)
-``travel``     the Travel dump's ``train`` split        its ``dev`` split (108 queries)
-``askubuntu``  AskUbuntu's train pairs                  a cluster split of the train pairs
-=============  =======================================  ==============================================
-
-The test sides (SemEval test, Travel test, AskUbuntu test pairs) are never read here.
+=============  ============================================================  ==============================
+name           labelled queries learned from and judged out of fold          never read
+=============  ============================================================  ==============================
+``semeval``    SemEval-2016 train parts 1 and 2 + dev (280 originals with    the 2016 test set
+               a relevant candidate)
+``travel``     the Travel dump's links outside its ``test`` split            its ``test`` split's clusters
+``askubuntu``  AskUbuntu's 715 train pairs                                   its test pairs
+=============  ============================================================  ==============================
 
 Example::
 
     named = named_supervision("semeval")
-    named.split.report.line()   # "held out by the data set's own split: 50 of 317 queries, ..."
+    named.supervision.report.queries, len(named.exclude)   # (280, 0)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from semdup.core.posts import Post
-from semdup.data.supervision import Supervision, clusters, load_supervision, supervision_from_semeval
-from semdup.data.supervision_split import LearnSplit, SplitReport
+from semdup.data.supervision import Supervision, load_supervision, supervision_from_dump, supervision_from_semeval
 
 __all__ = ["LEARN_SETS", "NamedSupervision", "named_supervision"]
 
@@ -36,40 +34,11 @@ LEARN_SETS = ("semeval", "travel", "askubuntu")
 
 @dataclass(frozen=True)
 class NamedSupervision:
-    """A bundled set's labels, the split to use (None: split automatically) and unlabelled posts for the IDF."""
+    """A bundled set's labels, the posts never to use (its test side) and unlabelled posts for the IDF."""
 
     supervision: Supervision
-    split: LearnSplit | None
-    corpus: Sequence[Post] = ()
-
-
-def _semeval() -> NamedSupervision:
-    from semdup.data.paths import semeval_files, semeval_train_files
-    from semdup.data.semeval import load_semeval_xml
-
-    sup = supervision_from_semeval(semeval_train_files())
-    dev = load_semeval_xml(*semeval_files("dev"), name="dev")
-    informative = sum(1 for q in sup.data.questions if any(r.relevant for r in q.related))
-    held = sum(1 for q in dev.questions if any(r.relevant for r in q.related))
-    report = SplitReport("official", informative, held, len(sup.data.questions), len(dev.questions))
-    posts = [q.post for q in dev.questions] + dev.related_posts()
-    return NamedSupervision(sup, LearnSplit("rerank", sup.data, dev, report), posts)
-
-
-def _travel() -> NamedSupervision:
-    from semdup.data.paths import travel_dir
-    from semdup.data.supervision import supervision_from_dump
-
-    sup = supervision_from_dump(travel_dir())  # the labels' counts; its splits are put back below
-    from semdup.data.stackexchange import load_stackexchange_dump
-
-    dump = load_stackexchange_dump(travel_dir())
-    sup = Supervision("retrieval", dump, sup.report)
-    of = clusters(dump.duplicate_links)
-    sides = {name: {q.post.id for q in dump.queries(name)} for name in ("train", "dev")}
-    n_clusters = {name: len({of[q] for q in ids}) for name, ids in sides.items()}
-    report = SplitReport("official", len(sides["train"]), len(sides["dev"]), n_clusters["train"], n_clusters["dev"])
-    return NamedSupervision(sup, LearnSplit("retrieval", (dump, "train"), (dump, "dev"), report))
+    exclude: frozenset[str] = frozenset()
+    corpus: Sequence[Post] = field(default=())
 
 
 def named_supervision(name: str) -> NamedSupervision:
@@ -78,12 +47,16 @@ def named_supervision(name: str) -> NamedSupervision:
     Raises:
         ValueError: not one of :data:`LEARN_SETS`.
     """
-    if name == "semeval":
-        return _semeval()
-    if name == "travel":
-        return _travel()
-    if name == "askubuntu":
-        from semdup.data.paths import askubuntu_files
+    from semdup.data.paths import askubuntu_files, semeval_files, semeval_train_files, travel_dir
 
-        return NamedSupervision(load_supervision(askubuntu_files()[0]), None)
+    if name == "semeval":
+        return NamedSupervision(supervision_from_semeval([*semeval_train_files(), semeval_files("dev")[0]]))
+    if name == "travel":
+        from semdup.data.stackexchange import load_stackexchange_dump
+
+        splits = load_stackexchange_dump(travel_dir()).splits  # supervision_from_dump drops the dump's own split
+        return NamedSupervision(supervision_from_dump(travel_dir()),
+                                frozenset(pid for pid, s in splits.items() if s == "test"))
+    if name == "askubuntu":
+        return NamedSupervision(load_supervision(askubuntu_files()[0]))
     raise ValueError(f"unknown data set {name!r}; accepted: {', '.join(LEARN_SETS)} or a path")

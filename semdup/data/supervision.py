@@ -153,8 +153,8 @@ def clusters(links: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
 def supervision_from_dump(dump_dir: str | Path) -> Supervision:
     """A Stack Exchange dump folder: duplicate links (type 3) and related links (type 1, hard negatives).
 
-    The dump's own ``splits.tsv`` is ignored (:func:`~semdup.data.supervision_split.split_supervision` makes the
-    split); a related link between two posts that are also duplicates counts as a duplicate (both are kept by the
+    The dump's own ``splits.tsv`` is ignored (:func:`~semdup.data.learn_folds.fold_supervision` cuts the folds);
+    a related link between two posts that are also duplicates counts as a duplicate (both are kept by the
     site: "related" does not say "not a duplicate") and is not a hard negative.
     """
     dump = load_stackexchange_dump(dump_dir)

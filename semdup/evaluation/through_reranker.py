@@ -195,8 +195,11 @@ def _lexical_pair_scores(client: Any, index: str, pairs: Sequence[Any], model: s
 
 
 def _accuracies(train_scores: np.ndarray, test_scores: np.ndarray, train: Sequence[Any],
-                test: Sequence[Any]) -> dict[str, float]:
-    threshold, train_acc = best_threshold(train_scores, [p.duplicate for p in train])
+                test: Sequence[Any], threshold: float | None = None) -> dict[str, float]:
+    if threshold is None:
+        threshold, train_acc = best_threshold(train_scores, [p.duplicate for p in train])
+    else:
+        train_acc = pair_accuracy(train_scores, [p.duplicate for p in train], threshold)
     return {"train": train_acc, "test": pair_accuracy(test_scores, [p.duplicate for p in test], threshold),
             "threshold": float(threshold)}
 
@@ -210,8 +213,11 @@ def pair_accuracy_runs(
     *,
     lexical_models: Sequence[str] = (),
     progress: bool = True,
+    threshold: float | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per fusion name (then per lexical model): pair accuracy on train at the threshold chosen there, and on test.
+    ``threshold``: the fusions' threshold instead of one chosen on train (a learned bundle's own, chosen out of
+    fold: its train pairs are ones it learned from).
 
     Each pair's candidate is ranked alone (``restrict_ids``), as :func:`askubuntu_decisions` does, once, in one
     index; each variant fuses the candidate's components (:func:`semdup.reranker.fusion.compute_fused`, lexnorm of
@@ -229,7 +235,7 @@ def pair_accuracy_runs(
             weights = check_fusion(bundle.fusion if fusion is None else fusion)
             tr, te = (np.asarray([compute_fused(_as_arrays(c), weights)[0][0] for c in comps[split]])
                       for split in ("train", "test"))
-            out[name] = _accuracies(tr, te, train, test)
+            out[name] = _accuracies(tr, te, train, test, threshold)
         for model in lexical_models:
             tr, te = (_lexical_pair_scores(client, index, pairs, model, rr.settings.search_timeout)
                       for pairs in (train, test))

@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from semdup.core.text_pipeline import TextPipeline, Vocabulary
 from semdup.export.default_flagging import EveryPost, flagging_calibration, save_flagging
 from semdup.reranker.calibration import Calibration
 
-__all__ = ["DATA_NAMES", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",
+__all__ = ["DATA_NAMES", "DenseEncoder", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",
            "write_default_bundle", "fit_default", "INT8_CHOICES", "INT8_MAX_DROP"]
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,16 @@ INT8_CHOICES = ("off", "auto")
 # The most the fitted dev figure (MAP points) may drop for the int8 encoder to ship (issue #19): int8 halves the
 # CPU per post, a larger drop is not worth it.
 INT8_MAX_DROP = 0.3
+
+
+class DenseEncoder(Protocol):
+    """What the fit and gate tools need of an encoder: a :class:`~semdup.bundle.bundle.Bundle`, or a learn run's
+    torch model (:class:`semdup.training.learn.encoder.LearnedEncoder`)."""
+
+    version: str  # names the weights (the dense-vector cache keys on it)
+    dimension: int | None
+
+    def encode_dense(self, posts: Sequence[Post]) -> np.ndarray | None: ...
 
 
 @dataclass
@@ -145,7 +155,7 @@ def idf_pipeline(base: Bundle, posts: Sequence[Post]) -> tuple[TextPipeline, np.
     return TextPipeline(base.pipeline.settings, vocab), np.asarray(vocab.idf(), dtype=np.float32)
 
 
-def _dense(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.ndarray:
+def _dense(base: DenseEncoder, posts: Sequence[Post], cache_dir: Path | None) -> np.ndarray:
     """Unit dense vectors [N, D] of the base encoder, kept in ``cache_dir`` by content (encoding is the slow part)."""
     if cache_dir is None:
         return base.encode_dense(posts)
@@ -161,7 +171,7 @@ def _dense(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.nd
     return x
 
 
-def _titles(base: Bundle, posts: Sequence[Post], cache_dir: Path | None) -> np.ndarray:
+def _titles(base: DenseEncoder, posts: Sequence[Post], cache_dir: Path | None) -> np.ndarray:
     """Unit title vectors [N, D] of the base encoder (zero rows for posts without a title), what the workers
     store and the reranker's query carries for a bundle with a title term."""
     return title_vectors(posts, lambda titles: _dense(base, titles, cache_dir), base.dimension or 0)
@@ -172,7 +182,7 @@ def _title_cos(q: np.ndarray, c: np.ndarray) -> np.ndarray:
     return q.astype(np.float64) @ c.astype(np.float64).T
 
 
-def _retrieval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, dump: Any, split: str, k: int,
+def _retrieval_groups(base: DenseEncoder, pipeline: TextPipeline, idf: np.ndarray, dump: Any, split: str, k: int,
                       knn: bool, cache_dir: Path | None, title: bool = False) -> tuple[list[Group], Any]:
     corpus = dump.corpus()
     ids = [p.id for p in corpus]
@@ -211,7 +221,7 @@ def _retrieval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, dum
     return groups, measure
 
 
-def _semeval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, sem: Any,
+def _semeval_groups(base: DenseEncoder, pipeline: TextPipeline, idf: np.ndarray, sem: Any,
                     title: bool = False) -> tuple[list[Group], Any]:
     related = sem.related_posts()
     index = LexicalIndex.build(pipeline, related, kind="bm25")
@@ -235,7 +245,7 @@ def _semeval_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, sem: 
     return groups, lambda preds: semeval_scores(preds, gold)["MAP"]
 
 
-def _pair_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, pairs: Sequence[Any],
+def _pair_groups(base: DenseEncoder, pipeline: TextPipeline, idf: np.ndarray, pairs: Sequence[Any],
                  title: bool = False) -> tuple[list[Group], Any]:
     q, c = [p.query for p in pairs], [p.candidate for p in pairs]
     cos_dense = np.sum(base.encode_dense(q).astype(np.float64) * base.encode_dense(c).astype(np.float64), axis=1)
@@ -254,8 +264,8 @@ def _pair_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, pairs: S
     return groups, measure
 
 
-def dev_groups(base: Bundle, pipeline: TextPipeline, idf: np.ndarray, data: FitData, k: int = TOP, knn: bool = True,
-               cache_dir: Path | None = None, title: bool = False) -> tuple[list[Group], Any, str]:
+def dev_groups(base: DenseEncoder, pipeline: TextPipeline, idf: np.ndarray, data: FitData, k: int = TOP,
+               knn: bool = True, cache_dir: Path | None = None, title: bool = False) -> tuple[list[Group], Any, str]:
     """(dev groups, predictions -> figure, the figure's name) for ``data``'s kind; ``title``: with the title
     vectors' cosine (else zeros)."""
     if data.kind == "retrieval":

@@ -1,21 +1,21 @@
-"""The gate: may a newly learned bundle replace the current one? Judged query by query on held-out labels.
+"""The gate: may a newly learned bundle replace the current one? Judged query by query on labels it never saw.
 
-Both bundles score the same held-out queries the way the reranker does (:func:`semdup.export.default_bundle.
+Both systems score the same labelled queries the way the reranker does (:func:`semdup.export.default_bundle.
 dev_groups`: BM25 ∪ k-NN candidates for a dump, the labelled candidates for a rerank set, each pair for pairs),
 each query gets one figure (average precision; for pairs, 100 if the pair is classified right, else 0), and a
-paired randomisation test (:mod:`semdup.core.significance`) asks whether the new bundle's mean is above the
+paired randomisation test (:mod:`semdup.core.significance`) asks whether the new system's mean is above the
 current one's by more than chance. The gate accepts only when it is (one-sided p < ``alpha``): where learning
 does not clearly help, the current bundle stays, so a site never gets a model that is worse on its own labels.
 
-A fusion fitted on the held-out queries would be judged on the queries it was fitted on; so the candidate's
-figures are **cross-fitted** (:func:`cross_fitted_figures`): the queries are cut into folds, and each fold is
-scored with the fusion (and, for pairs, the threshold) chosen on the other folds. The current bundle is scored
-with the fusion it ships with.
+A fusion (or a threshold) fitted on the queries it is judged on would flatter itself; so figures are
+**cross-fitted** (:func:`cross_fitted_figures`): each fold's queries are scored with the fusion (and, for pairs,
+the threshold) chosen on the other folds, the same folds the encoders were trained without
+(:mod:`semdup.data.learn_folds`). A bundle the operator runs is scored with the fusion it ships with.
 
 Example::
 
     current = per_query_figures(groups_now, bundle_now.fusion, data)
-    candidate, fusions = cross_fitted_figures(groups_new, data, folds=2)
+    candidate, fusions = cross_fitted_figures(groups_new, data, fold_of)
     decision = gate(current, candidate, metric="MAP")
     decision.accept, decision.line()   # (True, "accept: MAP <current> -> <candidate> (<gain>, 95% CI ..), p=.., ..")
 """
@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,35 +76,36 @@ def per_query_figures(groups: Sequence[Group], fusion: Mapping[str, float], data
     return figures_from_predictions(group_scores(groups, fusion), groups, data, threshold)
 
 
-def _fold(query_id: str, folds: int) -> int:
-    return zlib.crc32(f"cross-fit:{query_id}".encode()) % folds
-
-
 def cross_fitted_figures(
-    groups: Sequence[Group], data: FitData, folds: int = 2, grid_title: Sequence[float] = GRID_TITLE,
+    groups: Sequence[Group], data: FitData, fold_of: Mapping[str, int], grid_title: Sequence[float] = GRID_TITLE,
     grid: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> tuple[dict[str, float], list[dict[str, float]]]:
     """(query id -> figure under the fusion chosen on the other folds, the fusion chosen for each fold).
 
     Each fold's fusion maximises the mean figure of the other folds (their MAP; for pairs, the accuracy at the
-    best threshold there, and that threshold is applied to the fold).
+    best threshold there, and that threshold is applied to the fold). A one-point grid (``grid=((0.0,), (0.0,))``,
+    ``grid_title=(0.0,)``) fixes the fusion and cross-fits only the pairs' threshold.
 
     Args:
-        groups: the held-out queries' groups.
+        groups: the labelled queries' groups.
         data: their labels.
-        folds: 2 or more (a crc32 of the query id picks the fold).
+        fold_of: query id -> fold (two folds or more).
         grid_title, grid: the fusion grid (:func:`semdup.core.fusion_fit.choose_fusion`).
+
+    Raises:
+        ValueError: fewer than two folds among the groups.
     """
-    if folds < 2:
-        raise ValueError(f"cross-fitting needs at least 2 folds; got {folds}")
+    folds = sorted({fold_of[g.query_id] for g in groups})
+    if len(folds) < 2:
+        raise ValueError(f"cross-fitting needs queries in at least 2 folds; got {len(folds)}")
     kwargs: dict[str, Any] = {"grid_title": tuple(grid_title)}
     if grid is not None:
         kwargs |= {"grid_bow": grid[0], "grid_alpha": grid[1]}
     out: dict[str, float] = {}
     chosen = []
-    for f in range(folds):
-        fit_on = [g for g in groups if _fold(g.query_id, folds) != f]
-        score_on = [g for g in groups if _fold(g.query_id, folds) == f]
+    for f in folds:
+        fit_on = [g for g in groups if fold_of[g.query_id] != f]
+        score_on = [g for g in groups if fold_of[g.query_id] == f]
         if not fit_on or not score_on:
             continue
         def measure(preds: Mapping[str, Mapping[str, float]], gs: Sequence[Group] = fit_on) -> float:

@@ -1,22 +1,27 @@
-"""``semdup learn``'s core: a site's own labels in, a verified candidate bundle and the gate's decision out.
+"""``semdup learn``'s core: a site's own labels in; the gate's decision, and a verified bundle when it accepts, out.
 
-    labels ─ split (time / cluster) ─┬─ training side ─ fine-tune (budget) ─ export ─┐
-                                     │                                               ├─ fusion ─ gate ─ candidate
-                                     └─ held-out side ───────────────────────────────┘
+    labels ─ K folds ─┬─ the bundle to beat, scored on every labelled query (cross-fitted) ───────────┐
+                      ├─ K fold models, each scoring the fold it never saw (out of fold) ─ candidates ─┴─ gate
+                      └─ (accepted) the final model on every labelled query ─ verified export ─ bundle
 
-1. :func:`~semdup.data.supervision_split.split_supervision` holds out queries (or the caller gives the split).
-2. The bundle to beat is scored on the held-out queries: the caller's current bundle, or else the untrained
-   default (the base encoder + IDF + a fusion fitted on the *training* side's queries, written beside the
-   candidate so it can be shipped instead).
-3. :func:`~semdup.training.learn.trainer.learn_encoder` fine-tunes the base encoder on the training side in what
-   is left of ``budget_minutes`` once the export and the fit are reserved (measured on the bundle to beat).
-4. The checkpoint goes through the verified export path (:func:`~semdup.export.onnx_export.export_checkpoint`:
-   ONNX, parity with torch), then the hybrid's fusion (β_bow, α, β_title) is chosen on the held-out queries;
-   the gate's figures for it are cross-fitted (:func:`~semdup.export.gate.cross_fitted_figures`).
-5. :func:`~semdup.export.gate.gate` compares the two query by query (paired randomisation test).
-6. The candidate is written as a verified bundle (:func:`~semdup.export.default_bundle.write_default_bundle`)
-   whatever the decision, with the decision, the split, the sources' counts and the run's summary in its manifest
-   (``learn``); promoting it is the caller's step (``semdup upgrade``), taken only when ``decision.accept``.
+1. :func:`~semdup.data.learn_folds.fold_supervision` cuts every labelled query into K folds (by time where the
+   dates separate the links, else by duplicate cluster; a bundled set's test side is never among them).
+2. The bundle to beat scores every labelled query: the operator's current bundle with its own fusion, or else the
+   untrained default (the base encoder + IDF + a fusion fitted on the other folds, cross-fitted, so that neither
+   side is judged on queries it was fitted on; the default shipped beside it is fitted on all of them).
+3. :func:`~semdup.export.out_of_fold.out_of_fold` trains one model per fold without it; every query is scored
+   by the model that never saw it.
+4. Two candidates, from those out-of-fold scores: **the learned encoder alone** (its dense cosine), and **the
+   learned encoder inside the hybrid** (β_bow, α, β_title cross-fitted over the folds). A fusion fitted for the
+   untrained encoder is wrong for a learned one (BM25 on top of it lowered SemEval test), so the simpler
+   candidate wins unless the hybrid's out-of-fold gain over it is itself significant.
+5. :func:`~semdup.export.gate.gate`: the chosen candidate against the bundle to beat, query by query over every
+   labelled query (a paired randomisation test, one-sided p < ``alpha``).
+6. Only when the gate accepts: the final model is fine-tuned on every labelled query with the same recipe (the
+   same epochs over its side as each fold model had over its own), exported through the verified path
+   (:func:`~semdup.export.onnx_export.export_checkpoint`: ONNX, parity with torch) and written as a bundle with
+   the chosen fusion (fitted on all the out-of-fold scores). Its manifest records the folds, the per-fold and
+   pooled figures, the choice and the gate (``learn``). Promoting it is the caller's step (``semdup upgrade``).
 
 Plain arguments only (no environment, no printing): the CLI reads the options and prints what this returns.
 
@@ -24,8 +29,8 @@ Example::
 
     sup = load_supervision("/data/site-dump")
     out = learn_bundle(sup, "artifacts/learn/candidate", base_bundle="artifacts/bundles/minilm",
-                       work_dir="artifacts/learn/work", budget_minutes=30)
-    out.decision.accept, out.decision.line(), out.summary.line()
+                       work_dir="artifacts/learn/work", device="auto")
+    out.decision.accept, out.decision.line(), out.chosen, out.phases
 """
 
 from __future__ import annotations
@@ -43,110 +48,214 @@ from semdup.bundle.bundle import Bundle
 from semdup.core.fitting import best_threshold
 from semdup.core.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.core.posts import Post
+from semdup.core.significance import PairedTest, paired_randomisation_test
+from semdup.data.learn_folds import FoldReport, LearnFolds, fold_supervision
 from semdup.data.supervision import SourceReport, Supervision
-from semdup.data.supervision_split import LearnSplit, SplitReport, split_supervision
 from semdup.export.default_bundle import FitData, dev_groups, idf_pipeline, write_default_bundle
-from semdup.export.gate import GateDecision, cross_fitted_figures, figures_from_predictions, gate, per_query_figures
+from semdup.export.gate import (
+    DEFAULT_ALPHA,
+    GateDecision,
+    cross_fitted_figures,
+    figures_from_predictions,
+    gate,
+    per_query_figures,
+)
 from semdup.export.onnx_export import export_checkpoint
-from semdup.training.learn.data import learn_data
+from semdup.export.out_of_fold import FoldRun, OutOfFold, fit_data, minutes_left, out_of_fold, side_data
+from semdup.training.devices import resolve_device
 from semdup.training.learn.settings import LearnSettings, LearnSummary
-from semdup.training.learn.trainer import learn_encoder
+from semdup.training.learn.trainer import BudgetSpent, learn_encoder
 
-__all__ = ["LearnOutcome", "learn_bundle", "fit_data", "DENSE_ONLY"]
+__all__ = ["LearnOutcome", "Judgement", "judge_learning", "learn_bundle", "DENSE_ONLY", "default_folds"]
 
 logger = logging.getLogger(__name__)
 
 DENSE_ONLY = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
-_FIT_KIND = {"retrieval": "retrieval", "rerank": "semeval", "pairs": "pairs"}
+_NO_FUSION = {"grid": ((0.0,), (0.0,)), "grid_title": (0.0,)}  # cross-fit only a pair threshold
+
+
+def default_folds(device: str) -> int:
+    """5 folds on a GPU (each fold model takes seconds); 2 on a CPU, where the out-of-fold figures of SemEval chose
+    the same candidate and gate with 2 as with 5 (docs/results.md) and each fold model costs minutes."""
+    return 5 if device == "cuda" else 2
 
 
 @dataclass(frozen=True)
 class LearnOutcome:
-    """What :func:`learn_bundle` wrote and decided.
+    """What :func:`learn_bundle` decided and wrote.
 
     Attributes:
-        candidate_dir: the candidate bundle (verified).
-        version: its version.
-        decision: the gate's (``accept`` = it may replace the compared bundle).
+        decision: the gate's (``accept`` = the candidate may replace the compared bundle).
+        candidate_dir, version: the candidate bundle, written only when the gate accepts (else None).
         compared_with: the version of the bundle it was compared with (the current one, or the untrained default).
-        default_dir: the untrained default written beside it (None when a current bundle was given).
-        fusion: the candidate's fusion weights (chosen on the held-out queries).
-        held_out_figures: mean held-out figure per system: ``current``, ``candidate`` (cross-fitted),
-            ``base_dense`` and ``learned_dense`` (the encoders alone, before and after training).
-        summary: the training run's summary.
-        reused: the work folder already held this finished training run (nothing was trained).
+        default_dir: the untrained default written in the work folder (None when a current bundle was given).
+        chosen: ``encoder`` (the learned encoder alone) or ``hybrid`` (inside the fitted fusion).
+        choice: the paired test of the hybrid against the encoder alone that chose between them.
+        fusion: the candidate's fusion weights.
+        figures: pooled out-of-fold figure per system: ``current``, ``encoder``, ``hybrid``, ``base_dense``.
+        per_fold: the same figures per fold, with the fold's query count.
+        folds: how the labels were cut.
+        fold_runs: each fold model's training; final: the final model's (None when the gate refused).
         source: what the labels held.
-        split: how they were split.
-        seconds: wall seconds per phase; cpu_seconds: this process's CPU seconds per phase.
+        device: where it trained.
+        phases: (wall, CPU) seconds per phase, in order.
     """
 
-    candidate_dir: Path
-    version: str
     decision: GateDecision
+    candidate_dir: Path | None
+    version: str | None
     compared_with: str
     default_dir: Path | None
+    chosen: str
+    choice: PairedTest
     fusion: dict[str, float]
-    held_out_figures: dict[str, float]
-    summary: LearnSummary
-    reused: bool
+    figures: dict[str, float]
+    per_fold: list[dict[str, float]]
+    folds: FoldReport
+    fold_runs: list[FoldRun]
+    final: LearnSummary | None
     source: SourceReport
-    split: SplitReport
-    seconds: dict[str, float] = field(default_factory=dict)
-    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    device: str
+    phases: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"candidate": str(self.candidate_dir), "version": self.version, "decision": self.decision.to_json(),
-                "compared_with": self.compared_with, "default": str(self.default_dir) if self.default_dir else None,
-                "fusion": self.fusion, "held_out": self.held_out_figures, "summary": self.summary.to_json(),
-                "reused": self.reused,
-                "source": self.source.to_json(), "split": self.split.to_json(), "seconds": self.seconds,
-                "cpu_seconds": self.cpu_seconds}
+        return {"decision": self.decision.to_json(), "candidate": None if self.candidate_dir is None
+                else str(self.candidate_dir), "version": self.version, "compared_with": self.compared_with,
+                "default": str(self.default_dir) if self.default_dir else None, "chosen": self.chosen,
+                "choice": self.choice.to_json(), "fusion": self.fusion, "figures": self.figures,
+                "per_fold": self.per_fold, "folds": self.folds.to_json(),
+                "fold_runs": [{"fold": r.index, "summary": r.summary.to_json(), "reused": r.reused,
+                               "seconds": round(r.seconds, 1), "cpu_seconds": round(r.cpu_seconds, 1)}
+                              for r in self.fold_runs],
+                "final": None if self.final is None else self.final.to_json(), "source": self.source.to_json(),
+                "device": self.device, "phases": {k: {"wall_s": w, "cpu_s": c} for k, (w, c) in self.phases.items()}}
 
 
-def fit_data(kind: str, side: Any, name: str, posts: Sequence[Post] = ()) -> FitData:
-    """One side of a :class:`~semdup.data.supervision_split.LearnSplit` as the fit and gate tools take it."""
-    return FitData(name, _FIT_KIND[kind], side, list(posts))
-
-
-class _Clock:
-    """Wall and CPU seconds per phase."""
+class _Phases:
+    """Wall and CPU seconds per phase, in the order they ran."""
 
     def __init__(self) -> None:
-        self.wall: dict[str, float] = {}
-        self.cpu: dict[str, float] = {}
-        self.start = time.monotonic()
+        self.seconds: dict[str, tuple[float, float]] = {}
+        self._wall, self._cpu = time.monotonic(), time.process_time()
 
-    def phase(self, name: str, wall0: float, cpu0: float) -> None:
-        self.wall[name] = round(time.monotonic() - wall0, 1)
-        self.cpu[name] = round(time.process_time() - cpu0, 1)
-
-    def left(self, budget_minutes: float) -> float:
-        return budget_minutes - (time.monotonic() - self.start) / 60.0
+    def end(self, name: str) -> None:
+        wall, cpu = time.monotonic(), time.process_time()
+        self.seconds[name] = (round(wall - self._wall, 1), round(cpu - self._cpu, 1))
+        self._wall, self._cpu = wall, cpu
 
 
-def _mean(figures: Mapping[str, float]) -> float:
-    return float(np.mean(list(figures.values()))) if figures else float("nan")
+def _mean(figures: Mapping[str, float], keys: Sequence[str] | None = None) -> float:
+    values = list(figures.values()) if keys is None else [figures[k] for k in keys if k in figures]
+    return float(np.mean(values)) if values else float("nan")
 
 
 def _fit(groups: Sequence[Group], data: FitData, grid_title: Sequence[float]) -> FusionFit:
     """The grid's best fusion on ``groups`` by the data's own measure (the mean per-query figure)."""
     return choose_fusion(groups, lambda preds: _mean(figures_from_predictions(preds, groups, data, None)),
-                         "held-out figure", grid_title=grid_title)
+                         "out-of-fold figure", grid_title=grid_title)
 
 
 def _threshold(groups: Sequence[Group], fusion: Mapping[str, float], data: FitData) -> float | None:
+    """For pairs, the decision threshold that is best on ``groups`` under ``fusion``; None for ranked data."""
     if data.kind != "pairs":
         return None
     preds = group_scores(groups, fusion)
     return best_threshold([next(iter(preds[g.query_id].values())) for g in groups],
-                          [p.duplicate for p in data.dev])[0]
+                          [data.dev[int(g.query_id)].duplicate for g in groups])[0]
 
 
-def _current(current_bundle: str | Path, held: FitData) -> tuple[str, dict[str, float]]:
+def _current(current_bundle: str | Path, data: FitData) -> tuple[str, dict[str, float]]:
     bundle = Bundle.load(current_bundle)
     t = bundle.term_weights if bundle.term_weights is not None else np.zeros(len(bundle.pipeline.vocab), np.float32)
-    groups, _, _ = dev_groups(bundle, bundle.pipeline, t, held, title=bool(bundle.fusion.get("beta_title")))
-    return bundle.version, per_query_figures(groups, bundle.fusion, held, bundle.threshold)
+    groups, _, _ = dev_groups(bundle, bundle.pipeline, t, data, title=bool(bundle.fusion.get("beta_title")))
+    return bundle.version, per_query_figures(groups, bundle.fusion, data, bundle.threshold)
+
+
+def _per_fold(folds: LearnFolds, systems: Mapping[str, Mapping[str, float]]) -> list[dict[str, float]]:
+    return [{"fold": f.index, "queries": len(f.held_keys),
+             **{name: round(_mean(fig, f.held_keys), 4) for name, fig in systems.items()}} for f in folds.folds]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Everything decided before the final model: the folds, the figures, the candidate and the gate.
+
+    ``cut`` is the folds; ``pipeline``/``idf`` the candidate's bag of words; ``fit`` the candidate's fusion;
+    ``threshold`` its pair threshold (None for ranked data); the rest as in :class:`LearnOutcome`."""
+
+    cut: LearnFolds
+    pipeline: Any
+    idf: np.ndarray
+    decision: GateDecision
+    chosen: str
+    choice: PairedTest
+    fit: FusionFit
+    threshold: float | None
+    figures: dict[str, float]
+    per_fold: list[dict[str, float]]
+    compared_with: str
+    default_dir: Path | None
+    fold_runs: list[FoldRun]
+
+
+def judge_learning(
+    sup: Supervision,
+    base_bundle: str | Path,
+    work: Path,
+    settings: LearnSettings,
+    cut: LearnFolds,
+    corpus: Sequence[Post] = (),
+    current_bundle: str | Path | None = None,
+    device: str = "cpu",
+    threads: int = 2,
+    deadline: float | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    grid_title: Sequence[float] = GRID_TITLE,
+    show_progress: bool = True,
+    phases: _Phases | None = None,
+) -> Judgement:
+    """Steps 2–5 of the module doc on folds already cut: the bundle to beat, the fold models, the candidate, the
+    gate. (Research runs call it with folds of their own: ``experiments/learn_oof.py``.)"""
+    phases = phases or _Phases()
+    work.mkdir(parents=True, exist_ok=True)
+    posts = sup.posts() + list(corpus)
+    labelled = fit_data(cut, cut.labelled, "labelled", posts)
+    fold_of = {key: f.index for f in cut.folds for key in f.held_keys}
+    base = Bundle.load(base_bundle)
+    base_name = (base.manifest.get("base_encoder") or {}).get("name")
+    if base_name and base_name != settings.base_encoder:
+        raise ValueError(f"the base bundle holds {base_name!r} but the recipe fine-tunes {settings.base_encoder!r}; "
+                         "give the base encoder's own bundle")
+    pipeline, idf = idf_pipeline(base, posts)
+    title = any(grid_title)
+    phases.end("split")
+
+    cache = work / "vectors"  # a dump's corpus is encoded once per encoder, whichever side asks
+    base_groups, _, _ = dev_groups(base, pipeline, idf, labelled, title=title, cache_dir=cache)
+    default_dir = None
+    if current_bundle is None:
+        current, _ = cross_fitted_figures(base_groups, labelled, fold_of, grid_title)
+        default_fit = _fit(base_groups, labelled, grid_title)
+        default_dir = work / "untrained-default"
+        written = write_default_bundle(base_bundle, default_dir, pipeline, idf, default_fit, sup.report.source,
+                                       _threshold(base_groups, default_fit.fusion, labelled))
+        compared_with = written.version
+    else:
+        compared_with, current = _current(current_bundle, labelled)
+    base_dense, _ = cross_fitted_figures(base_groups, labelled, fold_of, **_NO_FUSION)
+    phases.end("current")
+
+    oof = out_of_fold(cut, settings, pipeline, idf, work, posts, device=device, threads=threads, deadline=deadline,
+                      title=title, show_progress=show_progress)
+    phases.end("folds")
+
+    c = _decide(oof, labelled, current, alpha, grid_title)
+    systems = {"current": current, "encoder": c.encoder, "hybrid": c.hybrid, "base_dense": base_dense}
+    figures = {name: round(_mean(v), 4) for name, v in systems.items()}
+    phases.end("gate")
+    return Judgement(cut, pipeline, idf, c.decision, c.chosen, c.choice, c.fit,
+                     _threshold(oof.groups, c.fit.fusion, labelled), figures, _per_fold(cut, systems), compared_with,
+                     default_dir, oof.runs)
 
 
 def learn_bundle(
@@ -155,97 +264,106 @@ def learn_bundle(
     base_bundle: str | Path,
     work_dir: str | Path,
     settings: LearnSettings | None = None,
-    budget_minutes: float = 30.0,
-    current_bundle: str | Path | None = None,
-    split: LearnSplit | None = None,
+    folds: int | None = None,
+    exclude: Sequence[str] = (),
     corpus: Sequence[Post] = (),
-    alpha: float = 0.05,
-    folds: int = 2,
+    current_bundle: str | Path | None = None,
+    device: str = "auto",
     threads: int = 2,
+    budget_minutes: float | None = None,
+    alpha: float = DEFAULT_ALPHA,
     grid_title: Sequence[float] = GRID_TITLE,
     show_progress: bool = True,
 ) -> LearnOutcome:
-    """Learn from ``sup``, write the candidate bundle to ``out_dir`` and decide (see the module doc).
+    """Learn from ``sup``, decide, and write the candidate bundle to ``out_dir`` when the gate accepts (see the
+    module doc).
 
     Args:
         sup: the site's labels (:func:`semdup.data.supervision.load_supervision`).
-        out_dir: the candidate bundle's folder (replaced if it exists).
+        out_dir: the candidate bundle's folder (replaced if it exists; written only on acceptance).
         base_bundle: the base encoder's bundle (``semdup export --base-encoder minilm``): what is fine-tuned is
             its encoder (``settings.base_encoder`` must name it), and the untrained default is built from it.
-        work_dir: checkpoints (a rerun resumes there), the exported encoder and the untrained default.
-        settings: the fine-tuning recipe (default :class:`LearnSettings`, the dev-chosen one).
-        budget_minutes: wall-clock minutes for the whole call; training gets what the rest does not need.
-        current_bundle: the bundle in service, to beat; None = the untrained default.
-        split: the split to use; None = :func:`split_supervision` with its defaults.
+        work_dir: fold and final checkpoints (a rerun resumes there), the vector cache, the exported encoder and
+            the untrained default.
+        settings: the fine-tuning recipe (default :class:`LearnSettings`).
+        folds: K; None = :func:`default_folds` for the device.
+        exclude: post ids never to learn from or judge on (a bundled set's test side).
         corpus: posts to be indexed, added to the IDF vocabulary (no labels read).
-        alpha: the gate's significance level.
-        folds: cross-fitting folds of the candidate's fusion.
-        threads: torch threads for training.
-        grid_title: β_title values the fusion may take (``(0.0,)``: no title term).
+        current_bundle: the bundle in service, to beat; None = the untrained default.
+        device: ``auto``, ``cpu`` or ``cuda`` (:func:`semdup.training.devices.resolve_device`).
+        threads: torch CPU threads.
+        budget_minutes: wall-clock minutes for the whole call, None = no limit. Training stops when they run out
+            (saved: the same call goes on from there) and :class:`BudgetSpent` is raised.
+        alpha: the significance level of the choice and the gate.
+        grid_title: β_title values the hybrid may take (``(0.0,)``: no title term).
         show_progress: progress bars on a terminal.
+
+    Raises:
+        ConfigError: ``cuda`` without a GPU. DataError: too few labels for the folds, or a leak between folds.
+        BudgetSpent: see ``budget_minutes``.
     """
-    clock = _Clock()
+    device = resolve_device(device)  # before anything loads: --device cuda without a GPU is refused at once
+    deadline = None if budget_minutes is None else time.monotonic() + budget_minutes * 60.0
+    phases = _Phases()
     settings = settings or LearnSettings()
     work = Path(work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    w0, c0 = time.monotonic(), time.process_time()
-    split = split or split_supervision(sup)
-    posts = sup.posts() + list(corpus)
-    held = fit_data(split.kind, split.held_out, "held-out", posts)
-    train_side = fit_data(split.kind, split.train, "train", posts)
-    base = Bundle.load(base_bundle)
-    base_name = (base.manifest.get("base_encoder") or {}).get("name")
-    if base_name and base_name != settings.base_encoder:
-        raise ValueError(f"the base bundle holds {base_name!r} but the recipe fine-tunes {settings.base_encoder!r}; "
-                         "give the base encoder's own bundle")
-    pipeline, idf = idf_pipeline(base, posts)
-    cache = work / "vectors"  # a dump's corpus is encoded once per bundle, whichever side asks
-    base_groups, _, _ = dev_groups(base, pipeline, idf, held, title=any(grid_title), cache_dir=cache)
-    default_dir = None
-    if current_bundle is None:
-        fit_groups, _, _ = dev_groups(base, pipeline, idf, train_side, title=any(grid_title), cache_dir=cache)
-        default_fit = _fit(fit_groups, train_side, grid_title)
-        default_dir = work / "untrained-default"
-        written = write_default_bundle(base_bundle, default_dir, pipeline, idf, default_fit, sup.report.source,
-                                       _threshold(base_groups, default_fit.fusion, held) if held.kind == "pairs"
-                                       else None)
-        compared_with = written.version
-        current = per_query_figures(base_groups, default_fit.fusion, held, written.threshold)
-    else:
-        compared_with, current = _current(current_bundle, held)
-    base_dense = per_query_figures(base_groups, DENSE_ONLY, held)
-    clock.phase("split_and_current", w0, c0)
-    # the candidate's own export + fit costs about what scoring the held-out side cost, plus the export
-    reserve = 2.0 * clock.wall["split_and_current"] / 60.0 + 1.5
-    w0, c0 = time.monotonic(), time.process_time()
-    data = learn_data(split.kind, split.train, settings.hard_negatives, settings.seed)
-    run = learn_encoder(settings, data, work / "checkpoint", budget_minutes=max(clock.left(budget_minutes) - reserve,
-                                                                               0.5),
-                        threads=threads, show_progress=show_progress,
-                        extra_config={"data_set": sup.report.source, "split": split.report.to_json()})
-    clock.phase("train", w0, c0)
-    w0, c0 = time.monotonic(), time.process_time()
+    cut = fold_supervision(sup, folds or default_folds(device), exclude)
+    j = judge_learning(sup, base_bundle, work, settings, cut, corpus, current_bundle, device, threads, deadline,
+                       alpha, grid_title, show_progress, phases)
+    if not j.decision.accept:
+        logger.info("learn: %s", j.decision.line())
+        return LearnOutcome(j.decision, None, None, j.compared_with, j.default_dir, j.chosen, j.choice,
+                            dict(j.fit.fusion), j.figures, j.per_fold, cut.report, j.fold_runs, None, sup.report,
+                            device, phases.seconds)
+
+    run = learn_encoder(settings, side_data(cut.kind, cut.labelled, settings), work / "final",
+                        budget_minutes=minutes_left(deadline), threads=threads, show_progress=show_progress,
+                        device=device, extra_config={"data_set": sup.report.source, "folds": cut.report.to_json()})
+    if not run.finished:
+        raise BudgetSpent(f"the budget ran out while training the final model (step {run.summary.steps} of "
+                          f"{run.summary.planned_steps}); every step so far is saved in {work}: run the same command "
+                          "again to go on")
+    phases.end("final")
     encoder = export_checkpoint(run.checkpoint_dir, work / "encoder")
-    clock.phase("export", w0, c0)
-    w0, c0 = time.monotonic(), time.process_time()
-    learned = Bundle.load(encoder.bundle_dir)
-    new_groups, _, _ = dev_groups(learned, pipeline, idf, held, title=any(grid_title), cache_dir=cache)
-    candidate, fold_fusions = cross_fitted_figures(new_groups, held, folds=folds, grid_title=grid_title)
-    final = _fit(new_groups, held, grid_title)
-    learned_dense = per_query_figures(new_groups, DENSE_ONLY, held)
-    decision = gate(current, candidate, metric="MAP" if held.kind != "pairs" else "accuracy", alpha=alpha)
-    clock.phase("fit_and_gate", w0, c0)
-    figures = {"current": _mean(current), "candidate": _mean(candidate), "base_dense": _mean(base_dense),
-               "learned_dense": _mean(learned_dense)}
-    summary = LearnSummary(**{**run.summary.to_json(), "dev_metric": decision.metric,
-                              "dev_before": figures["current"], "dev_after": figures["candidate"]})
-    record = {"settings": settings.to_json(), "summary": summary.record(), "gate": decision.to_json(),
-              "compared_with": compared_with, "held_out": figures, "fold_fusions": fold_fusions,
-              "source": sup.report.to_json(), "split": split.report.to_json(), "candidate": True}
-    w0, c0 = time.monotonic(), time.process_time()
-    bundle = write_default_bundle(encoder.bundle_dir, out_dir, pipeline, idf, final, sup.report.source,
-                                  _threshold(new_groups, final.fusion, held), extra={"learn": record})
-    clock.phase("write", w0, c0)
-    logger.info("learn: %s; %s", summary.line(), decision.line())
-    return LearnOutcome(Path(out_dir), bundle.version, decision, compared_with, default_dir, dict(final.fusion),
-                        figures, summary, run.reused, sup.report, split.report, clock.wall, clock.cpu)
+    phases.end("export")
+    record = {"settings": settings.to_json(), "folds": cut.report.to_json(), "chosen": j.chosen,
+              "choice": j.choice.to_json(), "gate": j.decision.to_json(), "compared_with": j.compared_with,
+              "out_of_fold": j.figures, "per_fold": j.per_fold, "final": run.summary.record(),
+              "fold_models": [r.summary.record() for r in j.fold_runs], "source": sup.report.to_json(),
+              "candidate": True}
+    bundle = write_default_bundle(encoder.bundle_dir, out_dir, j.pipeline, j.idf, j.fit, sup.report.source,
+                                  j.threshold, extra={"learn": record})
+    phases.end("write")
+    logger.info("learn: %s; %s", run.summary.line(), j.decision.line())
+    return LearnOutcome(j.decision, Path(out_dir), bundle.version, j.compared_with, j.default_dir, j.chosen,
+                        j.choice, dict(j.fit.fusion), j.figures, j.per_fold, cut.report, j.fold_runs, run.summary,
+                        sup.report, device, phases.seconds)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    decision: GateDecision
+    chosen: str
+    choice: PairedTest
+    fit: FusionFit
+    encoder: dict[str, float]
+    hybrid: dict[str, float]
+
+
+def _decide(oof: OutOfFold, labelled: FitData, current: Mapping[str, float], alpha: float,
+            grid_title: Sequence[float]) -> _Choice:
+    """The candidate (encoder alone unless the hybrid is significantly better out of fold), its fusion, the gate."""
+    encoder, _ = cross_fitted_figures(oof.groups, labelled, oof.fold_of, **_NO_FUSION)
+    hybrid, _ = cross_fitted_figures(oof.groups, labelled, oof.fold_of, grid_title)
+    common = [q for q in encoder if q in hybrid]
+    choice = paired_randomisation_test([encoder[q] for q in common], [hybrid[q] for q in common])
+    use_hybrid = choice.p_value < alpha and choice.mean_difference > 0
+    chosen, figures = ("hybrid", hybrid) if use_hybrid else ("encoder", encoder)
+    decision = gate(current, figures, metric="MAP" if labelled.kind != "pairs" else "accuracy", alpha=alpha)
+    if use_hybrid:
+        fit = _fit(oof.groups, labelled, grid_title)
+    else:
+        fit = FusionFit(dict(DENSE_ONLY), _mean(encoder), "out-of-fold figure", [])
+    logger.info("candidates out of fold: encoder alone %.2f, hybrid %.2f (p = %.4f): %s", _mean(encoder),
+                _mean(hybrid), choice.p_value, chosen)
+    return _Choice(decision, chosen, choice, fit, encoder, hybrid)

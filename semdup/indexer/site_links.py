@@ -8,7 +8,7 @@ those ``semdup enable`` recorded for the site's companion, else the ones given.
 Nothing is guessed: a value naming a post the index does not hold, a post naming itself, or a value that is no id
 (an object, an empty string) is counted in the report and left out. Each kept link joins the two posts' duplicate
 cluster, exactly as a dump's ``PostLinks.xml`` type 3 link does, so the result is ordinary ``retrieval``
-supervision (:func:`semdup.data.supervision_split.split_supervision` splits it by cluster: the index holds no link
+supervision (:func:`semdup.data.learn_folds.fold_supervision` cuts it by cluster: the index holds no link
 dates).
 
 Example::

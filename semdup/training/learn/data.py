@@ -99,7 +99,8 @@ def learn_data_from_pairs(pairs: Sequence[Any], hard_negatives: int = 1, seed: i
 
 
 def learn_data(kind: str, train: Any, hard_negatives: int = 1, seed: int = 0) -> LearnData:
-    """The groups of a split's training side (:class:`semdup.data.supervision_split.LearnSplit` ``.train``)."""
+    """The groups of a side of :class:`semdup.data.learn_folds.LearnFolds` (a fold's training side, or every
+    labelled query for the final model)."""
     if kind == "retrieval":
         dump, split = train
         return learn_data_from_dump(dump, split, hard_negatives, seed)

@@ -40,6 +40,7 @@ def encode_sorted(
         chunk_size: posts per forward pass.
     """
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    device = next(encoder.parameters()).device
     parts: list[torch.Tensor] = []
     for start in range(0, len(order), chunk_size):
         rows = order[start : start + chunk_size]
@@ -49,10 +50,10 @@ def encode_sorted(
         for r, i in enumerate(rows):
             arr[r, : len(ids[i])] = ids[i]
             mask[r, : len(ids[i])] = 1
-        parts.append(encoder(torch.from_numpy(arr), torch.from_numpy(mask)))  # (b, D)
-    stacked = torch.cat(parts)  # (N, D) in sorted order
-    back = torch.empty(len(order), dtype=torch.long)
-    back[torch.tensor(order)] = torch.arange(len(order))
+        parts.append(encoder(torch.from_numpy(arr).to(device), torch.from_numpy(mask).to(device)))  # (b, D)
+    stacked = torch.cat(parts).float()  # (N, D) in sorted order (float32 also under autocast)
+    back = torch.empty(len(order), dtype=torch.long, device=device)
+    back[torch.tensor(order, device=device)] = torch.arange(len(order), device=device)
     return stacked[back]  # (N, D) in input order
 
 
@@ -110,7 +111,8 @@ def step_loss(
             distinct[p.id] = len(posts)
             posts.append(p)
     vectors = encode_sorted(encoder, [token_ids(p) for p in posts], pad_id, chunk_size)  # (U, D)
-    q = vectors[torch.tensor([distinct[p.id] for p in queries])]  # (B, D)
-    c = vectors[torch.tensor([distinct[p.id] for p in cands])]  # (C, D)
+    dev = vectors.device
+    q = vectors[torch.tensor([distinct[p.id] for p in queries], device=dev)]  # (B, D)
+    c = vectors[torch.tensor([distinct[p.id] for p in cands], device=dev)]  # (C, D)
     scores = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(c, dim=-1).T  # (B, C)
-    return loss_fn(scores, targets, exclude)
+    return loss_fn(scores, targets.to(dev), None if exclude is None else exclude.to(dev))

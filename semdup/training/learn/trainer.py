@@ -2,13 +2,16 @@
 
 :func:`learn_encoder` runs the recipe (:class:`~semdup.training.learn.settings.LearnSettings`) step by step:
 a seeded order of the groups per epoch, the in-batch softmax loss of each batch
-(:func:`~semdup.training.learn.step.step_loss`), Adam. It stops when every planned step is done or when the next
-step would not fit in ``budget_minutes`` (the step time is measured as it runs, the final held-out check is
-reserved), whichever comes first. Every ``save_every_minutes`` and at the end it writes its state
-(``learn-state.pt``: weights, optimiser, weight average, step, random states) atomically; run again on the same
-folder with the same recipe and data, it resumes from that step and gives the weights an uninterrupted run would
-(with one torch thread; more threads sum in a varying order). A different recipe or data in the folder is refused.
-The result is a standard checkpoint (``semdup.training.checkpoint``), so ``semdup export`` takes it as any other.
+(:func:`~semdup.training.learn.step.step_loss`), Adam, on CPU or CUDA (bf16 autocast there:
+:mod:`semdup.training.devices`). Every ``save_every_minutes`` it writes its state (``learn-state.pt``: weights,
+optimiser, weight average, step, random states) atomically; run again on the same folder with the same recipe and
+data, it resumes from that step and gives the weights an uninterrupted run would (with one torch thread; more
+threads sum in a varying order). A different recipe or data in the folder is refused.
+
+A run is finished when every planned step is done: the result is then a standard checkpoint
+(``semdup.training.checkpoint``), so ``semdup export`` takes it as any other. With ``budget_minutes``, a run whose
+next step would not fit stops there, saves its state and returns unfinished (``LearnRun.finished`` False, no
+checkpoint): the recipe is never cut short silently, and the same call later goes on from that step.
 
 No early stopping: the recipe's length was chosen on dev beforehand, and the held-out figure is measured only
 before and after (plus ``eval_points`` checks for a learning curve, which choose nothing), so the gate that later
@@ -17,7 +20,7 @@ compares it with the current bundle is not biased by a choice made on the same q
 Example::
 
     data = learn_data_from_dump(dump, "train", hard_negatives=1)
-    run = learn_encoder(LearnSettings(), data, "artifacts/learn/travel", budget_minutes=30,
+    run = learn_encoder(LearnSettings(), data, "artifacts/learn/travel", device="cuda",
                         evaluate=lambda scorer: eval_travel(scorer, dump, "dev"), metric="MAP")
     run.summary.line()   # "<steps>/<planned> steps (<epochs> epochs) in <min> min, stopped: done; ..."
 """
@@ -36,12 +39,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from semdup.core.errors import ConfigError
+from semdup.core.errors import ConfigError, SemdupError
 from semdup.core.posts import Post
 from semdup.core.progress import progress
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary, check_post
 from semdup.core.wordpiece import pad_id, wordpiece_inputs
 from semdup.training.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
+from semdup.training.devices import autocast
 from semdup.training.learn.data import LearnData
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.step import encode_sorted, step_loss
@@ -49,7 +53,7 @@ from semdup.training.losses.in_batch import InBatchSoftmaxLoss
 from semdup.training.models.minilm import MiniLM
 from semdup.training.weight_average import WeightAverage
 
-__all__ = ["LearnRun", "learn_encoder", "STATE_FILE", "SUMMARY_FILE"]
+__all__ = ["LearnRun", "learn_encoder", "BudgetSpent", "Tokens", "STATE_FILE", "SUMMARY_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,29 +62,37 @@ SUMMARY_FILE = "learn-summary.json"
 Evaluate = Callable[[CheckpointScorer], Mapping[str, float]]
 
 
+class BudgetSpent(SemdupError):
+    """The time budget ran out before the run was finished; its state is saved and the same call goes on."""
+
+
 @dataclass(frozen=True)
 class LearnRun:
-    """The checkpoint folder a run wrote, its summary, and whether this call found it finished (``reused``)."""
+    """The checkpoint folder, the run's summary, whether this call found it finished (``reused``), and whether it
+    is finished (False: the budget stopped it; its state is saved and the same call resumes it)."""
 
     checkpoint_dir: Path
     summary: LearnSummary
     reused: bool = False
+    finished: bool = True
 
 
-class _Tokens:
-    """Each post's wordpiece ids, computed once (by the one tokenisation serving uses)."""
+class Tokens:
+    """Each post's wordpiece ids, computed once (by the one tokenisation serving uses). Keyed by the text as well
+    as the id: the title term encodes a post's title alone under the post's own id."""
 
     def __init__(self, model: MiniLM) -> None:
         self.tokenizer = model.tokenizer
         self.settings = model.pipeline.settings
         self.pad = pad_id(self.tokenizer)
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[tuple[str, str, str], list[int]] = {}
 
     def __call__(self, post: Post) -> list[int]:
-        got = self._cache.get(post.id)
+        key = (post.id, post.title, post.body)
+        got = self._cache.get(key)
         if got is None:
             arrays = wordpiece_inputs(self.tokenizer, [post], settings=self.settings)
-            got = self._cache[post.id] = arrays["input_ids"][0].tolist()
+            got = self._cache[key] = arrays["input_ids"][0].tolist()
         return got
 
 
@@ -105,7 +117,7 @@ class _SortedScorer(CheckpointScorer):
     """The checkpoint scorer of the model being trained, encoding in length-sorted chunks (the held-out checks
     cost a fraction of padded batches on short posts; the vectors are the same)."""
 
-    def __init__(self, model: MiniLM, tokens: _Tokens, chunk_size: int) -> None:
+    def __init__(self, model: MiniLM, tokens: Tokens, chunk_size: int) -> None:
         super().__init__(model, model.pipeline)
         self._tokens, self._chunk = tokens, chunk_size
 
@@ -114,7 +126,7 @@ class _SortedScorer(CheckpointScorer):
             check_post(p)
         with torch.no_grad():
             dense = encode_sorted(self.model.encoder, [self._tokens(p) for p in posts], self._tokens.pad, self._chunk)
-        return dense.numpy(), None
+        return dense.cpu().numpy(), None
 
 
 def _build_model(settings: LearnSettings) -> MiniLM:
@@ -134,7 +146,7 @@ def _save_state(path: Path, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _evaluate(model: MiniLM, tokens: _Tokens, evaluate: Evaluate | None, metric: str | None,
+def _evaluate(model: MiniLM, tokens: Tokens, evaluate: Evaluate | None, metric: str | None,
               ema: WeightAverage | None) -> float | None:
     if evaluate is None or metric is None:
         return None
@@ -154,7 +166,7 @@ def learn_encoder(
     settings: LearnSettings,
     data: LearnData,
     out_dir: str | Path,
-    budget_minutes: float = 30.0,
+    budget_minutes: float | None = None,
     evaluate: Evaluate | None = None,
     metric: str | None = None,
     eval_points: int = 0,
@@ -163,6 +175,7 @@ def learn_encoder(
     reserve_minutes: float = 0.0,
     extra_config: Mapping[str, Any] | None = None,
     show_progress: bool = True,
+    device: str = "cpu",
 ) -> LearnRun:
     """Fine-tune ``settings.base_encoder`` on ``data`` into the checkpoint folder ``out_dir`` (see the module doc).
 
@@ -170,7 +183,8 @@ def learn_encoder(
         settings: the recipe.
         data: groups and known duplicates (:mod:`~semdup.training.learn.data`).
         out_dir: the checkpoint folder; a run's state there is resumed when its recipe and data match.
-        budget_minutes: wall-clock minutes this call may train for (the held-out checks included).
+        budget_minutes: wall-clock minutes this call may train for (the held-out checks included); None = no
+            limit. A run the budget stops is saved and returned unfinished (see the module doc).
         evaluate: scorer -> held-out figures (run before and after; None = no held-out check).
         metric: the figure of ``evaluate`` to report.
         eval_points: extra held-out checks spread over the run (a learning curve; nothing is chosen by them).
@@ -179,6 +193,7 @@ def learn_encoder(
         reserve_minutes: minutes kept free at the end besides the final check (the caller's export and fit).
         extra_config: more entries for the checkpoint's config.json.
         show_progress: a progress bar on a terminal.
+        device: ``cpu`` or ``cuda`` (:func:`semdup.training.devices.resolve_device`).
 
     Raises:
         ConfigError: ``out_dir`` holds the state of another recipe or other data.
@@ -199,8 +214,8 @@ def learn_encoder(
         return LearnRun(out, summary, reused=True)
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
-    model = _build_model(settings)
-    tokens = _Tokens(model)
+    model = _build_model(settings).to(device)
+    tokens = Tokens(model)
     loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
@@ -231,27 +246,36 @@ def learn_encoder(
         if dev_before is not None:
             logger.info("held-out %s before training: %.2f (%.0f s)", metric, dev_before, eval_s)
     checks = {round(planned * (j + 1) / (eval_points + 1)) for j in range(eval_points)} if eval_points else set()
-    budget_s = budget_minutes * 60.0
+    budget_s = float("inf") if budget_minutes is None else budget_minutes * 60.0
     last_save = time.monotonic()
     step_times: list[float] = []
     stopped = "done"
     bar = progress(total=planned, initial=step, desc="learn", unit="step", enabled=show_progress)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+
+    def save() -> None:
+        _save_state(state_path, {
+            "fingerprint": fingerprint, "step": step, "curve": curve, "dev_before": dev_before,
+            "seconds": spent + time.monotonic() - t_start, "torch_rng": torch.get_rng_state(),
+            "eval_seconds": eval_s,
+            "model": {k: v.to("cpu") for k, v in model.state_dict().items() if k in trainable},
+            "optimizer": opt.state_dict(), "ema": ema.state() if ema is not None else None})
     while step < planned:
         elapsed = time.monotonic() - t_start
         typical = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
         if elapsed + typical + eval_s + reserve_minutes * 60.0 > budget_s and step_times:
             stopped = "budget"
-            logger.warning("the %.1f-minute budget ends before step %d of %d; stopping there (give a larger "
-                           "budget to run the whole recipe)", budget_minutes, step + 1, planned)
+            logger.warning("the %.1f-minute budget ends before step %d of %d; the state is saved, and the same "
+                           "call goes on from there", budget_minutes, step + 1, planned)
             break
         t0 = time.monotonic()
         for g in opt.param_groups:
             g["lr"] = settings.lr * settings.lr_factor(step, planned)
         opt.zero_grad()
         batch = _batch_at(data, settings, step)
-        loss = step_loss(model.encoder, tokens, tokens.pad, batch, data.known, loss_fn, settings.chunk_size,
-                         settings.mask_known)
+        with autocast(device):
+            loss = step_loss(model.encoder, tokens, tokens.pad, batch, data.known, loss_fn, settings.chunk_size,
+                             settings.mask_known)
         loss.backward()
         if settings.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
@@ -271,22 +295,23 @@ def learn_encoder(
                           "loss": loss_value, metric or "dev": value})
             logger.info("step %d/%d: loss %.4f held-out %s %s", step, planned, loss_value, metric, value)
         if time.monotonic() - last_save > save_every_minutes * 60.0 and step < planned:
-            _save_state(state_path, {
-                "fingerprint": fingerprint, "step": step, "curve": curve, "dev_before": dev_before,
-                "seconds": spent + time.monotonic() - t_start, "torch_rng": torch.get_rng_state(),
-                "eval_seconds": eval_s,
-                "model": {k: v for k, v in model.state_dict().items() if k in trainable},
-                "optimizer": opt.state_dict(), "ema": ema.state() if ema is not None else None})
+            save()
             last_save = time.monotonic()
     bar.close()
+    per_epoch = settings.steps_per_epoch(len(data.groups))
+    if stopped == "budget":
+        save()
+        summary = LearnSummary(steps=step, planned_steps=planned, epochs=round(step / per_epoch, 3),
+                               seconds=round(spent + time.monotonic() - t_start, 1), stopped=stopped,
+                               dev_metric=metric, dev_before=dev_before, resumed_from_step=resumed_from, curve=curve)
+        return LearnRun(out, summary, finished=False)
     if ema is not None and ema.steps:
         model.load_state_dict(ema.averaged_state(), strict=False)
     dev_after = _evaluate(model, tokens, evaluate, metric, None)
-    per_epoch = settings.steps_per_epoch(len(data.groups))
     summary = LearnSummary(steps=step, planned_steps=planned, epochs=round(step / per_epoch, 3),
                            seconds=round(spent + time.monotonic() - t_start, 1), stopped=stopped, dev_metric=metric,
                            dev_before=dev_before, dev_after=dev_after, resumed_from_step=resumed_from, curve=curve)
-    model.eval()
+    model.eval().to("cpu")  # a checkpoint loads anywhere
     config = {"threshold": None, "seed": settings.seed, "data": data.summary,
               "learn": {"settings": settings.to_json(), "summary": summary.to_json()}, **dict(extra_config or {})}
     save_checkpoint(out, model, "minilm", model.pipeline, config)

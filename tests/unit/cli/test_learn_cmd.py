@@ -1,41 +1,53 @@
 """``semdup learn``'s parsing and printing: the library call is replaced by a fake (the learning itself is tested in
-``tests/unit/export/test_learned_bundle.py``); the gate's decision in the fake is the real gate's."""
+``tests/unit/export/test_learned_bundle.py``); the decisions in the fake are the real gate's and the real choice
+test's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 import semdup.export.learn_run as learn_run
 from semdup.cli.learn_cmd import _minutes, learn
+from semdup.core.significance import paired_randomisation_test
+from semdup.data.learn_folds import FoldReport
 from semdup.data.supervision import SourceReport
-from semdup.data.supervision_split import SplitReport
 from semdup.export.gate import gate
 from semdup.export.learned_bundle import LearnOutcome
+from semdup.export.out_of_fold import FoldRun
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 
 
 def _run(tmp_path: Path, accept: bool) -> learn_run.LearnRun:
-    current = {f"q{i}": 50.0 for i in range(40)}
-    candidate = {q: v + (10.0 if accept else -1.0) for q, v in current.items()}
+    current = {f"q{i}": 50.0 for i in range(280)}
+    candidate = {q: v + (3.0 if accept else -1.0) for q, v in current.items()}
     decision = gate(current, candidate, "MAP")
     assert decision.accept is accept
+    choice = paired_randomisation_test(list(candidate.values()), list(candidate.values()))
+    folds = FoldReport("cluster", (140, 140), (140, 140))
+    runs = [FoldRun(i, LearnSummary(22, 22, 1.0, 300.0, "done"), False, 330.0, 600.0) for i in range(2)]
+    per_fold = [{"fold": i, "queries": 140, "current": 50.0, "encoder": 53.0, "hybrid": 52.5, "base_dense": 49.0}
+                for i in range(2)]
     outcome = LearnOutcome(
-        tmp_path / "cand", "minilm-abc", decision, "minilm-default", tmp_path / "work" / "untrained-default",
-        {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}, {"current": 50.0, "candidate": 60.0 if accept else 49.0,
-                                                             "base_dense": 48.0, "learned_dense": 52.0},
-        LearnSummary(68, 68, 2.0, 1200.0, "done"), False, SourceReport("semeval", "semeval-xml", 237, 1083, 1586),
-        SplitReport("official", 237, 43, 267, 50), {"train": 1200.0}, {"train": 2400.0})
+        decision, tmp_path / "cand" if accept else None, "hybrid-minilm-abc" if accept else None, "hybrid-default",
+        tmp_path / "work" / "untrained-default", "encoder", choice, {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0},
+        {"current": 50.0, "encoder": 53.0 if accept else 49.0, "hybrid": 52.5, "base_dense": 49.0}, per_fold,
+        folds, runs, LearnSummary(44, 44, 1.0, 600.0, "done") if accept else None,
+        SourceReport("semeval", "semeval-xml", 280, 1297, 1872), "cpu",
+        {"split": (1.0, 1.0), "current": (60.0, 100.0), "folds": (700.0, 1300.0), "gate": (2.0, 2.0)})
     kept = outcome.candidate_dir if accept else outcome.default_dir
-    return learn_run.LearnRun(outcome, kept, "semeval", tmp_path / "base", None, 1300.0, 2500.0, (3.0, 4.0))
+    return learn_run.LearnRun(outcome, kept, "semeval", tmp_path / "base", None, 1300.0, 2500.0, (0.3, 2.0))
 
 
 @pytest.mark.parametrize("accept", [True, False])
-def test_the_summary_names_the_split_the_gate_and_the_bundle_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 accept: bool) -> None:
+def test_the_summary_names_the_folds_the_choice_the_gate_and_the_bundle_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accept: bool) -> None:
     seen: dict[str, Any] = {}
 
     def fake(data: Any, out_dir: Any, **kw: Any) -> learn_run.LearnRun:
@@ -44,15 +56,24 @@ def test_the_summary_names_the_split_the_gate_and_the_bundle_kept(tmp_path: Path
 
     monkeypatch.setattr(learn_run, "learn_from", fake)
     out = CliRunner().invoke(learn, ["--data", "semeval", "--out", str(tmp_path / "cand"), "--budget", "1h",
-                                     "--epochs", "1.5"])
+                                     "--epochs", "1.5", "--folds", "3", "--device", "cpu"])
     assert out.exit_code == 0, out.output
     assert seen["data"] == "semeval" and seen["budget_minutes"] == 60.0 and seen["threads"] == 2
-    assert seen["settings"] == LearnSettings(epochs=1.5)
+    assert seen["settings"] == LearnSettings(epochs=1.5) and seen["folds"] == 3 and seen["device"] == "cpu"
     text = out.output
-    assert "split: held out by the data set's own split: 43 of 280 queries" in text
-    assert "training: 68/68 steps" in text and "p = " in text and "time: 21.7 min wall, 41.7 min CPU" in text
-    assert ("accept: MAP 50.00 -> 60.00" in text) is accept
-    assert f"kept: {tmp_path / 'cand'} (the candidate)" in text if accept else "untrained-default" in text
+    assert "folds: 2 folds by duplicate cluster: 140 + 140 = 280 queries" in text
+    assert "fold 1: 22/22 steps" in text and "over 280 queries" in text
+    assert "p = " in text and "time: 21.7 min wall, 41.7 min CPU" in text
+    assert "phases on cpu (wall s / CPU s): split 1/1, current 60/100, folds 700/1300, gate 2/2" in text
+    assert ("accept: MAP 50.00 -> 53.00" in text) is accept
+    assert f"kept: {tmp_path / 'cand'} (the candidate)" in text if accept else "no candidate written" in text
+
+
+def test_no_budget_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(learn_run, "learn_from", lambda data, out, **kw: seen.update(kw) or _run(tmp_path, True))
+    out = CliRunner().invoke(learn, ["--data", "semeval", "--out", str(tmp_path / "cand")])
+    assert out.exit_code == 0 and seen["budget_minutes"] is None and seen["device"] == "auto"
 
 
 def test_promote_is_refused_when_the_gate_keeps_the_current_bundle(tmp_path: Path,
@@ -71,10 +92,21 @@ def test_promote_is_refused_when_the_gate_keeps_the_current_bundle(tmp_path: Pat
     (["--data", "semeval", "--promote"], "--promote upgrades a site's index"),
     (["--data", "semeval", "--budget", "soon"], "is no duration"),
     (["--data", "semeval", "--budget", "0m"], "must be positive"),
+    (["--data", "semeval", "--device", "tpu"], "'tpu' is not one of 'auto', 'cpu', 'cuda'"),
+    (["--data", "semeval", "--folds", "1"], "1 is not in the range 2<=x<=20"),
 ])
 def test_bad_options_are_refused_before_anything_runs(tmp_path: Path, args: list[str], message: str) -> None:
     out = CliRunner().invoke(learn, [*args, "--out", str(tmp_path / "c")])
     assert out.exit_code == 2 and message in out.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_device_cuda_without_a_gpu_is_one_error_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "semdup", "learn", "--data", "semeval", "--device", "cuda", "--out",
+                           str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --device cuda: torch") and "sees no CUDA device" in lines[0]
 
 
 def test_budget_durations() -> None:

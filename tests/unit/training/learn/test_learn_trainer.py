@@ -1,5 +1,6 @@
-"""The budgeted learn trainer: an interrupted run resumes to the weights of an uninterrupted one, a short budget
-stops early and says so, a folder of another recipe is refused. MiniLM with 5 of 6 layers frozen, 32 wordpieces."""
+"""The learn trainer: an interrupted run resumes to the weights of an uninterrupted one, a spent budget saves the run
+unfinished and the same call goes on, a folder of another recipe is refused, --device cuda without a GPU is
+refused in one line. MiniLM with 5 of 6 layers frozen, 32 wordpieces."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path: Path, monkeypa
     assert done.reused and done.summary == again.summary
 
 
-def test_a_short_budget_stops_early_and_reports_the_held_out_figure(tmp_path: Path) -> None:
+def test_a_spent_budget_saves_the_run_unfinished_and_the_same_call_goes_on(tmp_path: Path) -> None:
     seen = []
 
     def evaluate(scorer):  # noqa: ANN001, ANN202
@@ -74,10 +75,16 @@ def test_a_short_budget_stops_early_and_reports_the_held_out_figure(tmp_path: Pa
 
     run = learn_encoder(SETTINGS, _data(), tmp_path / "short", budget_minutes=1e-4, evaluate=evaluate,
                         metric="margin", threads=1, show_progress=False)
-    assert run.summary.stopped == "budget" and run.summary.steps == 1  # one step always runs
-    assert run.summary.dev_before is not None and run.summary.dev_after is not None and len(seen) == 2
-    assert "stopped: budget" in run.summary.line()
-    assert (tmp_path / "short" / "config.json").exists()
+    assert not run.finished and run.summary.stopped == "budget" and run.summary.steps == 1  # one step always runs
+    assert run.summary.dev_before is not None and len(seen) == 1  # no final check: nothing was finished
+    assert (tmp_path / "short" / STATE_FILE).exists() and not (tmp_path / "short" / "config.json").exists()
+    done = learn_encoder(SETTINGS, _data(), tmp_path / "short", evaluate=evaluate, metric="margin", threads=1,
+                         show_progress=False)
+    assert done.finished and done.summary.resumed_from_step == 1 and done.summary.steps == 3
+    assert done.summary.dev_after is not None and "stopped: done" in done.summary.line()
+    learn_encoder(SETTINGS, _data(), tmp_path / "whole", threads=1, show_progress=False)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "short")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the budget cut changed nothing in what was learned
 
 
 def test_a_folder_of_another_recipe_is_refused(tmp_path: Path) -> None:
@@ -85,3 +92,15 @@ def test_a_folder_of_another_recipe_is_refused(tmp_path: Path) -> None:
     other = LearnSettings(**{**SETTINGS.to_json(), "lr": 3e-4})
     with pytest.raises(ConfigError, match="another recipe"):
         learn_encoder(other, _data(), tmp_path / "run", threads=1, show_progress=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused_in_one_line_and_auto_takes_the_cpu() -> None:
+    from semdup.training.devices import resolve_device
+
+    with pytest.raises(ConfigError, match="--device cuda: torch .* sees no CUDA device") as refused:
+        resolve_device("cuda")
+    assert "\n" not in str(refused.value)
+    assert resolve_device("auto") == resolve_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="accepted: auto, cpu, cuda"):
+        resolve_device("tpu")
