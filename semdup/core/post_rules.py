@@ -14,14 +14,15 @@ id at most                OpenSearch refuses a longer ``_id`` (and with it a who
 :data:`MAX_ID_BYTES`      JSON Schema counts characters, so the schema says ``maxLength`` 512 (a
 bytes of UTF-8            necessary bound) and ``x-max-utf8-bytes`` 512 (the real one)
 id without control        C0 (tab and newline too), DEL and C1 controls break log lines, TSV files and
-characters or U+FFFD      terminals; U+FFFD is what undecodable bytes became, so the id is not the one
-                          its owner knows
+characters, bidi          terminals; U+FFFD is what undecodable bytes became, so the id is not the one
+controls or U+FFFD        its owner knows; bidirectional controls (U+202E ...) make an id show as another
 title and body without    :data:`TEXT_FORBIDDEN`: C0 controls but tab, newline and return, DEL, U+FFFD
 control characters        (binary content or bytes that were not UTF-8; tab and newline are text)
 title and body at most    longer text is cut by the text pipeline anyway (``MAX_FIELD_CHARS``); the
 :data:`MAX_TEXT_CHARS`    HTTP service may set a lower bound (``max_text_chars``) and says so in its schema
-visible text              a title or a body with something but white space and markup: otherwise the
-                          encoder would write a zero vector that matches nothing
+visible text              a title or a body with something but white space, markup, code blocks and
+                          invisible characters (zero-width, bidi controls): otherwise the post is
+                          stored empty, and the encoder writes a zero vector that matches nothing
 no lone surrogates        they cannot be encoded as UTF-8 (JSON can carry them as ``\ud800`` escapes)
 ========================  ============================================================================
 
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_TEXT_CHARS",
     "ID_FORBIDDEN",
+    "BIDI_CONTROLS",
     "TEXT_FORBIDDEN",
     "ID_PATTERN",
     "TEXT_PATTERN",
@@ -73,7 +75,8 @@ MAX_TEXT_CHARS = 100_000  # per field; the text pipeline reads no more (text_pip
 
 # Character classes (the inside of [...]), written with escapes so the same string is a Python, Rust and ECMA-262
 # regular expression.
-ID_FORBIDDEN = r"\x00-\x1f\x7f-\x9f\ufffd"
+BIDI_CONTROLS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # marks, embeddings, overrides, isolates
+ID_FORBIDDEN = rf"\x00-\x1f\x7f-\x9f\ufffd{BIDI_CONTROLS}"
 TEXT_FORBIDDEN = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd"
 # Not white space by either ECMA-262's or Python's rules (they differ on U+0085, U+FEFF and U+001C..U+001F; the
 # last are forbidden anyway), so the schema and the service count the same characters as visible.
@@ -85,6 +88,7 @@ TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*$"
 VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}][^{TEXT_FORBIDDEN}]*$"
 
 _ID_BAD = re.compile(rf"[{ID_FORBIDDEN}\ud800-\udfff]")
+_BIDI = re.compile(rf"[{BIDI_CONTROLS}]")
 _TEXT_BAD = re.compile(rf"[{TEXT_FORBIDDEN}\ud800-\udfff]")
 _VISIBLE = re.compile(VISIBLE_PATTERN)
 _ID_SHOWN = 80  # characters of an id a message repeats
@@ -96,6 +100,8 @@ def _char_problem(what: str, found: re.Match[str]) -> str:
         kind = "U+FFFD (a replacement character: bytes that were not UTF-8)"
     elif "\ud800" <= char <= "\udfff":
         kind = f"a lone surrogate U+{ord(char):04X} (not encodable as UTF-8)"
+    elif _BIDI.match(char):
+        kind = f"bidirectional control U+{ord(char):04X} (it makes the id show as another)"
     else:
         kind = f"control character U+{ord(char):04X}"
     return f"{what} holds {kind} at character {at}"
@@ -150,10 +156,11 @@ def blank_problem(title: str, body: str) -> str | None:
 
 
 def visible_problem(title: str, body: str) -> str | None:
-    """None when the title or the body holds visible text (markup, entities and white space do not count)."""
+    """None when the title or the body holds visible text (markup, code blocks, entities, white space and invisible
+    characters do not count: :func:`~semdup.core.text_pipeline.has_visible_text`)."""
     problem = blank_problem(title, body)
     if problem is None and not has_visible_text(title) and not has_visible_text(body):
-        problem = "no visible text (title and body hold only markup or white space)"
+        problem = "no visible text (only markup, code, white space or invisible characters)"
     return problem
 
 

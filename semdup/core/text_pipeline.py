@@ -18,6 +18,7 @@ import html
 import json
 import math
 import re
+import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -113,14 +114,15 @@ def clean_text(text: str, settings: TextPipelineSettings) -> str:
 
 
 def has_visible_text(text: str) -> bool:
-    """Whether ``text`` holds anything but white space (U+FEFF included), HTML tags, entities and control
-    characters."""
-    text = text[: MAX_FIELD_CHARS * 4]  # what clean_text reads, too
-    if "<" in text:
-        text = _TAG.sub(" ", text)
-    if "&" in text:
-        text = html.unescape(text)
-    return bool(_CONTROL.sub(" ", text).replace("\ufeff", " ").strip())
+    """Whether ``text`` holds a visible character once cleaned as the index stores it (:func:`clean_text` with the
+    default settings: tags and ``<pre>`` code blocks dropped, entities decoded): not white space, not a control
+    or format character (zero-width spaces and joiners, U+FEFF, bidi controls), not a private-use or unassigned
+    one. A title of zero-width spaces or a body of only code would otherwise be stored as nothing."""
+    cleaned = clean_text(text, _DEFAULTS)
+    return any(unicodedata.category(c)[0] not in "ZC" for c in cleaned)
+
+
+_DEFAULTS = TextPipelineSettings()
 
 
 def check_post(post: Post) -> None:

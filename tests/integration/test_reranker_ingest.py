@@ -27,7 +27,7 @@ from semdup.reranker import Reranker
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
-KEY, OTHER_KEY = "ingest-key-41c7", "other-key-9e02"
+KEY, OTHER_KEY = "ingest-key-41c7-7d2f0c9e4b1a", "other-key-9e02-7d2f0c9e4b1a"
 WAIT_S = 300.0
 
 

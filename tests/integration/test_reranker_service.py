@@ -35,7 +35,7 @@ from semdup.indexer.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.settings import ServiceSettings
 
-KEY = "test-key-7f3a"
+KEY = "test-key-7f3a-7d2f0c9e4b1a"
 HEADERS = {"X-API-Key": KEY}
 
 
@@ -152,7 +152,7 @@ def test_chunked_bodies_over_the_limit_get_413_like_plain_ones(app_client: TestC
 
 
 def test_openapi_declares_the_key_the_bounds_and_every_answer(app_client: TestClient) -> None:
-    schema = app_client.get("/openapi.json").json()
+    schema = app_client.app.openapi()
     assert schema["components"]["securitySchemes"]["APIKeyHeader"] == {
         "type": "apiKey",
         "in": "header",
@@ -248,7 +248,7 @@ def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Pos
     text = app_client.get("/metrics").text
     assert 'semdup_rerank_requests_total{path="/v1/rerank",status="200"}' in text
     assert "semdup_rerank_request_seconds_bucket" in text
-    schema = app_client.get("/openapi.json").json()
+    schema = app_client.app.openapi()
     assert "/v1/rerank" in schema["paths"]
 
 

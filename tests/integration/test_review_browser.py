@@ -39,7 +39,7 @@ from semdup.review.verdicts import VERDICTS_INDEX, verdict_id
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
 WAIT_S = 180.0
-SEARCH_KEY, ALICE_KEY, BOB_KEY = "search-key-7a1c", "review-alice-44be", "review-bob-90d2"
+SEARCH_KEY, ALICE_KEY, BOB_KEY = "search-key-7a1c-7d2f0c9e4b1a", "review-alice-44be-7d2f0c9e4b1a", "review-bob-90d2-7d2f0c9e4b1a"
 XSS = Post(
     "xss-1",
     "Can a <script> tag in my form ruin my visa application?",

@@ -29,7 +29,7 @@ from semdup.devstack.local_process import any_free_port
 pytestmark = pytest.mark.slow
 
 TAG = secrets.token_hex(4)
-BROKER_PW, OPENSEARCH_PW, API_KEY = f"Br0ker-{TAG}", f"0penS-{TAG}", f"api-key-{TAG}"
+BROKER_PW, OPENSEARCH_PW, API_KEY = f"Br0ker-{TAG}", f"0penS-{TAG}", f"api-key-{TAG}-{TAG}-{TAG}"
 UPSTREAM_PW, UPSTREAM_KEY = f"Upstr3am-{TAG}", f"upkey-{TAG}"
 PLANTED = (BROKER_PW, OPENSEARCH_PW, API_KEY, UPSTREAM_PW, UPSTREAM_KEY)
 UPSTREAM_ANSWER = f"upstream login failed for http://admin:{UPSTREAM_PW}@db:9200 with api_key={UPSTREAM_KEY}"

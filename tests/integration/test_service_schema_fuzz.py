@@ -20,7 +20,7 @@ from semdup.core.settings import OpenSearchSettings
 
 pytestmark = pytest.mark.slow
 
-KEY = "fuzz-key-3e1d"
+KEY = "fuzz-key-3e1d-7d2f0c9e4b1a"
 OPERATIONS = [
     ("/v1/rerank", "POST", 120),
     ("/v1/similar", "GET", 60),

@@ -30,7 +30,7 @@ from semdup.search_templates import query_text, template_id, template_params
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.slow]
 
-SEARCH_KEY, REVIEW_KEY = "similar-search-5d1e", "similar-review-a07b"
+SEARCH_KEY, REVIEW_KEY = "similar-search-5d1e-7d2f0c9e4b1a", "similar-review-a07b-7d2f0c9e4b1a"
 TAGGED = Post(
     "tagged-1",
     "Is a &lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt; tag in a visa form dangerous?",

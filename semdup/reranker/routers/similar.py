@@ -107,7 +107,7 @@ def router(settings: ServiceSettings) -> APIRouter:
         methods=["GET"],
         response_model=SimilarResponse,
         tags=["similar"],
-        responses=responses(401, 404, 409, 422, 500, 503, 504),
+        responses=responses(401, 403, 404, 409, 422, 429, 500, 503, 504),
     )
     out.add_api_route(EXAMPLES + "/{name}", example, methods=["GET"], include_in_schema=False)
     return out

@@ -50,6 +50,10 @@ from semdup.core.posts import Post
         ("x\ufffd", "id holds U+FFFD (a replacement character: bytes that were not UTF-8) at character 2"),
         ("a\ud800", "id holds a lone surrogate U+D800 (not encodable as UTF-8) at character 2"),
         ("Q1_R3/é€😀", None),
+        ("abc\u202egnp.exe", "id holds bidirectional control U+202E (it makes the id show as another) at character 4"),
+        ("\u2066x", "id holds bidirectional control U+2066"),
+        ("x\u200f", "id holds bidirectional control U+200F"),
+        ("שלום", None),  # right-to-left text itself is fine: only the controls that reorder it are refused
     ],
 )
 def test_id_rules(post_id: str, problem: str | None) -> None:
@@ -108,6 +112,11 @@ def test_text_length_is_left_to_the_caller_when_asked() -> None:
         ("<p></p>", "", "no visible text"),
         ("<br/>", "&nbsp; <b> </b>", "no visible text"),
         ("", "<img src='x.png'>", "no visible text"),
+        ("\u200b\u200c\u200d\u2060", "", "no visible text"),  # zero-width characters only
+        ("&#8203;", "\u202e", "no visible text"),
+        ("", "<pre><code>print(1)</code></pre>", "no visible text"),  # code blocks are dropped by the index
+        ("\u200bVisa?", "", None),
+        ("", "<p>See <code>ls -l</code></p>", None),  # inline code is text
     ],
 )
 def test_visible_text(title: str, body: str, problem: str | None) -> None:
