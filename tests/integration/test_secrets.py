@@ -242,6 +242,7 @@ def test_service_answers_and_logs_show_no_secret(
             **base_env,
             "SEMDUP_LOG_FORMAT": "json" if json_mode else "text",
             "SEMDUP_API_KEY": API_KEY,
+            "SEMDUP_OPS_AUTH": "0",  # the operators' endpoints answer anyone: what they say is checked too
             "SEMDUP_OPENSEARCH_URL": with_password(f"http://{upstream}", OPENSEARCH_PW),
         }
         log = tmp_path / "serve.log"

@@ -33,7 +33,8 @@ OPERATIONS = [
 @pytest.fixture(scope="module")
 def service_schema(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> Any:
     _, index = served
-    config = {"bundle": str(tiny_bundle), "index": index, "api_key": KEY, "max_text_chars": 5000}
+    # the operators' endpoints open (SEMDUP_OPS_AUTH=0): the schema is read, and /metrics fuzzed, without a key
+    config = {"bundle": str(tiny_bundle), "index": index, "api_key": KEY, "max_text_chars": 5000, "ops_auth": "0"}
     app = create_app(service_settings(config, OpenSearchSettings(url=opensearch_url)))
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 

@@ -22,7 +22,7 @@ def test_a_session_lives_until_logout_and_the_cookie_holds_only_a_random_id() ->
     assert list(cluster.docs) == [hashlib.sha256(sid.encode()).hexdigest()]
     assert "the-key" not in str(cluster.docs) and cluster.docs[list(cluster.docs)[0]]["who"] == "alice"
     loaded = store.load(sid, now=1100)
-    assert loaded is not None and loaded.kid == made.kid and loaded.csrf == made.csrf and same_token(made.csrf, loaded.csrf)
+    assert loaded is not None and loaded.kid == made.kid and same_token(made.csrf, loaded.csrf)
     store.end(sid)
     assert store.load(sid, now=1101) is None  # a copy of the cookie is worth nothing after logout
     store.end(sid)  # twice is fine
