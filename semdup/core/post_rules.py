@@ -49,7 +49,7 @@ import re
 
 from semdup.core.errors import PostError
 from semdup.core.posts import Post
-from semdup.core.text_pipeline import has_visible_text
+from semdup.core.text_pipeline import INVISIBLE_CHARS, has_visible_text
 
 __all__ = [
     "MAX_ID_BYTES",
@@ -81,16 +81,18 @@ TEXT_FORBIDDEN = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd"
 # Not white space by either ECMA-262's or Python's rules (they differ on U+0085, U+FEFF and U+001C..U+001F; the
 # last are forbidden anyway), so the schema and the service count the same characters as visible.
 _BLANK = r"\s\x85\ufeff"
-VISIBLE_PATTERN = rf"[^{_BLANK}]"
+# a visible character: not white space, not invisible (zero-width, bidi controls ...: has_visible_text's set)
+VISIBLE_PATTERN = rf"[^{_BLANK}{INVISIBLE_CHARS}]"
 ID_PATTERN = rf"^[^{ID_FORBIDDEN}]*[^{ID_FORBIDDEN}{_BLANK}][^{ID_FORBIDDEN}]*$"
 TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*$"
 # a text field that must hold a visible character itself (``/v1/similar``'s title): TEXT_PATTERN and VISIBLE_PATTERN
-VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}][^{TEXT_FORBIDDEN}]*$"
+VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}{INVISIBLE_CHARS}][^{TEXT_FORBIDDEN}]*$"
 
 _ID_BAD = re.compile(rf"[{ID_FORBIDDEN}\ud800-\udfff]")
 _BIDI = re.compile(rf"[{BIDI_CONTROLS}]")
 _TEXT_BAD = re.compile(rf"[{TEXT_FORBIDDEN}\ud800-\udfff]")
 _VISIBLE = re.compile(VISIBLE_PATTERN)
+_ID_VISIBLE = re.compile(rf"[^{_BLANK}]")  # an id's visible character (ID_PATTERN's)
 _ID_SHOWN = 80  # characters of an id a message repeats
 
 
@@ -130,7 +132,7 @@ def id_problem(post_id: str) -> str | None:
     found = _ID_BAD.search(post_id)
     if found is not None:
         return _char_problem("id", found)
-    if _VISIBLE.search(post_id) is None:
+    if _ID_VISIBLE.search(post_id) is None:
         return "id is only white space"
     return opensearch_id_problem(post_id)
 

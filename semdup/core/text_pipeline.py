@@ -18,7 +18,6 @@ import html
 import json
 import math
 import re
-import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -38,6 +37,7 @@ __all__ = [
     "clean_text",
     "check_post",
     "has_visible_text",
+    "INVISIBLE_CHARS",
     "PAD_ID",
     "UNK_ID",
 ]
@@ -113,13 +113,23 @@ def clean_text(text: str, settings: TextPipelineSettings) -> str:
     return " ".join(text.split())[:MAX_FIELD_CHARS]
 
 
+# Invisible characters: Unicode's default-ignorable code points of the Basic Multilingual Plane (soft hyphen,
+# zero-width spaces and joiners, bidi controls, word joiners, variation selectors, Hangul fillers, U+FEFF), as the
+# inside of a [...] class written with escapes, so that the request schema states the same set
+# (semdup.core.post_rules.VISIBLE_PATTERN: a Python and an ECMA-262 expression alike).
+INVISIBLE_CHARS = (
+    r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
+    r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+)
+_SHOWN = re.compile(rf"[^\s\x85{INVISIBLE_CHARS}]")
+
+
 def has_visible_text(text: str) -> bool:
     """Whether ``text`` holds a visible character once cleaned as the index stores it (:func:`clean_text` with the
-    default settings: tags and ``<pre>`` code blocks dropped, entities decoded): not white space, not a control
-    or format character (zero-width spaces and joiners, U+FEFF, bidi controls), not a private-use or unassigned
-    one. A title of zero-width spaces or a body of only code would otherwise be stored as nothing."""
-    cleaned = clean_text(text, _DEFAULTS)
-    return any(unicodedata.category(c)[0] not in "ZC" for c in cleaned)
+    default settings: tags and ``<pre>`` code blocks dropped, entities decoded, control characters blanked): one that
+    is neither white space nor invisible (:data:`INVISIBLE_CHARS`: zero-width spaces, bidi controls, U+FEFF ...). A
+    title of zero-width spaces, or a body of only code, would otherwise be stored as nothing."""
+    return _SHOWN.search(clean_text(text, _DEFAULTS)) is not None
 
 
 _DEFAULTS = TextPipelineSettings()

@@ -114,9 +114,7 @@ def _key(request: Request, ctx: ReviewContext, given: str) -> ApiKey:
     except ScopeError:
         raise HTTPException(403, "this API key has no review scope; ask for a key with the review scope") from None
     except AuthError:
-        raise HTTPException(
-            401, "missing or wrong API key; send a key with the review scope in X-API-Key"
-        ) from None
+        raise HTTPException(401, "missing or wrong API key; send a key with the review scope in X-API-Key") from None
 
 
 def _reviewer(request: Request, ctx: ReviewContext, api_key: str | None, csrf: str | None, change: bool) -> ApiKey:

@@ -45,7 +45,6 @@ def settings_for(bundle_dir: Path, index: str, url: str, **changes: Any) -> Serv
         "bundle": str(bundle_dir),
         "index": index,
         "api_key": KEY,
-        "api_keys": f"{OPS_KEY}:*:ops",
         "max_body_bytes": 64 * 1024,
         "max_text_chars": 20_000,
         **changes,
@@ -56,7 +55,7 @@ def settings_for(bundle_dir: Path, index: str, url: str, **changes: Any) -> Serv
 @pytest.fixture(scope="module")
 def app_client(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> TestClient:
     bundle, index = served
-    return TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url)))
+    return TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url, api_keys=f"{OPS_KEY}:*:ops")))
 
 
 def good_call(client: TestClient, post: Post) -> dict[str, Any]:
