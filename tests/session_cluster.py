@@ -25,11 +25,13 @@ class DictCluster:
     def index(self, index: str, id: str, body: dict[str, Any], **_: Any) -> None:
         self.docs[id] = dict(body)
 
-    def get(self, index: str, id: str, **_: Any) -> dict[str, Any]:
+    def get(self, index: str, id: str, ignore: Any = (), **_: Any) -> dict[str, Any]:
         self.gets += 1
         if id not in self.docs:
+            if 404 in ignore:
+                return {"_id": id, "found": False}
             raise os_exc.NotFoundError(404, "not_found", {"found": False})
-        return {"_id": id, "_source": dict(self.docs[id])}
+        return {"_id": id, "found": True, "_source": dict(self.docs[id])}
 
     def update(self, index: str, id: str, body: dict[str, Any], **_: Any) -> None:
         if id in self.docs:

@@ -125,14 +125,12 @@ class SessionStore:
         """
         if not sid or not _SID.fullmatch(sid):
             return None
-        from opensearchpy import exceptions as os_exc
-
         at = int(time.time() if now is None else now)
         doc_id = self._doc_id(sid)
         with _unavailable("reading a review session"):
-            try:
-                found = self.client.get(index=self.index, id=doc_id)
-            except os_exc.NotFoundError:  # no such session, or no session was ever stored
+            # 404: no such session, or none was ever stored (ignored: the client would log each as a warning)
+            found = self.client.get(index=self.index, id=doc_id, ignore=[404])
+            if not found.get("found"):
                 return None
             src = found.get("_source") or {}
             try:
