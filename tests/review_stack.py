@@ -54,14 +54,14 @@ def serve_env(opensearch_url: str, bundle_dir: Path, index: str, api_keys: str, 
 
 
 @contextmanager
-def semdup_serve(env: dict[str, str], log: Path) -> Iterator[str]:
-    """A real `semdup serve` (one uvicorn worker) on a free port; yields its base URL, stops it afterwards."""
+def semdup_serve(env: dict[str, str], log: Path, workers: int = 1) -> Iterator[str]:
+    """A real `semdup serve` (``workers`` uvicorn workers) on a free port; yields its base URL, stops it afterwards."""
     from stub_servers import wait_until_answering
 
     port = any_free_port()
     out = log.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "semdup", "serve", "--port", str(port), "--workers", "1"],
+        [sys.executable, "-m", "semdup", "serve", "--port", str(port), "--workers", str(workers)],
         env=env,
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -21,14 +21,21 @@ workers. At most ``max_in_flight`` requests are in flight per process; past that
 ``Retry-After`` at once (:mod:`semdup.reranker.admission`).
 
 Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X-API-Key`` (an OpenAPI
-``APIKeyHeader`` scheme), 404 an index this key may not search or that does not exist (one answer for both, so it
-tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another model version,
-413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
+``APIKeyHeader`` scheme), 403 a key without the endpoint's scope (``search``, ``ingest``, ``ops``), 429
+``TooManyFailures`` with ``Retry-After`` (too many wrong keys from the address,
+:mod:`semdup.reranker.auth_throttle`), 404 an index this key may not search or that does not exist (one answer
+for both, so it tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another
+model version, 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
 beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down (or, for
 ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed; or
 ``Overloaded``: this worker has ``max_in_flight`` requests in flight, with ``Retry-After``), 504 OpenSearch too
 slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
 (:func:`semdup.core.logs.scrub`).
+
+Operators' endpoints: ``/metrics`` and ``/openapi.json`` need a key with the ``ops`` scope while
+``SEMDUP_OPS_AUTH`` is on (the default; ``/metrics`` names every served index). There is no ``/docs`` or
+``/redoc``: FastAPI's pages load Swagger UI and ReDoc from a third-party CDN; any OpenAPI viewer reads
+``/openapi.json``.
 """
 
 from __future__ import annotations
@@ -40,10 +47,11 @@ from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -58,11 +66,12 @@ from semdup.core.errors import (
 )
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
+from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
 from semdup.reranker.candidates import SearchTimeout
 from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.routers import ingest, probes, rerank, similar
-from semdup.reranker.routers.access import AuthError
+from semdup.reranker.routers.access import AuthError, ScopeError, ops_access
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
 
@@ -79,7 +88,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/redoc"}
+# never refused by admission control (a busy worker still answers its probes and scrapes)
+_OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
 _KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS}  # metrics' path label
 # The feature routers every app includes, in order; each takes the app's ServiceSettings. The review page's router
 # is included beside them (create_app).
@@ -182,6 +192,8 @@ class ServiceMetrics:
     latency: Any
     errors_total: Any
     shed_total: Any
+    auth_failed_total: Any
+    auth_throttled_total: Any
 
     @classmethod
     def create(cls) -> ServiceMetrics:
@@ -207,7 +219,24 @@ class ServiceMetrics:
                 ["path"],
                 registry=registry,
             ),
+            auth_failed_total=Counter(
+                "semdup_auth_failures",
+                "Wrong API keys and review logins (each counts against its client's address)",
+                ["path"],
+                registry=registry,
+            ),
+            auth_throttled_total=Counter(
+                "semdup_auth_throttled",
+                "Requests refused with 429 TooManyFailures: their address failed too often",
+                ["path"],
+                registry=registry,
+            ),
         )
+
+    def auth_event(self, path: str, what: str) -> None:
+        """Count a wrong key or login (``failed``) or a 429 refusal (``throttled``) on ``path``."""
+        label = _label(path)
+        (self.auth_throttled_total if what == "throttled" else self.auth_failed_total).labels(label).inc()
 
     def shed(self, path: str) -> None:
         label = _label(path)
@@ -217,6 +246,8 @@ class ServiceMetrics:
 
 
 def _label(path: str) -> str:
+    if path.startswith("/review"):
+        return "/review/login" if path == "/review/login" else "/review"
     return path if path in _OPEN_PATHS | _KEYED_PATHS else "other"
 
 
@@ -250,6 +281,20 @@ async def _auth(request: Request, exc: Exception) -> JSONResponse:
     return _error(request, 401, "Unauthorized", str(exc))
 
 
+async def _scope(request: Request, exc: Exception) -> JSONResponse:
+    return _error(request, 403, "Forbidden", str(exc))
+
+
+async def _throttled(request: Request, exc: Exception) -> JSONResponse:
+    seconds = exc.seconds if isinstance(exc, Throttled) else 1.0
+    return _error(request, 429, "TooManyFailures", str(exc), headers={"Retry-After": str(retry_after(seconds))})
+
+
+async def _openapi(request: Request) -> JSONResponse:
+    """``/openapi.json``, behind the ops scope (:func:`ops_access`)."""
+    return JSONResponse(request.app.openapi())
+
+
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     items = _validation_items(exc.errors())
     first = items[0] if items else {}
@@ -257,7 +302,7 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
         message = f"the body is not valid JSON (error at character {first['loc'][-1]}); send a JSON object"
     else:
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        message = f"{where or 'body'}: {first.get('msg', 'invalid request')}; see /docs for the request schema"
+        message = f"{where or 'body'}: {first.get('msg', 'invalid request')}; see /openapi.json for the request schema"
     return _error(request, 422, "ValidationError", message, detail=items)
 
 
@@ -266,7 +311,7 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, RecursionError):  # json.loads gives up past ~1,000 nested levels
             message = (
                 "the body nests arrays or objects too deeply to be read (json gives up at about 1,000 levels); "
-                "send the flat JSON object the schema at /docs describes"
+                "send the flat JSON object the schema at /openapi.json describes"
             )
             kind = "json_too_deep"
         else:  # not UTF-8
@@ -338,6 +383,9 @@ def create_app(
         version=reranker.version,
         lifespan=_lifespan,
         description="Ranked duplicate candidates for a new post, with fused scores and decisions.",
+        docs_url=None,  # FastAPI's pages load their scripts from a third-party CDN
+        redoc_url=None,
+        openapi_url=None,  # served below, behind the ops scope
     )
     app.state.settings = settings
     app.state.reranker = reranker
@@ -346,17 +394,28 @@ def create_app(
     app.state.metrics = metrics
     app.state.registry = metrics.registry  # what /metrics serves; routers from above add their collectors to it
     app.state.probes = ThreadPoolExecutor(max_workers=probes.PROBE_THREADS, thread_name_prefix="semdup-probe")
-    app.state.review = review_context(settings, getattr(reranker, "client", None), reranker.version)
+    app.state.throttle = FailureThrottle(
+        None if settings.runtime_dir is None else Path(settings.runtime_dir) / THROTTLE_FILE,
+        limit=settings.auth_failures,
+        window=settings.auth_window,
+        block=settings.auth_block,
+    )
+    app.state.review = review_context(
+        settings, getattr(reranker, "client", None), reranker.version, throttle=app.state.throttle
+    )
     if settings.review_enabled:
         metrics.registry.register(ReviewCollector(app.state.review.stats))
 
     app.middleware("http")(_observe)
     app.add_exception_handler(AuthError, _auth)
+    app.add_exception_handler(ScopeError, _scope)
+    app.add_exception_handler(Throttled, _throttled)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(SemdupError, _semdup)
     app.add_exception_handler(Exception, _any)
     app.include_router(probes.router)
+    app.add_api_route("/openapi.json", _openapi, dependencies=[Depends(ops_access)], include_in_schema=False)
     for feature in FEATURES:
         app.include_router(feature(settings))
     app.include_router(review_router)

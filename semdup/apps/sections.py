@@ -62,6 +62,11 @@ class ServiceSection(_Section):
     workers: int | None = None
     ingest: bool | None = None
     max_ingest_posts: int = 1000
+    ops_auth: bool = True
+    auth_failures: int = 10
+    auth_window: float = 60.0
+    auth_block: float = 60.0
+    runtime_dir: str | None = None
 
     def __repr__(self) -> str:  # keys never in a repr
         shown = self.model_dump(exclude={"api_key", "api_keys"})
@@ -76,7 +81,8 @@ class ReviewSection(_Section):
     """The review page: its session cookies and links to the site."""
 
     session_secret: str | None = None
-    session_max_age: int = 12 * 3600
+    session_max_age: int = 8 * 3600
+    session_idle: int = 1800
     post_url: str | None = None
     stats_ttl: float = 60.0
 

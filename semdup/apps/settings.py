@@ -241,8 +241,14 @@ class Settings(BaseSettings):
             max_in_flight=s.max_in_flight,
             session_secret=r.session_secret,
             session_max_age=r.session_max_age,
+            session_idle=r.session_idle,
             post_url=r.post_url,
             review_stats_ttl=r.stats_ttl,
+            ops_auth=s.ops_auth,
+            auth_failures=s.auth_failures,
+            auth_window=s.auth_window,
+            auth_block=s.auth_block,
+            runtime_dir=s.runtime_dir,
         )
 
     def workers(self) -> int:
@@ -316,7 +322,8 @@ def handoff(settings: Settings) -> str:
     data = settings.model_dump(mode="json")
     keys = settings.service.api_keys
     data["service"]["api_keys"] = [
-        {"key": k.key, "indices": list(k.indices) or "*", "scopes": list(k.scopes), "name": k.name} for k in keys
+        {"key": k.key, "indices": list(k.indices) or "*", "scopes": list(k.scopes), "name": k.name, "label": k.label}
+        for k in keys
     ]
     data["config_file"] = None  # already read into the tree
     return json.dumps(data)

@@ -68,9 +68,18 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_WORKERS", "service.workers", "uvicorn worker processes of semdup serve (1..64)"),
     Var("SEMDUP_INGEST", "service.ingest", "the /v1/posts endpoints (HTTP ingest) on or off", "auto_bool"),
     Var("SEMDUP_MAX_INGEST_POSTS", "service.max_ingest_posts", "most posts or ids one ingest request may carry"),
+    Var("SEMDUP_OPS_AUTH", "service.ops_auth", "/metrics and /openapi.json need a key with the ops scope (off: open)",
+        "bool"),
+    Var("SEMDUP_AUTH_FAILURES", "service.auth_failures", "wrong keys or logins an address may send per window; "
+        "more get 429"),
+    Var("SEMDUP_AUTH_WINDOW", "service.auth_window", "seconds over which an address's failures are counted"),
+    Var("SEMDUP_AUTH_BLOCK", "service.auth_block", "seconds of the first 429 block; doubles in a row, at most 1 h"),
+    Var("SEMDUP_RUNTIME_DIR", "service.runtime_dir", "folder for the state the service's workers share (the failure "
+        "counts); default: a new temporary one per semdup serve"),
     Var("SEMDUP_SESSION_SECRET", "review.session_secret", "signs the review page's cookies (32+ characters)",
         secret=True),
-    Var("SEMDUP_SESSION_MAX_AGE", "review.session_max_age", "seconds a review login lasts"),
+    Var("SEMDUP_SESSION_MAX_AGE", "review.session_max_age", "seconds a review login lasts at most"),
+    Var("SEMDUP_SESSION_IDLE", "review.session_idle", "seconds a review login lasts unused"),
     Var("SEMDUP_POST_URL", "review.post_url", "a post's page on the site, with {id} (and {index})"),
     Var("SEMDUP_REVIEW_STATS_TTL", "review.stats_ttl", "seconds the review figures read from the cluster are kept"),
     Var("SEMDUP_VISIBILITY_TIMEOUT", "worker.visibility_timeout", "seconds before Redis hands a dead worker's batch "
@@ -110,7 +119,8 @@ for _v in VARIABLES:
 
 _SERVICE_KEYS = (
     "index", "indices", "api_key", "api_keys", "auth", "max_body_bytes", "max_text_chars", "max_k", "threads",
-    "onnx_threads", "max_in_flight", "workers", "ingest", "max_ingest_posts",
+    "onnx_threads", "max_in_flight", "workers", "ingest", "max_ingest_posts", "ops_auth", "auth_failures",
+    "auth_window", "auth_block", "runtime_dir",
 )  # fmt: skip
 _CANDIDATE_KEYS = ("templates", "variant", "sparse", "knn", "k_candidates", "search_timeout", "field_cache")
 
@@ -122,6 +132,7 @@ LEGACY_KEYS: dict[str, str] = {
     **{k: f"service.{k}" for k in _SERVICE_KEYS},
     "session_secret": "review.session_secret",
     "session_max_age": "review.session_max_age",
+    "session_idle": "review.session_idle",
     "post_url": "review.post_url",
     "review_stats_ttl": "review.stats_ttl",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 
 import click
 
@@ -135,22 +136,25 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
 )
 @click.option("--opensearch", "url", help="OpenSearch URL (or $SEMDUP_OPENSEARCH_URL / the embedded node).")
 def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url) -> None:
-    """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /docs, /review).
+    """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /openapi.json, /review).
 
     Clients send the key of $SEMDUP_API_KEY in the X-API-Key header; without a key the service refuses to
-    start unless SEMDUP_AUTH=off is set explicitly. The bundle is loaded and verified once before any worker
+    start unless SEMDUP_AUTH=off is set explicitly, and so it does with a key shorter than 24 characters.
+    Wrong keys and logins are throttled per address (429 with Retry-After). The bundle is loaded and verified once before any worker
     starts: a broken one is one Error line and exit 1, and so is a worker that cannot start. Each worker
     answers at most $SEMDUP_MAX_IN_FLIGHT requests at a time and refuses more with 503 and Retry-After.
     A request searches $SEMDUP_INDEX, or names one of $SEMDUP_INDICES; $SEMDUP_API_KEYS
-    ('key1:index-a|index-b,key2:*') limits keys to some of them. A key with the
-    review scope ('mod1:index-a:review:alice') opens the review page of flagged duplicates at /review. With
+    ('key1:index-a|index-b,key2:*') limits keys to some of them, and gives them scopes: search (read only,
+    the default), ingest (/v1/posts), review (the review page of flagged duplicates at /review,
+    'mod1:index-a:review:alice') and ops (/metrics, /openapi.json). With
     `semdup --log-format json` (or SEMDUP_LOG_FORMAT=json) every line on stderr, uvicorn's and tracebacks
     included, is one JSON object, secrets scrubbed.
 
     \b
     Example:
-      SEMDUP_API_KEY=change-me semdup serve --bundle artifacts/bundles/t-scqa-semeval --index questions --port 8080
-      curl -s -H 'X-API-Key: change-me' -H 'content-type: application/json' \\
+      export SEMDUP_API_KEY=$(openssl rand -hex 24)
+      semdup serve --bundle artifacts/bundles/t-scqa-semeval --index questions --port 8080 &
+      curl -s -H "X-API-Key: $SEMDUP_API_KEY" -H 'content-type: application/json' \\
            -d '{"title": "Visa on arrival in Qatar?", "body": "", "k": 5}' localhost:8080/v1/rerank
     """
     from semdup.apps.http import configure_service_logging
@@ -171,8 +175,10 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         "logging.format": log_format,
     }
     tree = load_settings(overrides=overrides)
-    settings = tree.service_settings()  # fails here, before any worker starts
+    settings = tree.service_settings()  # fails here, before any worker starts (a short key: one Error line)
     workers = tree.workers()
+    for warning in settings.startup_warnings():  # once, here, rather than once per worker
+        logger.warning(warning)
     # The workers' own load, once, before any starts (in a process of its own, so this supervisor keeps none of
     # its memory): a bad bundle is one Error line, not workers dying one after the other.
     version = preflight(settings, log_format)
@@ -190,19 +196,27 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
                 update={"review": tree.review.model_copy(update={"session_secret": secrets.token_urlsafe(32)})}
             )
             line += " (logins last until the service stops: set SEMDUP_SESSION_SECRET to keep them)"
+    runtime = None
+    if tree.service.runtime_dir is None:  # what the workers share (the failure counts): a folder of this service's
+        runtime = tempfile.TemporaryDirectory(prefix="semdup-serve-")
+        tree = tree.model_copy(update={"service": tree.service.model_copy(update={"runtime_dir": runtime.name})})
     # uvicorn's worker processes are spawned: they get the resolved tree, CLI options included, as one variable
     os.environ[HANDOFF_ENV] = handoff(tree)
     if log_format == "json":
         logger.info(line)
     else:
         click.echo(line, err=True)
-    run_workers(  # raises ConfigError (one Error line, exit 1) when a worker cannot start
-        "semdup.apps.http:app_from_env",  # the service with every router (semdup.apps, the composition root)
-        http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        access_log=False,
-        log_config=None,  # no handlers of uvicorn's own: its records go through semdup's root handler
-    )
+    try:
+        run_workers(  # raises ConfigError (one Error line, exit 1) when a worker cannot start
+            "semdup.apps.http:app_from_env",  # the service with every router (semdup.apps, the composition root)
+            http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+            access_log=False,
+            log_config=None,  # no handlers of uvicorn's own: its records go through semdup's root handler
+        )
+    finally:
+        if runtime is not None:
+            runtime.cleanup()

@@ -75,11 +75,30 @@ _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))
 }
 
 
+_PROSE_GOES_ON = re.compile(r" +[^\W\d_]")
+
+
+def _mask_pair(found: re.Match[str]) -> str:
+    """``name: ***`` for a secret; the match as it is when its "value" is the first word of a sentence that goes
+    on (``CSRF token: send the page's token``): a lowercase word after ``:`` and a space, followed by another word.
+    ``=`` and quoted values are always masked."""
+    name, sep, value = found.groups()
+    prose = (
+        sep.strip() == ":"
+        and sep.endswith(" ")
+        and value.isalpha()
+        and value.islower()
+        and _PROSE_GOES_ON.match(found.string, found.end()) is not None
+    )
+    return found.group() if prose else f"{name}{sep}***"
+
+
 def scrub(text: str) -> str:
-    """``text`` with URL credentials, ``key=secret`` pairs and Authorization values replaced by ``***``."""
+    """``text`` with URL credentials, ``key=secret`` pairs and Authorization values replaced by ``***``; a sentence
+    that merely names a secret (``missing or wrong CSRF token: send the page's token``) is left as it is."""
     text = _URL_USERINFO.sub(r"\1***@", text)
     text = _BEARER.sub(r"\1***", text)
-    return _SECRET_PAIR.sub(r"\1\2***", text)
+    return _SECRET_PAIR.sub(_mask_pair, text)
 
 
 def _dropped(name: str) -> bool:

@@ -14,14 +14,15 @@ id at most                OpenSearch refuses a longer ``_id`` (and with it a who
 :data:`MAX_ID_BYTES`      JSON Schema counts characters, so the schema says ``maxLength`` 512 (a
 bytes of UTF-8            necessary bound) and ``x-max-utf8-bytes`` 512 (the real one)
 id without control        C0 (tab and newline too), DEL and C1 controls break log lines, TSV files and
-characters or U+FFFD      terminals; U+FFFD is what undecodable bytes became, so the id is not the one
-                          its owner knows
+characters, bidi          terminals; U+FFFD is what undecodable bytes became, so the id is not the one
+controls or U+FFFD        its owner knows; bidirectional controls (U+202E ...) make an id show as another
 title and body without    :data:`TEXT_FORBIDDEN`: C0 controls but tab, newline and return, DEL, U+FFFD
 control characters        (binary content or bytes that were not UTF-8; tab and newline are text)
 title and body at most    longer text is cut by the text pipeline anyway (``MAX_FIELD_CHARS``); the
 :data:`MAX_TEXT_CHARS`    HTTP service may set a lower bound (``max_text_chars``) and says so in its schema
-visible text              a title or a body with something but white space and markup: otherwise the
-                          encoder would write a zero vector that matches nothing
+visible text              a title or a body with something but white space, markup, code blocks and
+                          invisible characters (zero-width, bidi controls): otherwise the post is
+                          stored empty, and the encoder writes a zero vector that matches nothing
 no lone surrogates        they cannot be encoded as UTF-8 (JSON can carry them as ``\ud800`` escapes)
 ========================  ============================================================================
 
@@ -48,12 +49,13 @@ import re
 
 from semdup.core.errors import PostError
 from semdup.core.posts import Post
-from semdup.core.text_pipeline import has_visible_text
+from semdup.core.text_pipeline import INVISIBLE_CHARS, has_visible_text
 
 __all__ = [
     "MAX_ID_BYTES",
     "MAX_TEXT_CHARS",
     "ID_FORBIDDEN",
+    "BIDI_CONTROLS",
     "TEXT_FORBIDDEN",
     "ID_PATTERN",
     "TEXT_PATTERN",
@@ -73,20 +75,24 @@ MAX_TEXT_CHARS = 100_000  # per field; the text pipeline reads no more (text_pip
 
 # Character classes (the inside of [...]), written with escapes so the same string is a Python, Rust and ECMA-262
 # regular expression.
-ID_FORBIDDEN = r"\x00-\x1f\x7f-\x9f\ufffd"
+BIDI_CONTROLS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # marks, embeddings, overrides, isolates
+ID_FORBIDDEN = rf"\x00-\x1f\x7f-\x9f\ufffd{BIDI_CONTROLS}"
 TEXT_FORBIDDEN = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd"
 # Not white space by either ECMA-262's or Python's rules (they differ on U+0085, U+FEFF and U+001C..U+001F; the
 # last are forbidden anyway), so the schema and the service count the same characters as visible.
 _BLANK = r"\s\x85\ufeff"
-VISIBLE_PATTERN = rf"[^{_BLANK}]"
+# a visible character: not white space, not invisible (zero-width, bidi controls ...: has_visible_text's set)
+VISIBLE_PATTERN = rf"[^{_BLANK}{INVISIBLE_CHARS}]"
 ID_PATTERN = rf"^[^{ID_FORBIDDEN}]*[^{ID_FORBIDDEN}{_BLANK}][^{ID_FORBIDDEN}]*$"
 TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*$"
 # a text field that must hold a visible character itself (``/v1/similar``'s title): TEXT_PATTERN and VISIBLE_PATTERN
-VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}][^{TEXT_FORBIDDEN}]*$"
+VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}{INVISIBLE_CHARS}][^{TEXT_FORBIDDEN}]*$"
 
 _ID_BAD = re.compile(rf"[{ID_FORBIDDEN}\ud800-\udfff]")
+_BIDI = re.compile(rf"[{BIDI_CONTROLS}]")
 _TEXT_BAD = re.compile(rf"[{TEXT_FORBIDDEN}\ud800-\udfff]")
 _VISIBLE = re.compile(VISIBLE_PATTERN)
+_ID_VISIBLE = re.compile(rf"[^{_BLANK}]")  # an id's visible character (ID_PATTERN's)
 _ID_SHOWN = 80  # characters of an id a message repeats
 
 
@@ -96,6 +102,8 @@ def _char_problem(what: str, found: re.Match[str]) -> str:
         kind = "U+FFFD (a replacement character: bytes that were not UTF-8)"
     elif "\ud800" <= char <= "\udfff":
         kind = f"a lone surrogate U+{ord(char):04X} (not encodable as UTF-8)"
+    elif _BIDI.match(char):
+        kind = f"bidirectional control U+{ord(char):04X} (it makes the id show as another)"
     else:
         kind = f"control character U+{ord(char):04X}"
     return f"{what} holds {kind} at character {at}"
@@ -124,7 +132,7 @@ def id_problem(post_id: str) -> str | None:
     found = _ID_BAD.search(post_id)
     if found is not None:
         return _char_problem("id", found)
-    if _VISIBLE.search(post_id) is None:
+    if _ID_VISIBLE.search(post_id) is None:
         return "id is only white space"
     return opensearch_id_problem(post_id)
 
@@ -150,10 +158,11 @@ def blank_problem(title: str, body: str) -> str | None:
 
 
 def visible_problem(title: str, body: str) -> str | None:
-    """None when the title or the body holds visible text (markup, entities and white space do not count)."""
+    """None when the title or the body holds visible text (markup, code blocks, entities, white space and invisible
+    characters do not count: :func:`~semdup.core.text_pipeline.has_visible_text`)."""
     problem = blank_problem(title, body)
     if problem is None and not has_visible_text(title) and not has_visible_text(body):
-        problem = "no visible text (title and body hold only markup or white space)"
+        problem = "no visible text (only markup, code, white space or invisible characters)"
     return problem
 
 

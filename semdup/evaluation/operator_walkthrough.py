@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs: list[subprocess.Popen[bytes]] = []
-    key = "walkthrough-key"
+    key = secrets.token_hex(24)  # a search key: the walkthrough only reads
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory() as tmp:

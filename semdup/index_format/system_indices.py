@@ -12,7 +12,8 @@ since (a mapping only grows), once per client and name in a process. Every call 
 The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.indexer.parking`), ``semdup-jobs``
 (index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.indexer.outcomes`,
 :mod:`semdup.indexer.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
-``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`).
+``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`) and ``semdup-sessions`` (the review page's
+logins, :mod:`semdup.review.sessions`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from semdup.core.errors import OpenSearchUnavailable
 
-__all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SYSTEM_INDICES", "ensure"]
+__all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SESSIONS", "SYSTEM_INDICES", "ensure"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,20 @@ VERDICTS = SystemIndex(
     },
 )
 
-SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS)
+# A review login: the document's _id is the SHA-256 of the session id (the cookie), so reading the index gives no
+# session away; ``kid`` names the key (an HMAC of it, semdup.review.sessions.key_id), never the key itself.
+SESSIONS = SystemIndex(
+    "semdup-sessions",
+    {
+        "kid": {"type": "keyword"},
+        "who": {"type": "keyword"},
+        "csrf": {"type": "keyword", "index": False},
+        "created": {"type": "date", "format": "epoch_second"},
+        "seen": {"type": "date", "format": "epoch_second"},
+    },
+)
+
+SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS, SESSIONS)
 
 _current: set[tuple[int, str]] = set()  # (client id, index name) known to hold the declared mapping
 _lock = threading.Lock()

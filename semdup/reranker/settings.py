@@ -12,13 +12,23 @@ search ``SEMDUP_INDEX`` searches its first index when a request names none::
 
     SEMDUP_INDEX=travel SEMDUP_INDICES=travel,cooking SEMDUP_API_KEYS='k1:travel,k2:cooking,k3:*'
 
-An entry may go on with the key's scopes and a reviewer's name, ``KEY:INDICES:SCOPES[:NAME]``: scopes are
-``search`` (``/v1/rerank`` and the ingest endpoints: what every key could do before scopes existed, and what an
-entry without scopes still means) and ``review`` (the review page and its verdicts, :mod:`semdup.review`), joined
-by ``|``; the name is recorded with the reviewer's verdicts (else ``key-`` and 8 hex digits of the key's SHA-256).
-``SEMDUP_API_KEY`` has the ``search`` scope only::
+An entry may go on with the key's scopes and a reviewer's name, ``KEY:INDICES:SCOPES[:NAME]``, scopes joined by
+``|`` (:data:`SCOPES`):
 
-    SEMDUP_API_KEYS='k1:travel,mod7:travel:review:alice,ops2:*:search|review'
+- ``search``: read only, ``/v1/rerank`` and ``/v1/similar``; what an entry without scopes means, and the only key
+  that may be put in a browser (``/examples/ask.html``);
+- ``ingest``: ``/v1/posts``, ``/v1/posts/delete`` and ``/v1/posts/sync`` (before this scope existed, ``search``
+  could write; ``semdup serve`` warns at start about keys that hold ``search`` but not ``ingest``,
+  :meth:`ServiceSettings.startup_warnings`);
+- ``review``: the review page and its verdicts (:mod:`semdup.review`);
+- ``ops``: ``/metrics`` and ``/openapi.json`` while ``SEMDUP_OPS_AUTH`` is on (the default).
+
+The name is recorded with the reviewer's verdicts (else ``key-`` and 8 hex digits of the key's SHA-256) and is the
+key's label in messages (else ``entry N of SEMDUP_API_KEYS``). ``SEMDUP_API_KEY`` has the ``search`` scope only.
+Every key holds at least :data:`MIN_KEY_CHARS` characters: a shorter one stops the service at start, naming its
+label (``openssl rand -hex 24`` makes one)::
+
+    SEMDUP_API_KEYS='k1...:travel,mod7...:travel:review:alice,site...:travel:search|ingest:site,prom...:*:ops:prom'
 
 OpenSearch itself (URL, auth, TLS) is a :class:`semdup.core.settings.OpenSearchSettings`, the broker the ingest
 endpoints send tasks to a :class:`~semdup.core.settings.BrokerSettings` (``SEMDUP_BROKER_URL``).
@@ -48,6 +58,11 @@ __all__ = [
     "ServiceSettings",
     "ApiKey",
     "SCOPES",
+    "SEARCH",
+    "INGEST",
+    "REVIEW",
+    "OPS",
+    "MIN_KEY_CHARS",
     "parse_api_keys",
     "api_keys_of",
     "usable_cpus",
@@ -98,8 +113,11 @@ class RerankerSettings:
             raise ConfigError(f"search_timeout must be > 0 seconds, got {self.search_timeout}")
 
 
-SEARCH, REVIEW = "search", "review"
-SCOPES = (SEARCH, REVIEW)  # what a key may do: search (rerank, ingest), review (the review page, verdicts)
+SEARCH, INGEST, REVIEW, OPS = "search", "ingest", "review", "ops"
+# what a key may do: search (rerank, similar: read only), ingest (the /v1/posts endpoints), review (the review page,
+# verdicts), ops (/metrics, /openapi.json)
+SCOPES = (SEARCH, INGEST, REVIEW, OPS)
+MIN_KEY_CHARS = 24  # 24 hex digits are 96 bits: out of reach of guessing, throttled or not
 
 
 @dataclass(frozen=True)
@@ -107,13 +125,15 @@ class ApiKey:
     """One client key, the indices it may use (every served index when ``indices`` is empty), what it may do
     with them (``scopes``, :data:`SCOPES`) and, for a reviewer, the name its verdicts are recorded under.
 
-    The key never appears in a repr, a log line or an error message.
+    The key never appears in a repr, a log line or an error message; :attr:`shown` (the name, else ``label``, where
+    the key was configured) stands for it there.
     """
 
     key: str = field(repr=False)
     indices: tuple[str, ...] = ()
     scopes: tuple[str, ...] = (SEARCH,)
     name: str | None = None
+    label: str = field(default="", compare=False)  # where it was configured: "entry 2 of SEMDUP_API_KEYS"
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scopes if s not in SCOPES]
@@ -132,6 +152,12 @@ class ApiKey:
         """The reviewer's name: the one configured, else ``key-`` and 8 hex digits of the key's SHA-256 (stable
         across restarts, and not the key)."""
         return self.name or "key-" + hashlib.sha256(self.key.encode("utf-8")).hexdigest()[:8]
+
+    @property
+    def shown(self) -> str:
+        """How messages name the key: its name, else where it was configured (never the key, nor a hash of it:
+        a hash of a short key gives the key away)."""
+        return repr(self.name) if self.name else (self.label or "(unlabelled)")
 
 
 _NAME = re.compile(r"[\w.@-]+")
@@ -193,7 +219,8 @@ def parse_api_keys(text: str, source: str = "SEMDUP_API_KEYS") -> tuple[ApiKey, 
             raise ConfigError(f"entry {pos} of {source} lists no scope; accepted: {', '.join(SCOPES)}")
         name = rest[2].strip() if len(rest) > 2 else None
         try:
-            out.append(ApiKey(key, () if indices == ("*",) else indices, tuple(dict.fromkeys(scopes)), name))
+            label = f"entry {pos} of {source}"
+            out.append(ApiKey(key, () if indices == ("*",) else indices, tuple(dict.fromkeys(scopes)), name, label))
         except ConfigError as exc:
             raise ConfigError(f"entry {pos} of {source}: {exc}") from None
     return tuple(out)
@@ -206,23 +233,30 @@ def api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
     if isinstance(value, str):
         return parse_api_keys(value, source)
     if isinstance(value, Mapping):
+
+        def label_of(pos: int) -> str:
+            return f"key {pos} of api_keys in {source}"
+
         keys = []
-        for key, spec in value.items():
+        for pos, (key, spec) in enumerate(value.items(), 1):
             scopes: list[str] = [SEARCH]
             name = None
             if isinstance(spec, Mapping):  # {indices: [...] | "*", scopes: [...], name: "alice"}
-                unknown = sorted(set(spec) - {"indices", "scopes", "name"})
+                unknown = sorted(set(spec) - {"indices", "scopes", "name", "label"})
                 if unknown:
                     raise ConfigError(
-                        f"api_keys in {source}: unknown field(s) {unknown}; accepted: indices, scopes, name"
+                        f"api_keys in {source}: unknown field(s) {unknown}; accepted: indices, scopes, name, label"
                     )
                 raw_scopes = spec.get("scopes") or [SEARCH]
                 scopes = [raw_scopes] if isinstance(raw_scopes, str) else [str(x) for x in raw_scopes]
                 name = None if spec.get("name") is None else str(spec["name"])
+                label = str(spec.get("label") or label_of(pos))
                 spec = spec.get("indices")
+            else:
+                label = label_of(pos)
             names = [spec] if isinstance(spec, str) else list(spec or [])
             indices = () if names in ([], ["*"]) else tuple(str(n) for n in names)
-            keys.append(ApiKey(str(key), indices, tuple(dict.fromkeys(scopes)), name))
+            keys.append(ApiKey(str(key), indices, tuple(dict.fromkeys(scopes)), name, label))
         return tuple(keys)
     if isinstance(value, (list, tuple)) and all(isinstance(k, ApiKey) for k in value):
         return tuple(value)
@@ -239,6 +273,12 @@ class ServiceSettings:
 
     ``indices`` are the served indices (``index`` first; it is added when missing); ``api_key`` may search all of
     them, each of ``api_keys`` those it lists.
+
+    Guessing (:mod:`semdup.reranker.auth_throttle`): an address may fail ``auth_failures`` times (a wrong key, a
+    wrong login) within ``auth_window`` seconds; then it gets 429 for ``auth_block`` seconds, twice as long for
+    each block in a row (at most an hour). ``runtime_dir`` holds what the worker processes of one ``semdup serve``
+    share (those counts); None: kept in this process only. Review sessions (:mod:`semdup.review.sessions`) end
+    after ``session_idle`` seconds unused or ``session_max_age`` after login.
     """
 
     bundle: str
@@ -260,9 +300,15 @@ class ServiceSettings:
     max_ingest_posts: int = 1000
     max_in_flight: int = 4
     session_secret: str | None = field(default=None, repr=False)  # the review page's cookies; None: random
-    session_max_age: int = 12 * 3600
+    session_max_age: int = 8 * 3600
+    session_idle: int = 1800
     post_url: str | None = None  # e.g. https://travel.stackexchange.com/questions/{id}
     review_stats_ttl: float = 60.0
+    ops_auth: bool = True  # /metrics and /openapi.json need a key with the ops scope
+    auth_failures: int = 10
+    auth_window: float = 60.0
+    auth_block: float = 60.0
+    runtime_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_index_name(self.index, "SEMDUP_INDEX")
@@ -297,6 +343,18 @@ class ServiceSettings:
                 "in the X-API-Key header) or SEMDUP_API_KEYS, or set SEMDUP_AUTH=off explicitly to serve without "
                 "access control"
             )
+        if self.auth:
+            for entry in self.keys:
+                if len(entry.key) < MIN_KEY_CHARS:
+                    raise ConfigError(
+                        f"API key {entry.shown} is shorter than {MIN_KEY_CHARS} characters: a short key can be "
+                        "guessed; make a long random one, e.g. with `openssl rand -hex 24`"
+                    )
+        if self.auth_failures < 1 or not 1 <= self.auth_window <= 86400 or not 1 <= self.auth_block <= 3600:
+            raise ConfigError(
+                "SEMDUP_AUTH_FAILURES must be >= 1, SEMDUP_AUTH_WINDOW within 1..86400 seconds and SEMDUP_AUTH_BLOCK "
+                f"within 1..3600 seconds; got {self.auth_failures}, {self.auth_window:g}, {self.auth_block:g}"
+            )
         self._check_review()
         if (
             self.max_body_bytes < 1024
@@ -319,6 +377,11 @@ class ServiceSettings:
             )
         if not 60 <= self.session_max_age <= 30 * 86400:
             raise ConfigError(f"SEMDUP_SESSION_MAX_AGE must be within 60..2592000 seconds, got {self.session_max_age}")
+        if not 60 <= self.session_idle <= self.session_max_age:
+            raise ConfigError(
+                f"SEMDUP_SESSION_IDLE must be within 60 seconds..SEMDUP_SESSION_MAX_AGE ({self.session_max_age}), "
+                f"got {self.session_idle}"
+            )
         if not 0 <= self.review_stats_ttl <= 3600:
             raise ConfigError(f"SEMDUP_REVIEW_STATS_TTL must be within 0..3600 seconds, got {self.review_stats_ttl}")
         if self.post_url is not None:
@@ -343,38 +406,62 @@ class ServiceSettings:
 
     __str__ = __repr__
 
-    def _match(self, given: str | None, scope: str) -> ApiKey | None:
-        """The configured key equal to ``given`` that holds ``scope``; every key is compared in constant time,
-        whichever matches (so the time taken tells nothing about which keys exist)."""
+    @property
+    def keys(self) -> tuple[ApiKey, ...]:
+        """Every configured key: ``api_key`` (search scope, every served index), then ``api_keys``."""
+        single = (ApiKey(self.api_key, label="SEMDUP_API_KEY"),) if self.api_key else ()
+        return single + self.api_keys
+
+    def key_of(self, given: str | None) -> ApiKey | None:
+        """The configured key equal to ``given``, else None; every key is compared in constant time, whichever
+        matches (so the time taken tells nothing about which keys exist)."""
         found: ApiKey | None = None
         raw = (given or "").encode("utf-8")
-        candidates = ([ApiKey(self.api_key)] if self.api_key else []) + list(self.api_keys)
-        for entry in candidates:
-            if (
-                hmac.compare_digest(raw, entry.key.encode("utf-8"))
-                and given
-                and found is None
-                and scope in entry.scopes
-            ):
+        for entry in self.keys:
+            if hmac.compare_digest(raw, entry.key.encode("utf-8")) and given and found is None:
                 found = entry
         return found
 
-    def key_indices(self, given: str | None) -> tuple[str, ...] | None:
-        """The indices the holder of ``given`` may search, None for a missing or wrong key, or a key without the
-        ``search`` scope (every served index when auth is off)."""
+    def key_indices(self, given: str | None, scope: str = SEARCH) -> tuple[str, ...] | None:
+        """The indices the holder of ``given`` may use with ``scope``, None for a missing or wrong key, or a key
+        without that scope (every served index when auth is off)."""
         if not self.auth:
             return self.indices
-        entry = self._match(given, SEARCH)
-        return None if entry is None else entry.indices or self.indices
+        entry = self.key_of(given)
+        return None if entry is None or scope not in entry.scopes else entry.indices or self.indices
 
     def reviewer(self, given: str | None) -> ApiKey | None:
         """The key ``given`` when it holds the ``review`` scope, else None (also with auth off: verdicts record
         who gave them, so the review page needs keys)."""
-        return self._match(given, REVIEW) if self.auth else None
+        if not self.auth:
+            return None
+        entry = self.key_of(given)
+        return entry if entry is not None and REVIEW in entry.scopes else None
 
     def review_indices(self, key: ApiKey) -> tuple[str, ...]:
         """The served indices whose flags ``key`` may review."""
         return key.indices or self.indices
+
+    def startup_warnings(self) -> list[str]:
+        """What an operator should hear once when the service starts: keys that lost a power they may have relied
+        on (``search`` keys could ingest before the ``ingest`` scope), an ops rule nobody can pass. Labels only,
+        never keys."""
+        if not self.auth:
+            return []
+        out = []
+        readers = [k.shown for k in self.keys if SEARCH in k.scopes and INGEST not in k.scopes]
+        if self.ingest and readers:
+            out.append(
+                f"API key(s) {', '.join(readers)} hold the search scope but not ingest: search keys are read-only "
+                "now, so POST /v1/posts, /v1/posts/delete and /v1/posts/sync answer them 403. Give the keys that "
+                "write the ingest scope (KEY:INDEX:search|ingest); keep search-only keys for browsers"
+            )
+        if self.ops_auth and not any(OPS in k.scopes for k in self.keys):
+            out.append(
+                "no API key holds the ops scope, so /metrics and /openapi.json answer 401 to everyone: give the "
+                "scraper a key with it (KEY:*:ops:prometheus) or set SEMDUP_OPS_AUTH=0 on a private network"
+            )
+        return out
 
     @property
     def review_enabled(self) -> bool:

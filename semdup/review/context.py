@@ -18,11 +18,12 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from semdup.alerts.store import FLAGS_INDEX
 from semdup.core.text_pipeline import TextPipeline
+from semdup.reranker.auth_throttle import FailureThrottle
 from semdup.reranker.calibration import calibration_path, load_calibration
 from semdup.reranker.settings import REVIEW, ApiKey, ServiceSettings
 from semdup.review.metrics import ReviewStats
-from semdup.review.render import display_pipeline
-from semdup.review.sessions import SessionSigner, key_id
+from semdup.review.render import display_pipeline, neutral
+from semdup.review.sessions import SessionStore, key_id
 from semdup.review.verdicts import VERDICTS_INDEX
 
 __all__ = ["ReviewContext", "review_context", "get_context"]
@@ -32,11 +33,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ReviewContext:
-    """Settings, cluster client, session signer, templates and text pipeline of the review page."""
+    """Settings, cluster client, sessions, failure throttle, templates and text pipeline of the review page."""
 
     settings: ServiceSettings
     client: Any
-    signer: SessionSigner
+    sessions: SessionStore
+    throttle: FailureThrottle
     secret: str
     keys: dict[str, ApiKey]  # key_id -> review key
     templates: Environment
@@ -67,13 +69,15 @@ class ReviewContext:
 
 
 def _templates() -> Environment:
-    return Environment(
+    env = Environment(
         loader=PackageLoader("semdup.review", "templates"),
         autoescape=True,  # every template, whatever its name: posts are user HTML
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["neutral"] = neutral  # ids shown as text: no bidi control reorders them
+    return env
 
 
 def review_context(
@@ -83,9 +87,13 @@ def review_context(
     *,
     flags_store: str = FLAGS_INDEX,
     verdicts_store: str = VERDICTS_INDEX,
+    sessions: SessionStore | None = None,
+    throttle: FailureThrottle | None = None,
 ) -> ReviewContext:
     """The context for ``settings`` (a random session secret when none is set: logins then last until the process
-    stops, and hold in that process only, so ``semdup serve`` sets one for all its workers)."""
+    stops, and hold in that process only, so ``semdup serve`` sets one for all its workers). ``sessions``: the
+    store of logins (default: ``semdup-sessions`` through ``client``); ``throttle``: the failure counts the app's
+    keyed endpoints share (default: this context's own, in memory)."""
     secret = settings.session_secret
     if secret is None:
         secret = secrets.token_urlsafe(32)
@@ -98,7 +106,10 @@ def review_context(
     return ReviewContext(
         settings=settings,
         client=client,
-        signer=SessionSigner(secret, settings.session_max_age),
+        sessions=sessions or SessionStore(client, settings.session_idle, settings.session_max_age),
+        throttle=throttle or FailureThrottle(
+            None, limit=settings.auth_failures, window=settings.auth_window, block=settings.auth_block
+        ),
         secret=secret,
         keys=keys,
         templates=_templates(),

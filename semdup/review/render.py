@@ -9,6 +9,11 @@ URLs as one token), where a ``<`` is a character the author wrote: it is shown a
 the template gets are strings and ``(text, marked)`` segments; Jinja2 escapes every one of them (autoescape on),
 and the templates never mark anything safe.
 
+Bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and its kin, :data:`~semdup.core.post_rules.BIDI_CONTROLS`)
+are shown as their code, ``[U+202E]`` (:func:`neutral`), in titles, bodies and ids alike: one would otherwise make
+a post's id or title show as another (the templates pass every displayed id through the ``neutral`` filter; the
+ids in ``data-`` attributes stay as stored, for the verdict API).
+
 The shared terms are found by semdup's one text pipeline (:class:`~semdup.core.text_pipeline.TextPipeline`): the
 tokens both posts hold, once cleaned as the models read them, less punctuation, one-letter tokens and common
 function words (:data:`STOP_WORDS`, a display choice only: the models see every token).
@@ -16,9 +21,11 @@ function words (:data:`STOP_WORDS`, a display choice only: the models see every 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from semdup.core.post_rules import BIDI_CONTROLS
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 
@@ -31,6 +38,7 @@ __all__ = [
     "show_post",
     "display_pipeline",
     "STOP_WORDS",
+    "neutral",
 ]
 
 MAX_SHOWN_CHARS = 20_000  # of a body; the rest is cut with a note (the post's link shows it all)
@@ -48,6 +56,14 @@ STOP_WORDS = frozenset(
     where which who why will with would you your am any all also just more most other some such only own same
     too very s t don should now one get got""".split()
 )
+
+
+_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
+
+
+def neutral(text: object) -> str:
+    """``text`` with every bidirectional control shown as its code (``[U+202E]``), so none reorders what follows."""
+    return _BIDI.sub(lambda m: f"[U+{ord(m.group()):04X}]", str(text))
 
 
 class _Text(HTMLParser):
@@ -162,6 +178,7 @@ def show_post(
 ) -> ShownPost:
     """``post`` as shown beside its pair (``None``: deleted since it was flagged); ``html``: its body is the site's
     HTML (else text semdup cleaned already, shown as it is)."""
+    post_id = neutral(post_id)
     if post is None:
         return ShownPost(post_id, [], [], url=url, missing=True)
     if html:
@@ -172,8 +189,8 @@ def show_post(
         paras = [(kind, " ".join("[link]" if w == token else w for w in text.split(" "))) for kind, text in paras]
     return ShownPost(
         id=post_id,
-        title=segments(pipeline, post.title or "", terms),
-        body=[(kind, segments(pipeline, text, terms)) for kind, text in paras],
+        title=segments(pipeline, neutral(post.title or ""), terms),
+        body=[(kind, segments(pipeline, neutral(text), terms)) for kind, text in paras],
         cut=cut,
         url=url,
         marked=sorted(terms)[:MAX_TERMS_SHOWN],

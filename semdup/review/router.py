@@ -7,12 +7,14 @@
     GET  /review/api/verdicts.jsonl   ?index= : the judged pairs as labelled JSONL (semdup.data.pairs)
     GET  /review/static/{name}        the page's script and style sheet (shipped in the package)
 
-Access: the page runs on a signed session cookie (:mod:`semdup.review.sessions`); the API takes the cookie (a
-state change also needs the session's ``X-CSRF-Token``) or the key itself in ``X-API-Key`` (scripts; a header a
-browser never adds on its own, so it needs no CSRF token). A key without the review scope gets 403, a wrong or
-missing one 401, a pair that is not flagged, or is flagged in an index the key may not review, 404 (one answer for
-both). Pages are served with a strict Content-Security-Policy (scripts and styles from this origin only, no inline
-script), ``nosniff``, no framing and no referrer.
+Access: the page runs on a server-side session (:mod:`semdup.review.sessions`: the cookie holds only its id;
+logging out, the idle and absolute lifetimes and removing the key end it); the API takes the cookie (a state change
+also needs the session's ``X-CSRF-Token``) or the key itself in ``X-API-Key`` (scripts; a header a browser never
+adds on its own, so it needs no CSRF token). A key without the review scope gets 403, a wrong or missing one 401,
+an address that sent too many wrong keys or logins 429 with ``Retry-After`` (one count with the API's keys,
+:func:`semdup.reranker.routers.access.authenticate`), a pair that is not flagged, or is flagged in an index the key
+may not review, 404 (one answer for both). Pages are served with a strict Content-Security-Policy (scripts and
+styles from this origin only, no inline script), ``nosniff``, no framing and no referrer.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from semdup.core.errors import ConfigError
-from semdup.reranker.settings import ApiKey
+from semdup.reranker.auth_throttle import Throttled, retry_after
+from semdup.reranker.routers.access import AuthError, ScopeError, authenticate
+from semdup.reranker.settings import REVIEW, ApiKey
 from semdup.review.context import ReviewContext, get_context
 from semdup.review.export import export_pairs
 from semdup.review.page import Filters, page_view
@@ -88,24 +93,34 @@ def _secure(request: Request) -> bool:
 
 
 def _session(request: Request, ctx: ReviewContext) -> tuple[ApiKey, str] | None:
-    """(the reviewer's key, the session's CSRF token) of a valid session cookie, else None."""
-    data = ctx.signer.loads(request.cookies.get(SESSION_COOKIE))
-    if data is None:
+    """(the reviewer's key, the session's CSRF token) of a live session whose key still reviews, else None."""
+    found = ctx.sessions.load(request.cookies.get(SESSION_COOKIE))
+    if found is None:
         return None
-    key = ctx.key_of(data.get("kid"))
-    csrf = data.get("csrf")
-    return (key, csrf) if key is not None and isinstance(csrf, str) else None
+    key = ctx.key_of(found.kid)  # None: the key was removed, lost its review scope, or the secret changed
+    return None if key is None else (key, found.csrf)
+
+
+def _key(request: Request, ctx: ReviewContext, given: str) -> ApiKey:
+    """The review key ``given`` (:func:`authenticate`: one failure count per address with the API's keys).
+
+    Raises:
+        HTTPException: 401 wrong key, 403 no review scope, 429 (with ``Retry-After``) too many failures.
+    """
+    try:
+        return authenticate(request, ctx.settings, ctx.throttle, given, REVIEW)
+    except Throttled as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(retry_after(exc.seconds))}) from None
+    except ScopeError:
+        raise HTTPException(403, "this API key has no review scope; ask for a key with the review scope") from None
+    except AuthError:
+        raise HTTPException(401, "missing or wrong API key; send a key with the review scope in X-API-Key") from None
 
 
 def _reviewer(request: Request, ctx: ReviewContext, api_key: str | None, csrf: str | None, change: bool) -> ApiKey:
     """The reviewer behind a request: its ``X-API-Key``, else its session (with the CSRF token for a change)."""
     if api_key is not None:
-        key = ctx.settings.reviewer(api_key)
-        if key is not None:
-            return key
-        if ctx.settings.key_indices(api_key) is not None:
-            raise HTTPException(403, "this API key has no review scope; ask for a key with the review scope")
-        raise HTTPException(401, "missing or wrong API key; send a key with the review scope in X-API-Key")
+        return _key(request, ctx, api_key)
     found = _session(request, ctx)
     if found is None:
         raise HTTPException(401, f"log in at {REVIEW_ROOT}/login, or send a key with the review scope in X-API-Key")
@@ -165,29 +180,37 @@ def login_form(request: Request, ctx: Context, next: str | None = None) -> Respo
 async def login(request: Request, ctx: Context) -> Response:
     """Check the key; on success set the session cookie and go to ``next`` (a local path under /review only)."""
     form = await _form(request)
+    # the key check and the session store are blocking calls (SQLite, the cluster): on a thread, not the loop
+    return await run_in_threadpool(_login, request, ctx, form)
+
+
+def _login(request: Request, ctx: ReviewContext, form: dict[str, str]) -> Response:
     target = safe_next(form.get("next"))
 
-    def again(status: int, error: str) -> Response:
+    def again(status: int, error: str, headers: dict[str, str] | None = None) -> Response:
         token = new_token()
         resp = _html(ctx, "login.html", status, next=target, csrf=token, error=error)
         resp.set_cookie(
             LOGIN_COOKIE, token, max_age=3600, path=f"{REVIEW_ROOT}/login", secure=_secure(request), httponly=True,
             samesite="strict",
         )  # fmt: skip
+        resp.headers.update(headers or {})
         return resp
 
     if not same_token(form.get("csrf"), request.cookies.get(LOGIN_COOKIE)):
         return again(403, "The login form expired or did not come from this page; log in again.")
-    given = form.get("key", "")
-    key = ctx.settings.reviewer(given)
-    if key is None:
-        if given and ctx.settings.key_indices(given) is not None:
-            return again(403, "This key may not review: it has no review scope.")
-        return again(401, "Wrong key.")
-    session = ctx.signer.dumps({"kid": key_id(ctx.secret, key.key), "csrf": new_token()})
+    try:
+        key = _key(request, ctx, form.get("key", ""))
+    except HTTPException as exc:
+        said = {
+            429: "Too many wrong keys from this address; wait a while, then log in.",
+            403: "This key may not review: it has no review scope.",
+        }
+        return again(exc.status_code, said.get(exc.status_code, "Wrong key."), exc.headers)
+    sid, _ = ctx.sessions.create(key_id(ctx.secret, key.key), key.who)
     resp = RedirectResponse(target, status_code=303)
     resp.set_cookie(
-        SESSION_COOKIE, session, max_age=ctx.settings.session_max_age, path=REVIEW_ROOT, secure=_secure(request),
+        SESSION_COOKIE, sid, max_age=ctx.settings.session_max_age, path=REVIEW_ROOT, secure=_secure(request),
         httponly=True, samesite="strict",
     )  # fmt: skip
     resp.delete_cookie(LOGIN_COOKIE, path=f"{REVIEW_ROOT}/login")
@@ -197,11 +220,16 @@ async def login(request: Request, ctx: Context) -> Response:
 
 @router.post("/logout", include_in_schema=False)
 async def logout(request: Request, ctx: Context) -> Response:
-    """End the session (the form carries the session's CSRF token)."""
+    """End the session, here and in every worker and replica (the form carries the session's CSRF token)."""
     form = await _form(request)
+    return await run_in_threadpool(_logout, request, ctx, form)
+
+
+def _logout(request: Request, ctx: ReviewContext, form: dict[str, str]) -> Response:
     found = _session(request, ctx)
     if found is not None and not same_token(form.get("csrf"), found[1]):
         raise HTTPException(403, "missing or wrong CSRF token")
+    ctx.sessions.end(request.cookies.get(SESSION_COOKIE))
     resp = RedirectResponse(f"{REVIEW_ROOT}/login", status_code=303)
     resp.delete_cookie(SESSION_COOKIE, path=REVIEW_ROOT)
     return resp

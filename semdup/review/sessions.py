@@ -1,42 +1,52 @@
-"""The review page's login session: a signed cookie, a per-session CSRF token, and where a login may lead.
+"""The review page's login sessions: server-side, ended by logout and by the key's removal; CSRF tokens; ``next``.
 
-A reviewer logs in once with an API key holding the ``review`` scope; the page then carries a cookie holding
-``{"kid", "csrf", "iat"}``, signed with HMAC-SHA256 under ``SEMDUP_SESSION_SECRET``. ``kid`` names the key by an
-HMAC of it under the same secret (never the key itself), so a key removed from ``SEMDUP_API_KEYS`` ends its
-sessions at the next start, and a cookie read by someone else tells nothing about the key. The cookie is
-``HttpOnly``, ``SameSite=Strict``, ``Path=/review``, and ``Secure`` when the page is served over TLS.
+A reviewer logs in once with an API key holding the ``review`` scope; the page then carries a cookie holding only a
+random session id (32 bytes). The session itself is a document of ``semdup-sessions``
+(:data:`~semdup.index_format.system_indices.SESSIONS`) whose ``_id`` is the SHA-256 of that id: ``kid`` (the key
+by an HMAC of it under ``SEMDUP_SESSION_SECRET``, :func:`key_id`, never the key), the session's CSRF token, when it
+was made and when last used. Why the cluster: every worker process of a service, every replica, and the service
+after a restart read the same sessions, and logging out in one ends the session in all of them (a signed cookie
+alone could not be ended: a copy kept working until it expired).
+
+A session is refused when its document is gone (logout, :meth:`SessionStore.end`), when it is older than
+``max_age`` (``SEMDUP_SESSION_MAX_AGE``) or unused for ``idle`` seconds (``SEMDUP_SESSION_IDLE``), and, by the router,
+when its key is no longer a review key of the service (removed from ``SEMDUP_API_KEYS``, or another session
+secret). The cookie is ``HttpOnly``, ``SameSite=Strict``, ``Path=/review``, and ``Secure`` over TLS.
 
 Every state change (a verdict, logging out) must carry the session's ``csrf`` token (header ``X-CSRF-Token`` or
 form field ``csrf``), compared in constant time; the login form has its own double-submit token, so nobody can log
 a browser in under their key either.
 
-    signer = SessionSigner(secret, max_age=43200)
-    cookie = signer.dumps({"kid": key_id(secret, key), "csrf": new_token()})
-    signer.loads(cookie)   # -> the dict, or None when forged, damaged or older than max_age
+    store = SessionStore(client, idle=1800, max_age=28800)
+    sid, session = store.create(key_id(secret, key), who="alice")   # sid goes in the cookie
+    store.load(sid)    # -> the Session, or None when unknown, ended or expired
+    store.end(sid)
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
+import logging
+import re
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["SessionSigner", "key_id", "new_token", "same_token", "safe_next", "REVIEW_ROOT"]
+from semdup.core.errors import OpenSearchUnavailable
+from semdup.index_format.system_indices import SESSIONS, ensure
+
+__all__ = ["SessionStore", "Session", "key_id", "new_token", "same_token", "safe_next", "REVIEW_ROOT"]
+
+logger = logging.getLogger(__name__)
 
 REVIEW_ROOT = "/review"
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+_SID = re.compile(r"[A-Za-z0-9_-]{43}")  # what new_token() makes: 32 bytes, URL-safe base64 without padding
+_TOUCH_EVERY_S = 60  # a session's last use is written at most this often (not on every request)
 
 
 def new_token() -> str:
@@ -52,58 +62,127 @@ def same_token(given: str | None, expected: str | None) -> bool:
 
 
 def key_id(secret: str, key: str) -> str:
-    """The name a session cookie gives a key: HMAC-SHA256 of the key under the session secret (hex, 32 digits)."""
+    """The name a session gives its key: HMAC-SHA256 of the key under the session secret (hex, 32 digits)."""
     return hmac.new(secret.encode("utf-8"), key.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
 
-class SessionSigner:
-    """Signs and checks session cookies: ``base64url(json) . base64url(HMAC-SHA256(secret, json))``.
+@dataclass(frozen=True)
+class Session:
+    """One login: the key it was made with (:func:`key_id`), its CSRF token, when it was made and last used."""
 
-    Args:
-        secret: at least 32 characters (``SEMDUP_SESSION_SECRET``); never logged.
-        max_age: seconds a session lasts after login.
-    """
-
-    def __init__(self, secret: str, max_age: int) -> None:
-        if len(secret) < 32:
-            raise ValueError("the session secret must hold at least 32 characters")
-        self._key = hashlib.sha256(b"semdup-review-session\x00" + secret.encode("utf-8")).digest()
-        self.max_age = int(max_age)
+    kid: str
+    csrf: str
+    created: int
+    seen: int
 
     def __repr__(self) -> str:
-        return f"SessionSigner(secret='***', max_age={self.max_age})"
+        return f"Session(kid={self.kid[:8]}..., created={self.created}, seen={self.seen})"
 
-    def _sign(self, payload: bytes) -> str:
-        return _b64(hmac.new(self._key, payload, hashlib.sha256).digest())
 
-    def dumps(self, data: dict[str, Any], now: float | None = None) -> str:
-        """The cookie value for ``data`` (JSON-native values), stamped with the time of issue."""
-        payload = json.dumps({**data, "iat": int(now if now is not None else time.time())}, sort_keys=True)
-        raw = payload.encode("utf-8")
-        return f"{_b64(raw)}.{self._sign(raw)}"
+class SessionStore:
+    """The review sessions of ``index`` (default ``semdup-sessions``) in the cluster (module docstring).
 
-    def loads(self, value: str | None, now: float | None = None) -> dict[str, Any] | None:
-        """The data of a cookie this signer made less than ``max_age`` seconds ago, else None (forged, damaged,
-        expired, issued in the future)."""
-        if not value or value.count(".") != 1 or len(value) > 4096:
+    Args:
+        client: an OpenSearch client (its timeout applies to every call).
+        idle: seconds a session lasts unused.
+        max_age: seconds a session lasts after login, used or not.
+    """
+
+    def __init__(self, client: Any, idle: int, max_age: int, index: str = SESSIONS.name) -> None:
+        if not 0 < idle <= max_age:
+            raise ValueError(f"0 < idle <= max_age is needed; got idle {idle}, max_age {max_age}")
+        self.client, self.idle, self.max_age, self.index = client, int(idle), int(max_age), index
+
+    def __repr__(self) -> str:
+        return f"SessionStore(index={self.index!r}, idle={self.idle}, max_age={self.max_age})"
+
+    @staticmethod
+    def _doc_id(sid: str) -> str:
+        return hashlib.sha256(sid.encode("ascii")).hexdigest()
+
+    def create(self, kid: str, who: str, now: float | None = None) -> tuple[str, Session]:
+        """A new session for the key ``kid`` (``who``: the reviewer's name, for the operator); returns its id (the
+        cookie's value) and the session. Expired sessions are removed on the way.
+
+        Raises:
+            OpenSearchUnavailable: the cluster did not answer.
+        """
+        at = int(time.time() if now is None else now)
+        sid, session = new_token(), Session(kid, new_token(), at, at)
+        body = {"kid": kid, "who": who, "csrf": session.csrf, "created": at, "seen": at}
+        with _unavailable("storing a review session"):
+            ensure(self.client, SESSIONS, self.index)
+            self.client.index(index=self.index, id=self._doc_id(sid), body=body)
+        self._purge(at)
+        return sid, session
+
+    def load(self, sid: str | None, now: float | None = None) -> Session | None:
+        """The live session ``sid`` names, else None (unknown, ended, expired: an expired one is removed). Its last
+        use is recorded (at most once a minute).
+
+        Raises:
+            OpenSearchUnavailable: the cluster did not answer.
+        """
+        if not sid or not _SID.fullmatch(sid):
             return None
-        body, sig = value.split(".")
+        at = int(time.time() if now is None else now)
+        doc_id = self._doc_id(sid)
+        with _unavailable("reading a review session"):
+            # 404: no such session, or none was ever stored (ignored: the client would log each as a warning)
+            found = self.client.get(index=self.index, id=doc_id, ignore=[404])
+            if not found.get("found"):
+                return None
+            src = found.get("_source") or {}
+            try:
+                session = Session(str(src["kid"]), str(src["csrf"]), int(src["created"]), int(src["seen"]))
+            except (KeyError, TypeError, ValueError):
+                return None
+            if at - session.created > self.max_age or at - session.seen > self.idle or session.created > at + 60:
+                self.client.delete(index=self.index, id=doc_id, ignore=[404])
+                return None
+            if at - session.seen >= min(_TOUCH_EVERY_S, self.idle // 10):
+                self.client.update(index=self.index, id=doc_id, body={"doc": {"seen": at}}, ignore=[404, 409])
+                session = Session(session.kid, session.csrf, session.created, at)
+        return session
+
+    def end(self, sid: str | None) -> None:
+        """End the session ``sid`` (logout); an unknown one is fine.
+
+        Raises:
+            OpenSearchUnavailable: the cluster did not answer.
+        """
+        if not sid or not _SID.fullmatch(sid):
+            return
+        with _unavailable("ending a review session"):
+            self.client.delete(index=self.index, id=self._doc_id(sid), ignore=[404])
+
+    def _purge(self, now: int) -> None:
+        """Remove the expired sessions (at each login: logins are rare, and the index stays small)."""
+        query = {
+            "query": {
+                "bool": {
+                    "should": [
+                        {"range": {"created": {"lt": now - self.max_age}}},
+                        {"range": {"seen": {"lt": now - self.idle}}},
+                    ]
+                }
+            }
+        }
         try:
-            raw = _unb64(body)
-        except (ValueError, TypeError):
-            return None
-        if not hmac.compare_digest(sig, self._sign(raw)):
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("iat"), int):
-            return None
-        age = (now if now is not None else time.time()) - data["iat"]
-        if not -60 <= age <= self.max_age:  # a minute of clock skew between workers
-            return None
-        return data
+            self.client.delete_by_query(index=self.index, body=query, conflicts="proceed")
+        except Exception as exc:  # the login itself worked: the next one tries again
+            logger.warning("could not remove expired review sessions from %s: %s", self.index, exc)
+
+
+@contextmanager
+def _unavailable(what: str) -> Iterator[None]:
+    """The cluster's connection errors as :class:`OpenSearchUnavailable` (503), saying what was being done."""
+    from opensearchpy import exceptions as os_exc
+
+    try:
+        yield
+    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
+        raise OpenSearchUnavailable(f"OpenSearch did not answer while {what} ({type(exc).__name__})") from exc
 
 
 def safe_next(value: str | None) -> str:

@@ -15,6 +15,7 @@ from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker import Reranker, RerankerSettings
 
+KEY = "k-1-robustness-0c9e4b1a7d2f"
 LONG_POSTS = {
     "japanese": "日本語の長い質問です。東京から京都までの新幹線の切符はどこで買えますか。" * 40,  # ~1,400 chars
     "comma-list": ",".join(f"ubuntu{i}" for i in range(1800)),
@@ -33,12 +34,12 @@ def test_rerank_answers_posts_with_thousands_of_terms(served: tuple[Bundle, str]
 def test_the_service_answers_them_with_200(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> None:
     _, index = served
     settings = service_settings(
-        {"bundle": str(tiny_bundle), "index": index, "api_key": "k-1", "max_text_chars": 20_000},
+        {"bundle": str(tiny_bundle), "index": index, "api_key": KEY, "max_text_chars": 20_000},
         OpenSearchSettings(url=opensearch_url),
     )
     client = TestClient(create_app(settings))
     for name, body in LONG_POSTS.items():
-        r = client.post("/v1/rerank", json={"title": "help", "body": body, "k": 5}, headers={"X-API-Key": "k-1"})
+        r = client.post("/v1/rerank", json={"title": "help", "body": body, "k": 5}, headers={"X-API-Key": KEY})
         assert r.status_code == 200, (name, r.text[:300])
         assert "candidates" in r.json()
 

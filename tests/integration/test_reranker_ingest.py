@@ -27,7 +27,8 @@ from semdup.reranker import Reranker
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
-KEY, OTHER_KEY = "ingest-key-41c7", "other-key-9e02"
+KEY, OTHER_KEY = "ingest-key-41c7-7d2f0c9e4b1a", "other-key-9e02-7d2f0c9e4b1a"  # the ingest scope
+READ_KEY = "read-key-5e18-2c0a9f7d3b6e"  # the search scope only
 WAIT_S = 300.0
 
 
@@ -65,7 +66,7 @@ def test_posts_sent_over_http_are_written_by_a_real_worker(
             "bundle": str(tiny_bundle),
             "index": fresh_index,
             "indices": f"{fresh_index},{other}",
-            "api_keys": f"{KEY}:{fresh_index},{OTHER_KEY}:{other}",
+            "api_keys": f"{KEY}:{fresh_index}:search|ingest,{OTHER_KEY}:{other}:ingest,{READ_KEY}:{fresh_index}",
         },
         OpenSearchSettings(url=opensearch_url),
         broker=BrokerSettings(url=redis_url),
@@ -76,6 +77,8 @@ def test_posts_sent_over_http_are_written_by_a_real_worker(
     body = {"posts": [p.to_json() for p in posts]}
 
     assert app.post("/v1/posts", json=body, headers={"X-API-Key": "wrong"}).status_code == 401
+    read_only = app.post("/v1/posts", json=body, headers={"X-API-Key": READ_KEY})  # a browser's key never writes
+    assert read_only.status_code == 403 and read_only.json()["error"]["type"] == "Forbidden", read_only.text
     refused = app.post("/v1/posts", json={**body, "index": fresh_index}, headers={"X-API-Key": OTHER_KEY})
     assert refused.status_code == 404 and refused.json()["error"]["type"] == "SearchIndexError", refused.text
     assert queue.llen(INDEXER_QUEUE) == 0  # neither reached the broker
@@ -115,7 +118,8 @@ def test_without_a_broker_ingest_answers_503_and_the_service_stays_ready(
 ) -> None:
     bundle, index = served
     settings = service_settings(
-        {"bundle": str(tiny_bundle), "index": index, "api_key": KEY}, OpenSearchSettings(url=opensearch_url)
+        {"bundle": str(tiny_bundle), "index": index, "api_keys": f"{KEY}:*:ingest"},
+        OpenSearchSettings(url=opensearch_url),
     )
     assert settings.ingest is False
     app = TestClient(create_app(settings, reranker=Reranker(bundle, opensearch_client, index)))
@@ -158,7 +162,7 @@ def test_sync_over_http_makes_the_companion_follow_the_site_index(
             body_field="content",
         )
         settings = service_settings(
-            {"bundle": str(tiny_bundle), "index": site, "api_key": KEY},
+            {"bundle": str(tiny_bundle), "index": site, "api_keys": f"{KEY}:*:search|ingest"},
             OpenSearchSettings(url=opensearch_url),
             broker=BrokerSettings(url=redis_url),
         )

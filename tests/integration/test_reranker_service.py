@@ -35,7 +35,8 @@ from semdup.indexer.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.settings import ServiceSettings
 
-KEY = "test-key-7f3a"
+KEY = "test-key-7f3a-7d2f0c9e4b1a"
+OPS_KEY = "ops-key-61d0-3e9b2a7c5f84"
 HEADERS = {"X-API-Key": KEY}
 
 
@@ -54,7 +55,7 @@ def settings_for(bundle_dir: Path, index: str, url: str, **changes: Any) -> Serv
 @pytest.fixture(scope="module")
 def app_client(served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str) -> TestClient:
     bundle, index = served
-    return TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url)))
+    return TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url, api_keys=f"{OPS_KEY}:*:ops")))
 
 
 def good_call(client: TestClient, post: Post) -> dict[str, Any]:
@@ -152,7 +153,7 @@ def test_chunked_bodies_over_the_limit_get_413_like_plain_ones(app_client: TestC
 
 
 def test_openapi_declares_the_key_the_bounds_and_every_answer(app_client: TestClient) -> None:
-    schema = app_client.get("/openapi.json").json()
+    schema = app_client.app.openapi()
     assert schema["components"]["securitySchemes"]["APIKeyHeader"] == {
         "type": "apiKey",
         "in": "header",
@@ -161,7 +162,7 @@ def test_openapi_declares_the_key_the_bounds_and_every_answer(app_client: TestCl
     }
     op = schema["paths"]["/v1/rerank"]["post"]
     assert op["security"] == [{"APIKeyHeader": []}]
-    assert set(op["responses"]) == {"200", "401", "404", "409", "413", "422", "500", "503", "504"}
+    assert set(op["responses"]) == {"200", "401", "403", "404", "409", "413", "422", "429", "500", "503", "504"}
     body = schema["components"]["schemas"][op["requestBody"]["content"]["application/json"]["schema"]["$ref"][21:]]
     assert body["properties"]["k"]["maximum"] == 100 and body["properties"]["title"]["maxLength"] == 20_000
     assert body["additionalProperties"] is False
@@ -245,11 +246,15 @@ def _stalled_server() -> Iterator[str]:
 def test_probes_metrics_and_openapi(app_client: TestClient, real_posts: list[Post]) -> None:
     assert app_client.get("/readyz").json()["ready"] is True
     good_call(app_client, real_posts[7])
-    text = app_client.get("/metrics").text
+    assert app_client.get("/metrics").status_code == 401  # it names every served index: the ops scope only
+    assert app_client.get("/metrics", headers={"X-API-Key": KEY}).status_code == 403
+    text = app_client.get("/metrics", headers={"X-API-Key": OPS_KEY}).text
     assert 'semdup_rerank_requests_total{path="/v1/rerank",status="200"}' in text
     assert "semdup_rerank_request_seconds_bucket" in text
-    schema = app_client.get("/openapi.json").json()
-    assert "/v1/rerank" in schema["paths"]
+    schema = app_client.get("/openapi.json", headers={"Authorization": f"Bearer {OPS_KEY}"}).json()
+    assert "/v1/rerank" in schema["paths"] and schema == app_client.app.openapi()
+    assert app_client.get("/openapi.json").status_code == 401
+    assert app_client.get("/docs").status_code == 404 and app_client.get("/redoc").status_code == 404
 
 
 def test_readyz_on_a_connected_site_reports_the_companion_and_its_model(

@@ -39,7 +39,8 @@ from semdup.review.verdicts import VERDICTS_INDEX, verdict_id
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
 WAIT_S = 180.0
-SEARCH_KEY, ALICE_KEY, BOB_KEY = "search-key-7a1c", "review-alice-44be", "review-bob-90d2"
+SEARCH_KEY, ALICE_KEY = "search-key-7a1c-7d2f0c9e4b1a", "review-alice-44be-7d2f0c9e4b1a"
+BOB_KEY, OPS_KEY = "review-bob-90d2-7d2f0c9e4b1a", "ops-key-0e4b-9a1c5d7f3e28"
 XSS = Post(
     "xss-1",
     "Can a <script> tag in my form ruin my visa application?",
@@ -87,7 +88,7 @@ def flagged(
 @pytest.fixture(scope="module")
 def served(flagged: dict[str, Any], opensearch_url: str, bundle_dir: Path) -> Iterator[str]:
     index = flagged["index"]
-    keys = f"{SEARCH_KEY}:{index},{ALICE_KEY}:{index}:review:alice,{BOB_KEY}:{index}:review:bob"
+    keys = f"{SEARCH_KEY}:{index},{ALICE_KEY}:{index}:review:alice,{BOB_KEY}:{index}:review:bob,{OPS_KEY}:*:ops"
     env = serve_env(opensearch_url, bundle_dir, index, keys, SEMDUP_CALIBRATION=str(flagged["calibration"]))
     with semdup_serve(env, flagged["root"] / "serve.log") as base:
         yield base
@@ -211,7 +212,7 @@ def test_scripts_use_the_api_with_a_key_and_a_replay_changes_nothing(
     assert cli.returncode == 0 and f"{len(pairs)} judged pairs written" in cli.stderr, cli.stderr
     assert (tmp_path / "cli.jsonl").read_text(encoding="utf-8") == export.text
 
-    metrics = httpx.get(f"{served}/metrics").text
+    metrics = httpx.get(f"{served}/metrics", headers={"Authorization": f"Bearer {OPS_KEY}"}).text
     assert f'semdup_review_flags{{index="{index}"}} 4.0' in metrics
     judged = len({h["_source"]["pair"] for h in _verdicts(opensearch_client, index)})
     assert f'semdup_review_backlog{{index="{index}"}} {4.0 - judged}' in metrics

@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 WAIT_S = 180.0
 K = 3
 MARGIN = 1e-4  # no expected score lies this close to a threshold
-KEY = "review-carol-5e0f"
+KEY = "review-carol-5e0f-7d2f0c9e4b1a"
 
 
 def gap_threshold(scores: list[float], quantile: float) -> float:

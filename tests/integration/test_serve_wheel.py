@@ -1,4 +1,4 @@
-"""The wheel a user installs with ``pip install "semdup[serve]"`` serves the best model, and brings nothing more.
+"""The wheel a user installs with ``pip install "$(ls dist/semdup-*.whl)[serve]"`` serves the best model, and brings nothing more.
 
 The wheel is built from this working tree (the Dockerfile's wheel stage: pyproject, README, LICENSE and
 ``semdup/`` copied to a clean folder, so a stale ``build/`` cannot leak old modules into it) and installed with

@@ -27,7 +27,7 @@ from semdup.reranker import Reranker
 
 pytestmark = pytest.mark.opensearch
 
-ALL_KEY, NARROW_KEY = "key-all-0f3c", "key-alias-77d1"
+ALL_KEY, NARROW_KEY = "key-all-0f3c-7d2f0c9e4b1a", "key-alias-77d1-7d2f0c9e4b1a"
 
 
 class RecordingClient:

@@ -30,7 +30,7 @@ from semdup.search_templates import query_text, template_id, template_params
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.slow]
 
-SEARCH_KEY, REVIEW_KEY = "similar-search-5d1e", "similar-review-a07b"
+SEARCH_KEY, REVIEW_KEY = "similar-search-5d1e-7d2f0c9e4b1a", "similar-review-a07b-7d2f0c9e4b1a"
 TAGGED = Post(
     "tagged-1",
     "Is a &lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt; tag in a visa form dangerous?",
@@ -122,7 +122,7 @@ def test_the_service_answers_and_applies_the_rerank_access_rules(served: str, in
         assert mine["title"] == indexed["titles"][post.id] and "bm25" in mine["sources"]
         assert mine["url"] == f"https://travel.stackexchange.com/questions/{post.id}"
         assert http.get("/v1/similar", params={"title": post.title}).status_code == 401
-        assert http.get("/v1/similar", params={"title": "x"}, headers={"X-API-Key": REVIEW_KEY}).status_code == 401
+        assert http.get("/v1/similar", params={"title": "x"}, headers={"X-API-Key": REVIEW_KEY}).status_code == 403
         for params, status in (
             ({"title": post.title, "index": "semdup-nope"}, 404),
             ({"title": post.title, "index": "*"}, 404),

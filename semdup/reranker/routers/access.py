@@ -1,29 +1,55 @@
 """Who may call the service, and which index a request may name: the dependencies every router shares.
 
 A router's endpoints are module-level functions; the app factory binds each to its app (:func:`bind`): the request
-body model with this server's bounds (:mod:`.schemas`) and the access dependency (:func:`key_access`, or
-:func:`open_access` when ``SEMDUP_AUTH=off``). What an endpoint needs at run time it reads from ``app.state``
-(:func:`state`): the settings, the reranker, the ingest sender, the admission gate.
+body model with this server's bounds (:mod:`.schemas`) and the access dependency of its scope (:func:`key_access`
+for ``search``, :func:`ingest_access` for ``ingest``, or :func:`open_access` when ``SEMDUP_AUTH=off``). What an
+endpoint needs at run time it reads from ``app.state`` (:func:`state`): the settings, the reranker, the ingest
+sender, the admission gate, the failure throttle.
+
+Every key check goes through :func:`authenticate`: a blocked address gets 429 (:class:`Throttled`) before its key is
+looked at, a wrong key 401 (:class:`AuthError`, counted as a failure of the address,
+:mod:`semdup.reranker.auth_throttle`), a right key without the scope 403 (:class:`ScopeError`). The review page
+uses it too, so its logins and the API share one count per address.
 """
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import Depends, Request, Security
-from fastapi.security import APIKeyHeader
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from semdup.core.errors import SearchIndexError
+from semdup.reranker.auth_throttle import FailureThrottle, Throttled, client_address
 from semdup.reranker.routers.schemas import API_KEY_HEADER, MAX_INDEX_CHARS, NOT_SERVED
-from semdup.reranker.settings import ServiceSettings
+from semdup.reranker.settings import INGEST, OPS, SEARCH, ApiKey, ServiceSettings
 
-__all__ = ["AuthError", "KEY_HEADER", "key_access", "open_access", "access_for", "served_index", "state", "bind"]
+__all__ = [
+    "AuthError",
+    "ScopeError",
+    "Throttled",
+    "KEY_HEADER",
+    "authenticate",
+    "key_access",
+    "ingest_access",
+    "ops_access",
+    "open_access",
+    "access_for",
+    "served_index",
+    "state",
+    "bind",
+]
 
 
 class AuthError(Exception):
     """A missing or wrong ``X-API-Key`` (the app answers 401)."""
+
+
+class ScopeError(Exception):
+    """A right key without the scope the endpoint needs (the app answers 403)."""
 
 
 KEY_HEADER = APIKeyHeader(
@@ -38,12 +64,77 @@ def state(request: Request) -> Any:
     return request.app.state
 
 
+BEARER = HTTPBearer(
+    auto_error=False, description="An API key with the ops scope, for scrapers that send a bearer token."
+)
+
+
+def _count(request: Request, what: str) -> None:
+    """Count a failure or a refusal in the app's metrics (:class:`semdup.apps.http.ServiceMetrics`), if it has any."""
+    count = getattr(getattr(request.app.state, "metrics", None), "auth_event", None)
+    if count is not None:
+        count(request.url.path, what)
+
+
+def authenticate(
+    request: Request, settings: ServiceSettings, throttle: FailureThrottle, given: str | None, scope: str
+) -> ApiKey:
+    """The configured key ``given`` when it holds ``scope``.
+
+    Raises:
+        Throttled: the client's address failed too often (429); its key is not looked at.
+        AuthError: no key, or a wrong one (401); a wrong one counts as a failure of the address.
+        ScopeError: the key lacks ``scope`` (403).
+    """
+    if not given:
+        raise AuthError(f"missing API key; send a key with the {scope} scope in the X-API-Key header")
+    address = client_address(request.client.host if request.client else None)
+    left = throttle.blocked(address)
+    if left:
+        _count(request, "throttled")
+        raise Throttled(left)
+    entry = settings.key_of(given)
+    if entry is None:
+        _count(request, "failed")
+        left = throttle.fail(address)
+        if left:
+            _count(request, "throttled")
+            raise Throttled(left)
+        raise AuthError("wrong API key; send a key of this service in the X-API-Key header")
+    if scope not in entry.scopes:
+        raise ScopeError(f"this API key has no {scope} scope; use a key with the {scope} scope")
+    return entry
+
+
+def _access(request: Request, given: str | None, scope: str) -> tuple[str, ...]:
+    st = state(request)
+    return authenticate(request, st.settings, st.throttle, given, scope).indices or st.settings.indices
+
+
 def key_access(request: Request, given: str | None = Security(KEY_HEADER)) -> tuple[str, ...]:
-    """The indices the request's key may search; 401 (:class:`AuthError`) for a missing or wrong key."""
-    allowed = state(request).settings.key_indices(given)
-    if allowed is None:
-        raise AuthError("missing or wrong API key; send it in the X-API-Key header")
-    return allowed
+    """The indices the request's key may search (``search`` scope: ``/v1/rerank``, ``/v1/similar``); 401, 403 or
+    429 otherwise (:func:`authenticate`)."""
+    return _access(request, given, SEARCH)
+
+
+def ingest_access(request: Request, given: str | None = Security(KEY_HEADER)) -> tuple[str, ...]:
+    """The indices the request's key may write (``ingest`` scope: ``/v1/posts`` and the others); 401, 403 or 429
+    otherwise (:func:`authenticate`)."""
+    return _access(request, given, INGEST)
+
+
+async def ops_access(
+    request: Request,
+    given: str | None = Security(KEY_HEADER),
+    bearer: HTTPAuthorizationCredentials | None = Security(BEARER),
+) -> None:
+    """``/metrics`` and ``/openapi.json``: a key with the ``ops`` scope, in ``X-API-Key`` or as a bearer token
+    (Prometheus's ``authorization``), while ``SEMDUP_OPS_AUTH`` and access control are on; else open. The check
+    runs on the probes' own threads (``app.state.probes``): a scrape never waits behind the reranks."""
+    st = state(request)
+    if st.settings.auth and st.settings.ops_auth:
+        key = given or (bearer.credentials if bearer else None)
+        await asyncio.wrap_future(st.probes.submit(authenticate, request, st.settings, st.throttle, key, OPS))
 
 
 def open_access(request: Request) -> tuple[str, ...]:
@@ -51,8 +142,11 @@ def open_access(request: Request) -> tuple[str, ...]:
     return state(request).settings.indices
 
 
-def access_for(settings: ServiceSettings) -> Callable[..., tuple[str, ...]]:
-    return key_access if settings.auth else open_access
+def access_for(settings: ServiceSettings, scope: str = SEARCH) -> Callable[..., tuple[str, ...]]:
+    """The access dependency of an endpoint that needs ``scope`` (``search`` or ``ingest``)."""
+    if not settings.auth:
+        return open_access
+    return ingest_access if scope == INGEST else key_access
 
 
 def served_index(settings: ServiceSettings, requested: str | None, allowed: tuple[str, ...]) -> str:

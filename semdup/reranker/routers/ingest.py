@@ -1,7 +1,8 @@
 """HTTP ingest endpoints: ``POST /v1/posts``, ``/v1/posts/sync``, ``/v1/posts/delete`` (202 Accepted).
 
-For sites that cannot talk to Celery: each request is checked like ``/v1/rerank`` (the same ``X-API-Key``
-dependency, the same per-key index allow-list and 404, the same error format) and its posts or ids are enqueued
+For sites that cannot talk to Celery: each request needs a key with the ``ingest`` scope (a ``search`` key gets
+403: it may be in a browser) and is checked like ``/v1/rerank`` otherwise (the same per-key index allow-list and
+404, the same error format) and its posts or ids are enqueued
 as the indexer's tasks, :data:`~semdup.reranker.ingest.BATCH` per task, through :mod:`semdup.reranker.ingest`.
 202 means queued, not written: the workers write (or park) them. Deleting is a ``POST`` to ``/v1/posts/delete``
 rather than ``DELETE /v1/posts`` with a body, which HTTP gives no meaning and some proxies drop.
@@ -25,7 +26,7 @@ from semdup.core.errors import BrokerUnavailable, SearchIndexError
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.reranker.ingest import NotASiteIndex, TaskSender, enqueue_batches
 from semdup.reranker.reranker import ModelMismatch
-from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
+from semdup.reranker.routers.access import access_for, bind, ingest_access, served_index, state
 from semdup.reranker.routers.schemas import (
     NOT_SERVED,
     RETRY_AFTER_HEADER,
@@ -34,7 +35,7 @@ from semdup.reranker.routers.schemas import (
     ingest_models,
     responses,
 )
-from semdup.reranker.settings import ServiceSettings
+from semdup.reranker.settings import INGEST, ServiceSettings
 
 __all__ = ["INGEST_PATHS", "router", "post_posts", "sync_posts", "delete_posts"]
 
@@ -61,14 +62,14 @@ def _target(request: Request, requested: str | None, allowed: tuple[str, ...]) -
     return name, st.sender, st.reranker.version
 
 
-def post_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+def post_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access)) -> dict[str, Any]:
     """Enqueue new or edited posts (``index_posts``) for an index semdup created; 202 once they are queued."""
     name, to, version = _target(request, req.index, allowed)
     done = enqueue_batches(to, INDEX_POSTS, name, [p.model_dump() for p in req.posts], [version])
     return _answer(name, INDEX_POSTS, version, done.items, done.tasks)
 
 
-def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access)) -> dict[str, Any]:
     """These posts of the site's own index (``semdup enable``) were created, edited or deleted: the workers
     re-read them from it (``sync_posts``), encode and write semdup's side, and remove the deleted ones."""
     name, to, version = _target(request, req.index, allowed)
@@ -89,7 +90,7 @@ def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ke
     return _answer(name, SYNC_POSTS, version, done.items, done.tasks)
 
 
-def delete_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+def delete_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access)) -> dict[str, Any]:
     """Enqueue the deletion of posts by id (``delete_posts``; an id already gone is harmless)."""
     name, to, _ = _target(request, req.index, allowed)
     done = enqueue_batches(to, DELETE_POSTS, name, list(dict.fromkeys(req.ids)))
@@ -99,8 +100,8 @@ def delete_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(
 def router(settings: ServiceSettings) -> APIRouter:
     """The three ingest endpoints of an app serving ``settings`` (their bodies carry its bounds)."""
     posts_model, ids_model = ingest_models(settings)
-    access = access_for(settings)
-    said = responses(401, 404, 413, 422, 500)
+    access = access_for(settings, INGEST)
+    said = responses(401, 403, 404, 413, 422, 429, 500)
     said[503] = {
         "model": IngestErrorResponse,
         "description": "No broker configured, ingest turned off, or the broker down; after a failure part-way, "

@@ -1,5 +1,8 @@
 """``/healthz``, ``/readyz``, ``/metrics``: the probes of one service worker process.
 
+``/healthz`` and ``/readyz`` answer anyone (a load balancer has no key); ``/metrics`` names every served index,
+so it needs a key with the ``ops`` scope while ``SEMDUP_OPS_AUTH`` is on (:func:`.access.ops_access`).
+
 They never wait behind the reranks: ``/healthz`` and ``/metrics`` run on the event loop (no thread), ``/readyz`` on
 two threads of its own (``app.state.probes``, :data:`PROBE_THREADS`) and answers within :data:`READY_TIMEOUT_S`.
 Each reads what it needs from ``app.state`` (the reranker, the settings, the admission gate, the metrics registry).
@@ -10,11 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from semdup.core.logs import scrub
-from semdup.reranker.routers.access import state
+from semdup.reranker.routers.access import ops_access, state
 from semdup.reranker.routers.schemas import ReadyResponse
 from semdup.reranker.workers import PROBE_THREADS  # /readyz's own threads: not queued behind the reranks' pool
 
@@ -92,11 +95,18 @@ def ready(st: Any) -> JSONResponse:
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus"}},
+    dependencies=[Depends(ops_access)],
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus"},
+        401: {"description": "SEMDUP_OPS_AUTH is on: send a key with the ops scope (X-API-Key or Bearer)."},
+        403: {"description": "The key has no ops scope."},
+        429: {"description": "Too many wrong keys from this address: wait Retry-After seconds."},
+    },
 )
 async def metrics(request: Request) -> PlainTextResponse:
     """Prometheus metrics of this process (request count, latency histogram, errors, requests in flight and
-    refused). On the event loop, like ``/healthz``: a scrape never waits behind the reranks."""
+    refused, wrong keys and throttled addresses). On the event loop, like ``/healthz``: a scrape never waits
+    behind the reranks."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     registry = state(request).metrics.registry

@@ -61,6 +61,6 @@ def router(settings: ServiceSettings) -> APIRouter:
         methods=["POST"],
         response_model=RerankResponse,
         tags=["rerank"],
-        responses=responses(401, 404, 409, 413, 422, 500, 503, 504),
+        responses=responses(401, 403, 404, 409, 413, 422, 429, 500, 503, 504),
     )
     return out

@@ -255,7 +255,8 @@ class SimilarResponse(BaseModel):
 
 RETRY_AFTER_HEADER = {
     "Retry-After": {
-        "description": f"Seconds to wait before retrying ({RETRY_AFTER_S}); sent with the Overloaded 503.",
+        "description": f"Seconds to wait before retrying: {RETRY_AFTER_S} with the Overloaded 503, the rest of "
+        "the block with the TooManyFailures 429.",
         "schema": {"type": "integer"},
     }
 }
@@ -265,11 +266,13 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI ``responses`` of an endpoint that may answer these error statuses."""
     said = {
         401: "Missing or wrong X-API-Key.",
+        403: "The key lacks this endpoint's scope (search: rerank and similar; ingest: the /v1/posts endpoints).",
         404: "An index this key may not search, or that does not exist (the same answer for both).",
         409: "The index holds vectors of another model version, holds no encoded post yet, or (sync) is one "
         "semdup created rather than a site's index.",
         413: "Request body over the server's max_body_bytes.",
         422: "Bad input: a schema violation, malformed JSON, or a post without usable text.",
+        429: "Too many wrong keys from this address (type TooManyFailures): wait Retry-After seconds.",
         500: "An unexpected error (logged by the service).",
         503: "OpenSearch is down, or this worker has SEMDUP_MAX_IN_FLIGHT requests in flight (type Overloaded, "
         f"with Retry-After: {RETRY_AFTER_S}); retry later or on another replica.",
@@ -278,6 +281,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     out: dict[int | str, dict[str, Any]] = {
         c: {"model": ValidationErrorResponse if c == 422 else ErrorResponse, "description": said[c]} for c in codes
     }
-    if 503 in out:
-        out[503]["headers"] = RETRY_AFTER_HEADER
+    for code in (429, 503):
+        if code in out:
+            out[code]["headers"] = RETRY_AFTER_HEADER
     return out

@@ -10,8 +10,9 @@ app's reranker from ``app.state``; its :class:`TitleSearch` is made on the first
 carries its ``url`` on the site when ``SEMDUP_POST_URL`` is set.
 
 ``GET /examples/ask.html`` (with ``ask.js`` and ``ask.css``, shipped in the package) is an example asking page
-that calls ``/v1/similar`` as the title is typed, debounced; it holds no key (the user types one) and is served
-with a strict Content-Security-Policy (its own script and style only, calls to this origin only).
+that calls ``/v1/similar`` as the title is typed, debounced; it holds no key (the user types one; a site that
+puts one in its page puts in a key with the ``search`` scope alone, which only reads) and is served with a strict
+Content-Security-Policy (its own script and style only, calls to this origin only).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def router(settings: ServiceSettings) -> APIRouter:
         methods=["GET"],
         response_model=SimilarResponse,
         tags=["similar"],
-        responses=responses(401, 404, 409, 422, 500, 503, 504),
+        responses=responses(401, 403, 404, 409, 422, 429, 500, 503, 504),
     )
     out.add_api_route(EXAMPLES + "/{name}", example, methods=["GET"], include_in_schema=False)
     return out

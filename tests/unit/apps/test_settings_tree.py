@@ -24,7 +24,7 @@ from semdup.apps.settings_report import explain, settings_table
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 
 REPO = Path(semdup.__file__).parents[1]
-SECRET = "hunter2-s3cr3t"
+SECRET = "hunter2-s3cr3t-0b9e5d7a1c"  # 24+ characters: what a key needs
 ENV = {
     "SEMDUP_OPENSEARCH_URL": f"https://admin:{SECRET}@search:9200",
     "SEMDUP_BROKER_URL": f"redis://:{SECRET}@broker:6379/0",
@@ -74,7 +74,7 @@ def test_env_over_file_over_defaults_and_the_old_reranker_section(tmp_path: Path
     path = tmp_path / "semdup.yaml"
     path.write_text(
         "opensearch:\n  url: http://file:9200\n  timeout: 7\n"
-        "reranker:\n  bundle: /b\n  index: site\n  templates: [dfr, ib]\n  api_key: k-file-0001\n  max_k: 20\n"
+        "reranker:\n  bundle: /b\n  index: site\n  templates: [dfr, ib]\n  api_key: k-file-0001-9c2e7a4b1d5f0e8a\n  max_k: 20\n"
         "review:\n  stats_ttl: 5\n",
         encoding="utf-8",
     )

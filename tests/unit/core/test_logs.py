@@ -116,6 +116,14 @@ def test_scrub_leaves_plain_text() -> None:
     )
 
 
+def test_scrub_masks_secrets_but_not_a_sentence_that_names_one() -> None:
+    said = "missing or wrong CSRF token: send the page's token in X-CSRF-Token"
+    assert scrub(said) == said  # was "CSRF token: *** the page's token"
+    assert scrub("password: hunter2 for admin") == "password: *** for admin"
+    assert scrub("password: swordfish") == "password: ***" and scrub("api_key=send the") == "api_key=*** the"
+    assert scrub('{"token": "Zq9x-41"}') == '{"token": "***"}' and scrub("secret: Abc def") == "secret: *** def"
+
+
 def test_configure_logging_format_from_env_and_bad_value() -> None:
     from semdup.apps.settings import load_settings, log_format_setting
 

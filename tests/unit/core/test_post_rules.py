@@ -50,6 +50,10 @@ from semdup.core.posts import Post
         ("x\ufffd", "id holds U+FFFD (a replacement character: bytes that were not UTF-8) at character 2"),
         ("a\ud800", "id holds a lone surrogate U+D800 (not encodable as UTF-8) at character 2"),
         ("Q1_R3/é€😀", None),
+        ("abc\u202egnp.exe", "id holds bidirectional control U+202E (it makes the id show as another) at character 4"),
+        ("\u2066x", "id holds bidirectional control U+2066"),
+        ("x\u200f", "id holds bidirectional control U+200F"),
+        ("שלום", None),  # right-to-left text itself is fine: only the controls that reorder it are refused
     ],
 )
 def test_id_rules(post_id: str, problem: str | None) -> None:
@@ -108,6 +112,11 @@ def test_text_length_is_left_to_the_caller_when_asked() -> None:
         ("<p></p>", "", "no visible text"),
         ("<br/>", "&nbsp; <b> </b>", "no visible text"),
         ("", "<img src='x.png'>", "no visible text"),
+        ("\u200b\u200c\u200d\u2060", "", "neither title nor body"),  # zero-width characters only: as the schema says
+        ("&#8203;", "\u202e", "no visible text"),
+        ("", "<pre><code>print(1)</code></pre>", "no visible text"),  # code blocks are dropped by the index
+        ("\u200bVisa?", "", None),
+        ("", "<p>See <code>ls -l</code></p>", None),  # inline code is text
     ],
 )
 def test_visible_text(title: str, body: str, problem: str | None) -> None:
@@ -129,3 +138,13 @@ def test_a_byte_order_mark_is_no_visible_text_anywhere() -> None:
     """U+FEFF is white space to JSON Schema's regular expressions; the rules agree, markup or not."""
     assert visible_problem("\ufeff", "") == "neither title nor body (both empty or white space)"
     assert visible_problem("<p>\ufeff</p>", "").startswith("no visible text")
+
+
+def test_the_schema_and_the_service_count_the_same_characters_as_invisible() -> None:
+    from semdup.core.post_rules import VISIBLE_PATTERN
+    from semdup.core.text_pipeline import has_visible_text
+
+    for text in ("\u200b", "\u202e\u2066", "\u00ad\ufeff", "\ufe0f"):
+        assert re.search(VISIBLE_PATTERN, text) is None and not has_visible_text(text), repr(text)
+    for text in ("\U000a036e", "\ue000", "a\u200b"):  # private use and unassigned characters may show: visible
+        assert re.search(VISIBLE_PATTERN, text) is not None and has_visible_text(text), repr(text)

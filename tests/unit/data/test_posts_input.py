@@ -174,7 +174,7 @@ def test_every_kind_of_bad_jsonl_line_is_named_and_the_rest_read(tmp_path: Path)
         "line 9: 'title' is an array; expected a string",
         "line 10: id is only white space",
         "line 11: id holds control character U+0001 at character 2",
-        "line 12: no visible text (title and body hold only markup or white space)",
+        "line 12: no visible text (only markup, code, white space or invisible characters)",
         "line 13: body holds control character U+0000 at character 1",
     ]
     assert [s.post_id for s in read.skipped][:3] == ["ok", None, None]
@@ -199,7 +199,7 @@ def test_a_dump_with_malformed_rows_gives_its_other_questions(tmp_path: Path) ->
     assert [str(s) for s in read.skipped] == [
         "row 2: no Id attribute",
         "row 4 (Id 4): title holds U+FFFD (a replacement character: bytes that were not UTF-8) at character 4",
-        "row 5 (Id 5): no visible text (title and body hold only markup or white space)",
+        "row 5 (Id 5): no visible text (only markup, code, white space or invisible characters)",
         "row 6 (Id 1): id repeats row 1 (Id 1) with other text (the first is kept)",
     ]
     assert read.units(1) == "1 row"

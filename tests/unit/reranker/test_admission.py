@@ -21,7 +21,8 @@ from semdup.reranker.admission import RETRY_AFTER_S, Gate
 from semdup.reranker.routers.probes import READY_TIMEOUT_S
 from semdup.reranker.settings import ServiceSettings
 
-KEY = "key-5b1e90ad"
+KEY = "key-5b1e90ad-7d2f0c9e4b1a"
+OPS = {"X-API-Key": "ops-key-2b9d41c07e5f8a36"}  # /metrics needs the ops scope
 GUARD_S = 60  # a call that has not answered by then is stuck (a deadlock guard, not a latency bound)
 
 
@@ -55,7 +56,8 @@ class BlockingReranker:
 
 def settings(**values: Any) -> ServiceSettings:
     return service_settings(
-        {"bundle": "b", "index": "travel", "api_key": KEY, **values}, OpenSearchSettings(url="http://127.0.0.1:9")
+        {"bundle": "b", "index": "travel", "api_key": KEY, "api_keys": f"{OPS['X-API-Key']}:*:ops", **values},
+        OpenSearchSettings(url="http://127.0.0.1:9"),
     )
 
 
@@ -80,7 +82,7 @@ def test_past_max_in_flight_a_request_is_refused_with_503_and_retry_after_and_co
         assert r.headers["retry-after"] == str(RETRY_AFTER_S)
         assert r.json()["error"]["type"] == "Overloaded" and "SEMDUP_MAX_IN_FLIGHT" in r.json()["error"]["message"]
         assert answered(pool, lambda: c.get("/healthz")).status_code == 200  # probes are never counted
-        text = answered(pool, lambda: c.get("/metrics")).text
+        text = answered(pool, lambda: c.get("/metrics", headers=OPS)).text
         assert 'semdup_rerank_shed_total{path="/v1/rerank"} 1.0' in text
         assert 'semdup_rerank_requests_total{path="/v1/rerank",status="503"} 1.0' in text
         assert "semdup_rerank_in_flight 2.0" in text
@@ -89,19 +91,20 @@ def test_past_max_in_flight_a_request_is_refused_with_503_and_retry_after_and_co
         rr.release.set()
         assert [f.result(timeout=GUARD_S).status_code for f in held] == [200, 200]
         assert rerank(c).status_code == 200  # admitted again once the others are done
-        assert "semdup_rerank_in_flight 0.0" in c.get("/metrics").text
+        assert "semdup_rerank_in_flight 0.0" in c.get("/metrics", headers=OPS).text
 
 
 def test_the_probes_answer_while_every_request_thread_is_taken() -> None:
     """No bound (max_in_flight 0), 2 request threads, both held by reranks and a third rerank waiting for one:
-    /healthz and /metrics need no thread, /readyz has threads of its own (it answers 503 here: no cluster)."""
+    /healthz and /metrics need no request thread (the ops key is checked on the probes' threads), /readyz has
+    threads of its own (it answers 503 here: no cluster)."""
     rr = BlockingReranker()
     with TestClient(create_app(settings(max_in_flight=0, threads=2), reranker=rr)) as c, ThreadPoolExecutor(6) as pool:  # type: ignore[arg-type]
         held = [pool.submit(rerank, c) for _ in range(3)]
         for _ in range(2):
             assert rr.entered.acquire(timeout=GUARD_S)
         assert answered(pool, lambda: c.get("/healthz")).json() == {"status": "ok", "model": rr.version}
-        assert "semdup_rerank_requests_total" in answered(pool, lambda: c.get("/metrics")).text
+        assert "semdup_rerank_requests_total" in answered(pool, lambda: c.get("/metrics", headers=OPS)).text
         ready = answered(pool, lambda: c.get("/readyz"))
         assert ready.status_code == 503 and "did not answer" in ready.json()["reason"]
         rr.release.set()
@@ -133,7 +136,7 @@ def test_readyz_answers_with_its_reason_within_its_deadline_when_the_cluster_han
 
 
 def test_the_overloaded_503_and_its_retry_after_are_in_the_openapi_document() -> None:
-    doc = TestClient(create_app(settings(), reranker=BlockingReranker())).get("/openapi.json").json()  # type: ignore[arg-type]
+    doc = create_app(settings(), reranker=BlockingReranker()).openapi()  # type: ignore[arg-type]
     answer = doc["paths"]["/v1/rerank"]["post"]["responses"]["503"]
     assert "Overloaded" in answer["description"] and "Retry-After" in answer["headers"]
 

@@ -11,7 +11,7 @@ from semdup.apps.http import create_app, error_status
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.reranker import NothingIndexed
 
-KEY = "key-5b1e90ad"
+KEY = "key-5b1e90ad-7d2f0c9e4b1a"
 
 
 class EmptyReranker:

@@ -23,7 +23,8 @@ from semdup.reranker.settings import ServiceSettings
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
 BROKER = BrokerSettings(url="redis://127.0.0.1:9/0")
-KEY, COOK_KEY = "key-all-5b1e", "key-cook-90ad"
+KEY, COOK_KEY = "key-all-5b1e-7d2f0c9e4b1a", "key-cook-90ad-7d2f0c9e4b1a"  # both with the ingest scope
+READ_KEY = "key-read-only-3c8a5e0f1b7d"  # SEMDUP_API_KEY: the search scope only
 VERSION = "bow-cnn-0123abcd"
 
 
@@ -60,8 +61,8 @@ def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSe
         "bundle": "b",
         "index": "travel",
         "indices": "travel,cooking",
-        "api_key": KEY,
-        "api_keys": f"{COOK_KEY}:cooking",
+        "api_key": READ_KEY,
+        "api_keys": f"{KEY}:*:search|ingest,{COOK_KEY}:cooking:ingest",
         **values,
     }
     return service_settings(config, OS, broker=broker)
@@ -112,7 +113,7 @@ def test_sync_into_an_index_semdup_created_is_refused_up_front_and_nothing_is_se
     assert sender.sent == []
     r = app.post("/v1/posts", json={"posts": posts(1)}, headers={"X-API-Key": KEY})  # the way in for such an index
     assert r.status_code == 202 and sender.sent[0][0] == INDEX_POSTS, r.text
-    doc = app.get("/openapi.json").json()["paths"]
+    doc = app.app.openapi()["paths"]
     assert "409" in doc["/v1/posts/sync"]["post"]["responses"] and "409" not in doc["/v1/posts"]["post"]["responses"]
 
 
@@ -128,6 +129,10 @@ def test_keys_and_indices_are_checked_like_rerank_and_nothing_is_sent(path: str)
         r = app.post(path, json={**body, "index": index}, headers={"X-API-Key": key})
         assert r.status_code == 404 and r.json()["error"]["type"] == "SearchIndexError", (key, index, r.text)
         assert "not one this API key may search" in r.json()["error"]["message"]
+    for key in (READ_KEY,):  # a search key may be in a browser: it never writes
+        r = app.post(path, json=body, headers={"X-API-Key": key})
+        assert r.status_code == 403 and r.json()["error"]["type"] == "Forbidden", r.text
+        assert "no ingest scope" in r.json()["error"]["message"]
     assert sender.sent == []
     r = app.post(path, json=body, headers={"X-API-Key": COOK_KEY})  # no index named: the key's own
     assert r.status_code == 202 and r.json()["index"] == "cooking", r.text
@@ -198,7 +203,7 @@ def test_ingest_is_on_by_default_only_with_a_broker() -> None:
     assert settings(ingest="off").ingest is False and settings(max_ingest_posts="10").max_ingest_posts == 10
     with pytest.raises(ConfigError, match="SEMDUP_BROKER_URL"):
         settings(broker=None, ingest="1")
-    env = {"SEMDUP_BUNDLE": "b", "SEMDUP_INDEX": "travel", "SEMDUP_API_KEY": "k", "SEMDUP_OPENSEARCH_URL": OS.url}
+    env = {"SEMDUP_BUNDLE": "b", "SEMDUP_INDEX": "travel", "SEMDUP_API_KEY": READ_KEY, "SEMDUP_OPENSEARCH_URL": OS.url}
     assert load_settings(env=env).service_settings().broker is None
     on = load_settings(env={**env, "SEMDUP_BROKER_URL": "redis://:s3cr3t@h:6379/0"}).service_settings()
     assert on.ingest is True and on.broker is not None and "s3cr3t" not in repr(on)
@@ -230,7 +235,7 @@ def test_tasks_go_to_the_queue_the_workers_consume() -> None:
 
 
 def test_the_openapi_document_states_202_503_and_the_bounds() -> None:
-    doc = client(FakeSender(), max_ingest_posts=100).get("/openapi.json").json()
+    doc = client(FakeSender(), max_ingest_posts=100).app.openapi()
     for path in ("/v1/posts", "/v1/posts/sync", "/v1/posts/delete"):
         op = doc["paths"][path]["post"]
         assert {"202", "401", "404", "413", "422", "503"} <= set(op["responses"]), path
@@ -310,7 +315,7 @@ def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_
 
     sender = FakeSender()
     app = client(sender)
-    schema = app.get("/openapi.json").json()["components"]["schemas"]["IngestIds"]["properties"]["ids"]["items"]
+    schema = app.app.openapi()["components"]["schemas"]["IngestIds"]["properties"]["ids"]["items"]
     source = tmp_path / "posts.jsonl"
     lines = [json.dumps({"id": "anchor", "title": "A post every reader takes"})]
     lines += [json.dumps({"id": post_id, "title": "Visa?"}) for post_id in ID_CASES]
@@ -390,7 +395,7 @@ def test_a_batch_with_bad_posts_is_refused_whole_and_each_bad_post_is_named() ->
     named = [(item["loc"][2:], item["msg"]) for item in r.json()["detail"]]
     assert named == [
         ([1, "id"], "Value error, id is only white space"),
-        ([3], "Value error, post '3': no visible text (title and body hold only markup or white space)"),
+        ([3], "Value error, post '3': no visible text (only markup, code, white space or invisible characters)"),
         ([4, "body"], "Value error, body holds control character U+0000 at character 4"),
     ]
     assert r.json()["error"]["message"].startswith("posts.1.id: Value error, id is only white space")

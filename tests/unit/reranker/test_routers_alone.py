@@ -15,10 +15,12 @@ from settings_tree import service_settings
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import INDEX_POSTS
 from semdup.reranker.routers import ingest, probes, rerank
+from semdup.reranker.auth_throttle import FailureThrottle
 from semdup.reranker.routers.access import AuthError
 
-KEY = "key-router-7c1d"
+KEY = "key-router-7c1d-7d2f0c9e4b1a"
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
+THROTTLE = FailureThrottle(None)  # what a router alone needs in app.state besides the settings
 
 
 class FakeReranker:
@@ -43,7 +45,7 @@ def _app(router: Any, **state: Any) -> FastAPI:
 
 def test_the_rerank_router_alone() -> None:
     settings = service_settings({"bundle": "b", "index": "travel", "api_key": KEY}, OS)
-    client = TestClient(_app(rerank.router(settings), settings=settings, reranker=FakeReranker()))
+    client = TestClient(_app(rerank.router(settings), settings=settings, reranker=FakeReranker(), throttle=THROTTLE))
     r = client.post("/v1/rerank", json={"title": "Visa on arrival?", "k": 1}, headers={"X-API-Key": KEY})
     assert r.status_code == 200, r.text
     assert r.json()["index"] == "travel" and r.json()["candidates"][0]["id"] == "87"
@@ -55,9 +57,11 @@ def test_the_ingest_router_alone() -> None:
     sent: list[tuple[str, list[Any]]] = []
     sender = SimpleNamespace(send=lambda name, args: sent.append((name, args)))
     settings = service_settings(
-        {"bundle": "b", "index": "travel", "api_key": KEY}, OS, broker=BrokerSettings("redis://127.0.0.1:9/0")
+        {"bundle": "b", "index": "travel", "api_keys": f"{KEY}:*:ingest"},
+        OS,
+        broker=BrokerSettings("redis://127.0.0.1:9/0"),
     )
-    app = _app(ingest.router(settings), settings=settings, reranker=FakeReranker(), sender=sender)
+    app = _app(ingest.router(settings), settings=settings, reranker=FakeReranker(), sender=sender, throttle=THROTTLE)
     r = TestClient(app).post("/v1/posts", json={"posts": [{"id": "1", "title": "Visa?"}]}, headers={"X-API-Key": KEY})
     assert r.status_code == 202 and r.json()["enqueued"] == 1, r.text
     assert sent == [(INDEX_POSTS, ["travel", [{"id": "1", "title": "Visa?", "body": ""}], FakeReranker.version])]
@@ -66,7 +70,12 @@ def test_the_ingest_router_alone() -> None:
 def test_the_probes_router_alone() -> None:
     from prometheus_client import CollectorRegistry
 
+    settings = service_settings({"bundle": "b", "index": "travel", "api_keys": f"{KEY}:*:ops"}, OS)
     state = {"reranker": FakeReranker(), "metrics": SimpleNamespace(registry=CollectorRegistry())}
-    client = TestClient(_app(probes.router, probes=ThreadPoolExecutor(1), **state))
+    app = _app(probes.router, probes=ThreadPoolExecutor(1), settings=settings, throttle=THROTTLE, **state)
+    client = TestClient(app)
     assert client.get("/healthz").json() == {"status": "ok", "model": FakeReranker.version}
-    assert client.get("/metrics").status_code == 200
+    assert client.get("/metrics", headers={"X-API-Key": KEY}).status_code == 200
+    assert client.get("/metrics", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200  # Prometheus's way
+    with pytest.raises(AuthError):  # the app factory turns it into a 401
+        client.get("/metrics")

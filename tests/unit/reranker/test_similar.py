@@ -19,12 +19,13 @@ from semdup.core.settings import OpenSearchSettings
 from semdup.index_format.packed_fields import PackedTerms, pack_semdup_fields
 from semdup.reranker.reranker import ModelMismatch
 from semdup.reranker.routers import similar as similar_router
+from semdup.reranker.auth_throttle import FailureThrottle
 from semdup.reranker.routers.access import AuthError
 from semdup.reranker.settings import RerankerSettings
 from semdup.reranker.similar import MAX_TITLE_CHARS, SIMILAR_FUSION, TitleSearch, title_query
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
-KEY, COOK_KEY, REVIEW_ONLY = "key-sim-4f2a", "key-cook-77b0", "key-rev-0c3d"
+KEY, COOK_KEY, REVIEW_ONLY = "key-sim-4f2a-7d2f0c9e4b1a", "key-cook-77b0-7d2f0c9e4b1a", "key-rev-0c3d-7d2f0c9e4b1a"
 VERSION = "hybrid-minilm-0123abcd"
 
 
@@ -168,7 +169,7 @@ def _settings(**values: Any) -> Any:
 def test_the_similar_router_alone() -> None:
     settings = _settings()
     app = FastAPI()
-    app.state.settings, app.state.reranker = settings, FakeReranker()
+    app.state.settings, app.state.reranker, app.state.throttle = settings, FakeReranker(), FailureThrottle(None)
     app.include_router(similar_router.router(settings))
     client = TestClient(app)
     r = client.get("/v1/similar", params={"title": "Visa on arrival?", "size": 2}, headers={"X-API-Key": KEY})
@@ -196,7 +197,8 @@ def test_through_the_app_answers_and_access() -> None:
         "url": None,
     }
     assert client.get("/v1/similar", params={"title": "Visa?"}).status_code == 401
-    assert client.get("/v1/similar", params={"title": "Visa?"}, headers={"X-API-Key": REVIEW_ONLY}).status_code == 401
+    refused = client.get("/v1/similar", params={"title": "Visa?"}, headers={"X-API-Key": REVIEW_ONLY})
+    assert refused.status_code == 403 and "no search scope" in refused.json()["error"]["message"]  # a right key
     for index in ("travel", "elsewhere", "*"):  # the cooking key may not search travel; the others are not served
         r = client.get("/v1/similar", params={"title": "Visa?", "index": index}, headers={"X-API-Key": COOK_KEY})
         assert r.status_code == 404 and r.json()["error"]["type"] == "SearchIndexError", r.text

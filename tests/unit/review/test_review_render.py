@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from semdup.core.posts import Post
-from semdup.review.render import display_pipeline, paragraphs, segments, shared_terms, show_post
+from semdup.review.render import display_pipeline, neutral, paragraphs, segments, shared_terms, show_post
 
 PIPE = display_pipeline()
 
@@ -59,3 +59,13 @@ def test_text_semdup_cleaned_already_is_shown_as_it_is_never_parsed_again() -> N
     shown = show_post(PIPE, Post("9", "t", stored), "9", frozenset(), None, html=False)
     assert shown.body == [("p", [(stored, False)])]
     assert show_post(PIPE, Post("9", "t", stored), "9", frozenset(), None, html=True).body != shown.body
+
+
+def test_bidi_controls_are_shown_as_their_code_in_ids_titles_and_bodies() -> None:
+    pipeline = display_pipeline()
+    post = Post("1", "Visa \u202efdp.exe", "<p>a\u2066b\u2069c</p>")
+    shown = show_post(pipeline, post, "88\u202e77", frozenset(), None)
+    assert shown.id == "88[U+202E]77"
+    assert "".join(t for t, _ in shown.title) == "Visa [U+202E]fdp.exe"
+    assert "".join(t for _, segs in shown.body for t, _ in segs) == "a[U+2066]b[U+2069]c"
+    assert neutral("plain שלום") == "plain שלום"

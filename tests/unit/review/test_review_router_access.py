@@ -14,13 +14,16 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from opensearchpy import exceptions as os_exc
+from session_cluster import DictCluster
 from settings_tree import service_settings
 
 from semdup.core.settings import OpenSearchSettings
 from semdup.review.context import review_context
 from semdup.review.router import LOGIN_COOKIE, SESSION_COOKIE, router
+from semdup.review.sessions import SessionStore
 
-SEARCH_KEY, REVIEW_KEY = "search-key-0001", "review-key-0002"
+SEARCH_KEY, REVIEW_KEY = "search-key-0001-7d2f0c9e4b1a", "review-key-0002-7d2f0c9e4b1a"
+OTHER_REVIEW_KEY = "review-key-0003-5c9e1a7b3d0f"
 
 
 class EmptyCluster:
@@ -35,7 +38,11 @@ class EmptyCluster:
         raise os_exc.NotFoundError(404, "not_found", {"found": False})
 
 
-def make_app(api_keys: str = f"{SEARCH_KEY}:travel,{REVIEW_KEY}:travel:review:alice") -> tuple[TestClient, Any]:
+def make_app(
+    api_keys: str = f"{SEARCH_KEY}:travel,{REVIEW_KEY}:travel:review:alice",
+    sessions: DictCluster | None = None,
+    **values: str,
+) -> tuple[TestClient, Any]:
     settings = service_settings(
         {
             "bundle": "b",
@@ -43,13 +50,15 @@ def make_app(api_keys: str = f"{SEARCH_KEY}:travel,{REVIEW_KEY}:travel:review:al
             "indices": "travel,cooking",
             "api_keys": api_keys,
             "session_secret": "z" * 40,
+            **values,
         },
         OpenSearchSettings(url="http://127.0.0.1:9"),
     )
     app = FastAPI()
     app.include_router(router)
     cluster = EmptyCluster()
-    app.state.review = review_context(settings, cluster, "m-1")
+    store = SessionStore(sessions or DictCluster(), 600, 3600)
+    app.state.review = review_context(settings, cluster, "m-1", sessions=store)
     return TestClient(app, follow_redirects=False), cluster
 
 
@@ -139,8 +148,44 @@ def test_a_pair_that_is_not_flagged_or_not_reviewable_gets_the_same_404() -> Non
     assert bad.status_code == 422
 
 
-@pytest.mark.parametrize("keys", ["k:travel", "k:travel:search"])
+@pytest.mark.parametrize("keys", [f"{SEARCH_KEY}:travel", f"{SEARCH_KEY}:travel:search"])
 def test_the_page_is_off_without_a_review_key(keys: str) -> None:
     client, _ = make_app(keys)
     r = client.get("/review/login")
     assert r.status_code == 404 and "review scope" in r.json()["detail"]
+
+
+def test_a_copied_cookie_is_refused_after_logout_and_after_its_key_is_removed() -> None:
+    shared = DictCluster()  # the sessions every worker and replica reads
+    client, _ = make_app(sessions=shared)
+    login(client, REVIEW_KEY)
+    copied = client.cookies[SESSION_COOKIE]
+    token = page_csrf(client)
+    assert client.post("/review/logout", data={"csrf": token}).status_code == 303
+    thief, _ = make_app(sessions=shared)  # another worker, the copied cookie replayed
+    thief.cookies.set(SESSION_COOKIE, copied, path="/review")
+    assert thief.get("/review").status_code == 303  # to the login form
+    r = thief.post("/review/api/verdicts", json=VERDICT, headers={"X-CSRF-Token": token})
+    assert r.status_code == 401 and "log in" in r.json()["detail"]
+
+    login(client, REVIEW_KEY)
+    kept = client.cookies[SESSION_COOKIE]
+    restarted, _ = make_app(f"{SEARCH_KEY}:travel,{OTHER_REVIEW_KEY}:travel:review:bob", sessions=shared)
+    restarted.cookies.set(SESSION_COOKIE, kept, path="/review")
+    assert restarted.get("/review").status_code == 303  # the key is no longer one of the service's
+    same, _ = make_app(sessions=shared)  # the same keys after a restart: the session holds
+    same.cookies.set(SESSION_COOKIE, kept, path="/review")
+    assert same.get("/review").status_code == 200
+
+
+def test_wrong_logins_and_keys_share_one_count_per_address_then_429_with_retry_after() -> None:
+    client, _ = make_app(auth_failures="3", auth_window="60", auth_block="30")
+    assert login(client, "wrong-key-1").status_code == 401
+    assert client.post("/review/api/verdicts", json=VERDICT, headers={"X-API-Key": "wrong-key-2"}).status_code == 401
+    third = login(client, "wrong-key-3")  # the third failure starts the block
+    assert third.status_code == 429 and third.headers["retry-after"] == "30" and "Too many" in third.text
+    right = login(client, REVIEW_KEY)  # a right key waits too: else a 429 would tell the guesser which was right
+    assert right.status_code == 429 and SESSION_COOKIE not in client.cookies
+    api = client.post("/review/api/verdicts", json=VERDICT, headers={"X-API-Key": REVIEW_KEY})
+    assert api.status_code == 429 and 1 <= int(api.headers["retry-after"]) <= 30
+    assert login(client, SEARCH_KEY).status_code == 429

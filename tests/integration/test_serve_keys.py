@@ -1,0 +1,210 @@
+"""A key does only what its scope says, guessing costs time, and a logout ends the session (issue #25), on a real
+`semdup serve` with 2 uvicorn workers, a real OpenSearch (the sessions' store) and a real Redis (the ingest broker).
+
+Every request opens a new connection (``httpx.get``/``post`` without a client), so the kernel spreads them over
+both workers: the failure counts and the sessions must be the service's, not a worker's. Each test speaks from
+its own client address (``X-Forwarded-For``, which uvicorn takes from 127.0.0.1 by default), so one test's
+failures never block another's. No answer is a 5xx (:func:`ask` asserts it on every call).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from review_stack import semdup_serve, serve_env
+
+from semdup.bundle import Bundle
+from semdup.devstack.local_process import any_free_port
+
+pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
+
+SEARCH, INGEST = "search-only-6e1f0a9c3d7b52e8", "ingest-site-2b7d9e4f0c1a6358"
+ALICE, BOB, OPS = "review-alice-8c3e1b9f5a07d264", "review-bob-4f9a2c7e1d03b685", "ops-prom-1a5c9e3b7f2d0846"
+BLOCK_S = 2  # SEMDUP_AUTH_BLOCK here: short, so the test sees a client recover
+LIMIT = 5  # SEMDUP_AUTH_FAILURES
+
+
+def keys(index: str, *, bob: bool = True) -> str:
+    entries = [f"{SEARCH}:{index}", f"{INGEST}:{index}:search|ingest:site", f"{ALICE}:{index}:review:alice"]
+    entries += [f"{BOB}:{index}:review:bob"] if bob else []
+    return ",".join([*entries, f"{OPS}:*:ops:prom"])
+
+
+def env_for(opensearch_url: str, redis_url: str, tiny_bundle: Path, index: str, **extra: str) -> dict[str, str]:
+    return serve_env(
+        opensearch_url,
+        tiny_bundle,
+        index,
+        keys(index),
+        SEMDUP_BROKER_URL=redis_url,
+        SEMDUP_AUTH_FAILURES=str(LIMIT),
+        SEMDUP_AUTH_WINDOW="60",
+        SEMDUP_AUTH_BLOCK=str(BLOCK_S),
+        **extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def service(
+    served: tuple[Bundle, str], tiny_bundle: Path, opensearch_url: str, redis_url: str, tmp_path_factory: Any
+) -> Iterator[dict[str, Any]]:
+    _, index = served
+    root = tmp_path_factory.mktemp("serve-keys")
+    env = env_for(opensearch_url, redis_url, tiny_bundle, index)
+    with semdup_serve(env, root / "serve.log", workers=2) as base:
+        yield {"base": base, "index": index, "env": env, "log": root / "serve.log", "root": root}
+
+
+def ask(method: str, url: str, address: str, key: str | None = None, **kw: Any) -> httpx.Response:
+    """One request on a new connection, from ``address``; never a 5xx."""
+    headers = {"X-Forwarded-For": address, **kw.pop("headers", {})}
+    if key is not None:
+        headers["X-API-Key"] = key
+    r = httpx.request(method, url, headers=headers, timeout=60, **kw)
+    assert r.status_code < 500, (method, url, r.status_code, r.text[:300])
+    return r
+
+
+def test_a_search_key_gets_403_on_every_write_and_delete_and_reads_as_before(service: dict[str, Any]) -> None:
+    base, index, at = service["base"], service["index"], "198.51.100.11"
+    writes = {
+        "/v1/posts": {"posts": [{"id": "keys-test-1", "title": "Visa for Qatar?"}]},
+        "/v1/posts/delete": {"ids": ["keys-test-no-such-post"]},
+        "/v1/posts/sync": {"ids": ["keys-test-no-such-post"]},
+    }
+    for path, body in writes.items():
+        for key in (SEARCH, ALICE, OPS):  # read-only, review-only, ops-only: none writes
+            r = ask("POST", base + path, at, key, json=body)
+            assert r.status_code == 403 and r.json()["error"]["type"] == "Forbidden", (path, r.text)
+            assert "no ingest scope" in r.json()["error"]["message"]
+    r = ask("POST", base + "/v1/posts/delete", at, INGEST, json=writes["/v1/posts/delete"])
+    assert r.status_code == 202 and r.json()["task"] == "delete_posts", r.text  # the ingest scope writes
+    assert ask("POST", base + "/v1/rerank", at, SEARCH, json={"title": "visa", "k": 3}).status_code == 200
+    assert ask("GET", base + "/v1/similar", at, SEARCH, params={"title": "visa", "index": index}).status_code == 200
+    review_only = ask("POST", base + "/v1/rerank", at, ALICE, json={"title": "visa"})
+    assert review_only.status_code == 403 and "no search scope" in review_only.json()["error"]["message"]
+    log = service["log"].read_text()  # the start warned about the search key that may have ingested before
+    assert "hold the search scope but not ingest" in log and "entry 1 of SEMDUP_API_KEYS" in log
+    assert not any(key in log for key in (SEARCH, INGEST, ALICE, BOB, OPS))
+
+
+def test_repeated_failures_get_429_and_the_client_recovers_after_retry_after(service: dict[str, Any]) -> None:
+    base, index, guesser, other = service["base"], service["index"], "198.51.100.22", "198.51.100.23"
+    similar = base + "/v1/similar"
+    params = {"title": "visa", "index": index}
+    statuses = [ask("GET", similar, guesser, f"guess-{i:020d}", params=params).status_code for i in range(LIMIT)]
+    assert statuses == [401] * (LIMIT - 1) + [429]  # counted across both workers: the LIMIT-th starts the block
+    blocked = ask("GET", similar, guesser, SEARCH, params=params)
+    assert blocked.status_code == 429 and blocked.json()["error"]["type"] == "TooManyFailures"
+    wait = int(blocked.headers["retry-after"])
+    assert 1 <= wait <= BLOCK_S
+    with httpx.Client(base_url=base, headers={"X-Forwarded-For": guesser}, timeout=60) as browser:
+        token = re.search(r'name="csrf" value="([^"]+)"', browser.get("/review/login").text).group(1)
+        login = browser.post("/review/login", data={"key": ALICE, "csrf": token})  # logins share the count
+        assert login.status_code == 429 and "semdup_review" not in browser.cookies, login.text
+    assert ask("GET", similar, other, SEARCH, params=params).status_code == 200  # another address is not slowed
+    assert ask("GET", base + "/metrics", guesser, OPS).status_code == 429  # the ops key waits too
+    time.sleep(wait + 0.5)
+    assert ask("GET", similar, guesser, SEARCH, params=params).status_code == 200  # recovered
+    metrics = ask("GET", base + "/metrics", other, OPS).text  # this worker's counts (each worker has its own)
+    assert "semdup_auth_failures_total" in metrics and "semdup_auth_throttled_total" in metrics
+
+
+def _login(base: str, at: str, key: str) -> tuple[httpx.Client, str, str]:
+    """A browser's session: (the client holding the cookie, the cookie's value, the page's CSRF token)."""
+    client = httpx.Client(base_url=base, headers={"X-Forwarded-For": at}, timeout=60)
+    form = client.get("/review/login")
+    token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+    r = client.post("/review/login", data={"key": key, "csrf": token})
+    assert r.status_code == 303, r.text
+    page = client.get("/review")
+    assert page.status_code == 200, page.text
+    csrf = re.search(r'<meta name="csrf-token" content="([^"]+)">', page.text).group(1)
+    return client, client.cookies["semdup_review"], csrf
+
+
+def _replay(base: str, at: str, cookie: str, csrf: str, index: str) -> tuple[int, int]:
+    """(GET /review, POST a verdict) with a copied cookie, on new connections."""
+    headers = {"Cookie": f"semdup_review={cookie}", "X-CSRF-Token": csrf}
+    page = ask("GET", base + "/review", at, headers=headers, follow_redirects=False)
+    pair = {"index": index, "post_id": "1", "candidate_id": "2", "verdict": "duplicate"}
+    verdict = ask("POST", base + "/review/api/verdicts", at, headers=headers, json=pair)
+    return page.status_code, verdict.status_code
+
+
+def test_a_replayed_cookie_after_logout_or_after_its_key_is_removed_is_refused(
+    service: dict[str, Any], opensearch_url: str, redis_url: str, tiny_bundle: Path
+) -> None:
+    base, index, at = service["base"], service["index"], "198.51.100.33"
+    client, cookie, csrf = _login(base, at, ALICE)
+    assert _replay(base, at, cookie, csrf, index) == (200, 404)  # the session holds on both workers (no such pair)
+    assert client.post("/review/logout", data={"csrf": csrf}).status_code == 303
+    assert _replay(base, at, cookie, csrf, index) == (303, 401)  # to the login form; the verdict is refused
+    client.close()
+
+    _, kept, kept_csrf = _login(base, at, ALICE)
+    _, gone, gone_csrf = _login(base, at, BOB)
+    restart = {**service["env"], "SEMDUP_API_KEYS": keys(index, bob=False)}  # bob's key removed
+    with semdup_serve(restart, service["root"] / "restarted.log", workers=2) as again:
+        assert _replay(again, at, gone, gone_csrf, index) == (303, 401)
+        assert _replay(again, at, kept, kept_csrf, index) == (200, 404)  # sessions outlive a restart
+
+
+def test_metrics_and_openapi_need_the_ops_scope(service: dict[str, Any]) -> None:
+    base, at = service["base"], "198.51.100.44"
+    for path in ("/metrics", "/openapi.json"):
+        assert ask("GET", base + path, at).status_code == 401
+        assert ask("GET", base + path, at, SEARCH).status_code == 403
+        assert ask("GET", base + path, at, OPS).status_code == 200
+        assert ask("GET", base + path, at, headers={"Authorization": f"Bearer {OPS}"}).status_code == 200
+    assert ask("GET", base + "/docs", at).status_code == 404 and ask("GET", base + "/redoc", at).status_code == 404
+    assert ask("GET", base + "/healthz", at).status_code == 200 and ask("GET", base + "/readyz", at).status_code == 200
+
+
+def test_the_smaller_findings(service: dict[str, Any]) -> None:
+    base, at = service["base"], "198.51.100.55"
+    bad = {
+        "zero-width title": {"id": "keys-zw", "title": "\u200b\u200b\u200b"},
+        "code-only body": {"id": "keys-code", "body": "<pre><code>print(1)</code></pre>"},
+        "bidi override in the id": {"id": "keys-\u202egnp.exe", "title": "Visa for Qatar?"},
+    }
+    for what, post in bad.items():
+        r = ask("POST", base + "/v1/posts", at, INGEST, json={"posts": [post]})
+        assert r.status_code == 422, (what, r.text)
+    client, _, _ = _login(base, at, ALICE)
+    pair = {"index": service["index"], "post_id": "1", "candidate_id": "2", "verdict": "duplicate"}
+    r = client.post("/review/api/verdicts", json=pair)  # no CSRF token: the message is whole, not "token: ***"
+    assert r.status_code == 403 and "CSRF token: send the page's token" in r.text, r.text
+    client.close()
+
+
+def test_a_short_key_stops_the_service_at_start_with_one_line_naming_its_label(tiny_bundle: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEMDUP_")}
+    cases = (
+        (f"{SEARCH}:questions,Zq8sh0rt:questions:review:alice", "'alice'"),
+        (f"{SEARCH}:questions,Zq8sh0rt:questions", "entry 2 of SEMDUP_API_KEYS"),
+    )
+    for api_keys, label in cases:
+        run_env = {**env, "SEMDUP_API_KEYS": api_keys, "SEMDUP_OPENSEARCH_URL": "http://127.0.0.1:9"}
+        out = subprocess.run(
+            [sys.executable, "-m", "semdup", "serve", "--bundle", str(tiny_bundle), "--index", "questions"]
+            + ["--port", str(any_free_port()), "--workers", "2"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+        assert out.returncode == 1 and len(lines) == 1, out.stderr
+        assert lines[0].startswith("Error: API key ") and label in lines[0] and "24 characters" in lines[0]
+        assert "Zq8sh0rt" not in lines[0]
