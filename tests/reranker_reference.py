@@ -18,6 +18,7 @@ from typing import Any
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import check_post
 from semdup.reranker.encoding import QueryEncoding
+from semdup.reranker.index import ResolvedIndex
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.sources import Candidates, SourceQuery, merge, search
 from semdup.search_templates import query_text
@@ -28,12 +29,11 @@ __all__ = ["sequential", "sequential_retrieve"]
 def sequential_retrieve(
     rr: Reranker,
     post: Post,
-    *,
     exclude_id: str | None = None,
     restrict_ids: Sequence[str] | None = None,
     index: str | None = None,
-) -> tuple[Candidates, QueryEncoding]:
-    """``Reranker.retrieve`` one step after the other (module doc)."""
+) -> tuple[ResolvedIndex, Candidates, QueryEncoding]:
+    """``Reranker.retrieve`` one step after the other (module doc), with the index it resolved."""
     check_post(post)
     s = rr.settings
     resolved = rr.indices.resolve(index or rr.index, s)
@@ -52,11 +52,11 @@ def sequential_retrieve(
         if rid not in cands.sources and rid != query.exclude_id:
             cands.ids.append(rid)
             cands.sources[rid] = ["restrict"]
-    return cands, QueryEncoding(vector, terms, title)
+    return resolved, cands, QueryEncoding(vector, terms, title)
 
 
 def sequential(rr: Reranker, **changes: Any) -> Reranker:
     """A copy of ``rr`` (``with_settings(**changes)``) whose ``rank`` retrieves one step after the other."""
     ref = rr.with_settings(**changes)
-    ref.retrieve = lambda post, **kw: sequential_retrieve(ref, post, **kw)  # type: ignore[method-assign]
+    ref._retrieve = lambda *args: sequential_retrieve(ref, *args)  # type: ignore[method-assign]
     return ref

@@ -66,7 +66,7 @@ from semdup.reranker.sources import (
     search,
     search_in_background,
 )
-from semdup.reranker.stored_fields import StoredFields
+from semdup.reranker.stored_fields import FieldCache, StoredFields
 from semdup.search_templates import query_text
 
 __all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed", "QueryEncoding"]
@@ -109,6 +109,17 @@ class Candidate:
         }
 
 
+def _check_paths(bundle: Bundle, settings: RerankerSettings) -> None:
+    """Refuse candidate paths the bundle has no model for (ValueError naming the setting to drop)."""
+    if settings.sparse and bundle.term_weights is None:
+        raise ValueError(
+            f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
+            "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True"
+        )
+    if settings.knn and bundle.dimension is None:
+        raise ValueError(f"bundle {bundle.version} has no dense encoder; drop knn=True")
+
+
 class Reranker:
     """Candidates from OpenSearch, fused with the bundle's model. Thread-safe (onnxruntime sessions are).
 
@@ -140,13 +151,7 @@ class Reranker:
         self.settings = settings or RerankerSettings()
         self.calibration = calibration
         self.fusion = dict(bundle.fusion)
-        if self.settings.sparse and bundle.term_weights is None:
-            raise ValueError(
-                f"bundle {bundle.version} has no learned term weights; learned-sparse candidates need "
-                "a bag-of-words model (bow-cnn, bow-minilm): drop sparse=True"
-            )
-        if self.settings.knn and bundle.dimension is None:
-            raise ValueError(f"bundle {bundle.version} has no dense encoder; drop knn=True")
+        _check_paths(bundle, self.settings)
         self.indices = IndexResolver(client, bundle.version, dense=bundle.dimension is not None)
         self.encoder = QueryEncoder(bundle)
         self.stored = StoredFields(client, self.settings.field_cache)
@@ -180,17 +185,22 @@ class Reranker:
         return self.bundle.threshold
 
     @property
-    def field_cache(self) -> Any:
+    def field_cache(self) -> FieldCache | None:
         """The exact field cache (:class:`~semdup.reranker.stored_fields.FieldCache`), None when off."""
         return self.stored.cache
 
     def with_settings(self, **changes: Any) -> Reranker:
-        """The same bundle, client, encoder and resolved indices with other candidate settings (``RerankerSettings``
-        fields); the field cache too, unless its size changes."""
+        """The same bundle, client, encoder, resolved indices and field cache with other candidate settings
+        (``RerankerSettings`` fields; the field cache's size is the reranker's own: make a new one for another).
+
+        Raises:
+            ValueError: a change of ``field_cache``.
+        """
+        if changes.get("field_cache", self.settings.field_cache) != self.settings.field_cache:
+            raise ValueError("field_cache is set when a Reranker is made; make a new Reranker for another size")
         other = copy.copy(self)
         other.settings = replace(self.settings, **changes)
-        if other.settings.field_cache != self.settings.field_cache:
-            other.stored = StoredFields(self.client, other.settings.field_cache)
+        _check_paths(self.bundle, other.settings)
         return other
 
     def target(self, index: str | None = None) -> str:
@@ -232,6 +242,12 @@ class Reranker:
             PostError: empty or binary text. SearchIndexError: unknown index. ModelMismatch: another model's index.
             OpenSearchUnavailable / SearchTimeout: the cluster is down or too slow.
         """
+        _, cands, encoding = self._retrieve(post, exclude_id, restrict_ids, index)
+        return cands, encoding
+
+    def _retrieve(
+        self, post: Post, exclude_id: str | None, restrict_ids: Sequence[str] | None, index: str | None
+    ) -> tuple[ResolvedIndex, Candidates, QueryEncoding]:
         check_post(post)
         s = self.settings
         resolved = self.indices.resolve(index or self.index, s)
@@ -263,7 +279,7 @@ class Reranker:
                 if rid not in cands.sources and rid != query.exclude_id:
                     cands.ids.append(rid)
                     cands.sources[rid] = ["restrict"]
-        return cands, encoding
+        return resolved, cands, encoding
 
     def rank(
         self,
@@ -281,10 +297,10 @@ class Reranker:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        cands, query = self.retrieve(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=index)
+        resolved, cands, query = self._retrieve(post, exclude_id, restrict_ids, index)
         if not cands.ids:
             return []
-        s, target = self.settings, self.target(index)
+        s, target = self.settings, resolved.target
         unscored = [i for i in cands.ids if i not in cands.lexical]
         if unscored and self.fusion.get("alpha", 0.0) != 0.0:
             # found by sparse / k-NN / restrict only, without a named score: ask the first template for theirs

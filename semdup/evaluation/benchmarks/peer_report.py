@@ -26,8 +26,8 @@ def quiet_enough(load_at_start: float, allow_load: bool) -> str | None:
         return None
     return (
         f"the 1-minute load average is {load_at_start:.2f} at the start, above {MAX_QUIET_LOAD:g}: other work shares "
-        "the cores, and the ratios would describe that, not semdup and the peer; quiet the machine (docs/benchmarks.md, "
-        "\"A quiet machine\") or pass --allow-load for a run labelled as loaded"
+        "the cores, and the ratios would describe that, not semdup and the peer; quiet the machine "
+        "(docs/benchmarks.md, \"A quiet machine\") or pass --allow-load for a run labelled as loaded"
     )
 
 

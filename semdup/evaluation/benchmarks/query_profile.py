@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("opensearch").setLevel(logging.ERROR)
 
-    from opensearchpy import OpenSearch
-
     from semdup.bundle.bundle import Bundle
+    from semdup.core.clients import connect
+    from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = [q.post for q in dump.queries("test")][: args.queries]
     loads = {"start": os.getloadavg()[0]}
     with _cluster(args.opensearch) as url:
-        client = OpenSearch(url, timeout=60, pool_maxsize=8)
+        client = connect(OpenSearchSettings(url=url, timeout=60), check=False, pool_maxsize=8)  # as the service
         built = (
             contextlib.nullcontext(args.index)
             if args.index

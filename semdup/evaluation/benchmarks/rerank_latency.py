@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         knn = {"auto": None, "on": True, "off": False}[args.knn]
         settings = RerankerSettings(k_candidates=args.k_candidates, search_timeout=30, knn=knn)
         rr = Reranker(bundle, client, index, settings)
-        rr_cached = rr.with_settings(field_cache=args.field_cache) if args.field_cache else None
+        cached = replace(rr.settings, field_cache=args.field_cache)
+        rr_cached = Reranker(rr.bundle, rr.client, rr.index, cached, rr.calibration) if args.field_cache else None
         tid = template_id("bm25", "text")
 
         def bm25(post: Any) -> Callable[[], Any]:
