@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     with built as index:
         for limit in limits:
             rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=100, search_timeout=60))
-            rr.query_wordpieces = limit
+            rr.encoder.max_wordpieces = limit
             ranked = {q.post.id: [c.id for c in rr.rank(q.post, k=100, exclude_id=q.post.id)] for q in queries}
             m = retrieval_scores(ranked, relevant, cutoff=100)
             out.setdefault("travel_dev", {})[str(limit)] = {k: round(float(v), 2) for k, v in m.items()}
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     with semantic_index(client, sem_bundle, sem.related_posts(), "wp-semeval", progress=False) as index:
         for limit in limits:
             rr = Reranker(sem_bundle, client, index, RerankerSettings(k_candidates=10, knn=False, search_timeout=60))
-            rr.query_wordpieces = limit
+            rr.encoder.max_wordpieces = limit
             preds = {}
             for q in sem.questions:
                 ids = [r.post.id for r in q.related]

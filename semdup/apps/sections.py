@@ -57,7 +57,7 @@ class ServiceSection(_Section):
     max_text_chars: int = MAX_TEXT_CHARS
     max_k: int = 100
     threads: int = 16
-    onnx_threads: int = 1
+    onnx_threads: int = 2
     max_in_flight: int = 4
     workers: int | None = None
     ingest: bool | None = None

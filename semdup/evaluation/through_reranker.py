@@ -35,10 +35,10 @@ from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.indexer.lexical_index import create_index, delete_index
 from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, save_calibration
-from semdup.reranker.candidates import lexical_scores_for
 from semdup.reranker.fusion import compute_fused
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
+from semdup.reranker.sources import lexical_scores
 from semdup.search_templates import query_text, register_templates
 
 __all__ = [
@@ -188,7 +188,7 @@ def _pair_components(rr: Reranker, pairs: Sequence[Any], progress: bool) -> list
 def _lexical_pair_scores(client: Any, index: str, pairs: Sequence[Any], model: str, timeout: float) -> np.ndarray:
     """The stored template's raw score of each pair's candidate (0 = no match), the call the reranker makes."""
     return np.asarray([
-        lexical_scores_for(client, index, query_text(p.query.title, p.query.body), [p.candidate.id], model=model,
+        lexical_scores(client, index, query_text(p.query.title, p.query.body), [p.candidate.id], model=model,
                            variant="text", timeout=timeout).get(p.candidate.id, 0.0)
         for p in pairs
     ])
@@ -330,7 +330,7 @@ def candidate_recall(
         rr = _reranker(bundle, client, index, variant=variant, k_candidates=k, **changes)
         found = total = n_cands = 0
         for post, relevant, exclude in progress_bar.progress(queries, desc=f"candidates {name}", enabled=progress):
-            cands, _ = rr.candidates(post, exclude_id=exclude)
+            cands, _ = rr.retrieve(post, exclude_id=exclude)
             got = set(cands.ids)
             found += len(relevant & got)
             total += len(relevant)

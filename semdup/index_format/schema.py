@@ -39,7 +39,7 @@ Measured choices (``benchmarks/indexing.py``, ``benchmarks/rerank_latency.py``, 
   added to an existing index's mapping anyway. The reranker reads ``packed`` instead of the ``_source`` floats.
 * HNSW ``ef_construction`` 32 instead of the plugin's 100 (``m`` stays 16): about half the graph's indexing
   CPU. The graph is coarser, so the k-NN query searches with ``ef_search`` = 2·k
-  (:func:`semdup.reranker.candidates.knn_query`); with both, ``semdup eval candidate-recall --data travel
+  (:class:`semdup.reranker.sources.KnnSource`); with both, ``semdup eval candidate-recall --data travel
   --k 100`` gave the same recall as before (+knn 85.14, +sparse+knn 88.76).
 """
 

@@ -294,7 +294,7 @@ class ServiceSettings:
     calibration: str | None = None
     indices: tuple[str, ...] = ()
     api_keys: tuple[ApiKey, ...] = ()
-    onnx_threads: int = 1
+    onnx_threads: int = 2
     broker: BrokerSettings | None = None
     ingest: bool | None = None  # None: on exactly when a broker is set
     max_ingest_posts: int = 1000

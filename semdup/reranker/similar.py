@@ -10,7 +10,7 @@ One call costs one title encoding and one ``_msearch``, nothing else (a keystrok
   the indexer stores for every post (``encode_titles``), and its BOW weights come from the same tokenisation;
 * one ``_msearch`` with two plain search bodies: BM25 on the ``title`` field (the query of the stored template
   ``semdup-bm25-title``, :func:`title_query`) and, where the index maps ``semdup.vector`` as a ``knn_vector``,
-  k-NN with the title vector (:func:`semdup.reranker.candidates.knn_query`). Each hit carries its ``semdup.packed``
+  k-NN with the title vector (:class:`semdup.reranker.sources.KnnSource`). Each hit carries its ``semdup.packed``
   doc value (dense vector, term weights and title vector, :mod:`semdup.index_format.packed_fields`) and its
   cleaned ``title`` from ``_source`` (what the asker reads);
 * the candidates are fused by :func:`semdup.reranker.fusion.compute_components` with the query's title vector as
@@ -25,7 +25,6 @@ second request reads it. Candidates of another model version are refused (:class
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,18 +35,11 @@ from semdup.core.errors import PostError
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.core.text_pipeline import check_post
-from semdup.index_format.mapping import candidate_fields
 from semdup.index_format.schema import lexical_field
-from semdup.reranker.candidates import (
-    DOCVALUE_FIELDS,
-    CandidateSet,
-    call_opensearch,
-    knn_query,
-    merge_hits,
-    response_hits,
-)
 from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.reranker import ModelMismatch, Reranker
+from semdup.reranker.sources import CandidateSource, Hit, KnnSource, SourceQuery, merge, parse_hits, search
+from semdup.reranker.stored_fields import DOCVALUE_FIELDS
 from semdup.search_templates import query_text
 
 __all__ = [
@@ -58,6 +50,7 @@ __all__ = [
     "SimilarPost",
     "TitleCandidates",
     "TitleSearch",
+    "TitleSource",
     "title_query",
 ]
 
@@ -138,6 +131,21 @@ def title_query(
     return body
 
 
+@dataclass(frozen=True)
+class TitleSource:
+    """BM25 on the ``title`` field (:func:`title_query`) as a candidate source, its hits carrying their titles."""
+
+    name = "bm25"
+    needs_encoding = False
+    template = False
+
+    def request(self, query: SourceQuery) -> dict[str, Any]:
+        return title_query(query.text, query.size, query.exclude_id)
+
+    def hits(self, response: Mapping[str, Any], index: str) -> list[Hit]:
+        return parse_hits(response, index, self.name)
+
+
 def _check_title(title: str) -> str:
     """The title, or PostError (422) for one that is empty, only white space, too long or not text."""
     if not isinstance(title, str) or not title.strip():
@@ -164,73 +172,43 @@ class TitleSearch:
         self.reranker = reranker
         self.fusion = check_fusion(fusion or SIMILAR_FUSION)
         self.candidates = candidates
-        self._knn: dict[str, bool] = {}
-        self._lock = threading.Lock()
 
     @property
     def version(self) -> str:
         return self.reranker.version
 
-    def _has_knn(self, target: str) -> bool:
-        """k-NN candidates where the bundle has a dense encoder, the reranker allows them (``knn`` not False) and
-        every index behind ``target`` maps ``semdup.vector`` as a knn_vector (read once per target)."""
-        known = self._knn.get(target)
-        if known is None:
-            allowed = self.reranker.settings.knn is not False and self.reranker.bundle.dimension is not None
-            known = allowed and candidate_fields(self.reranker.client, target).knn
-            with self._lock:
-                self._knn[target] = known
-        return known
-
     def candidates_of(
         self, title: str, index: str | None = None, *, exclude_id: str | None = None, size: int | None = None
     ) -> tuple[TitleCandidates, np.ndarray | None, Any]:
-        """The merged candidates of ``title`` (``size`` hits per path, default :attr:`candidates`), and the title's
-        encoding (dense vector, BOW weights): one encoding, one ``_msearch``.
+        """The merged candidates of ``title`` (``size`` hits per source, default :attr:`candidates`), and the
+        title's encoding (dense vector, BOW weights): one encoding, one ``_msearch``.
+
+        k-NN candidates where the bundle has a dense encoder, the reranker allows them (``knn`` not False) and
+        every index behind the one searched maps ``semdup.vector`` as a knn_vector.
 
         Raises:
             PostError: a bad title. SearchIndexError: an index that does not exist. ModelMismatch: another model's.
         """
         title = _check_title(title)
         rr = self.reranker
-        target = rr.target(index or rr.index)
-        n = size or self.candidates
-        vector, terms = rr.bundle.encode_query(Post("_title", title, ""))
-        timeout = rr.settings.search_timeout
-        dv = list(DOCVALUE_FIELDS)
-        bodies: list[tuple[str, dict[str, Any]]] = [("bm25", title_query(query_text(title), n, exclude_id, dv))]
-        if vector is not None and self._has_knn(target):
-            body = knn_query(vector, n, exclude_id, None, dv)
-            body["_source"] = list(_TITLE_SOURCE)
-            bodies.append(("knn", body))
-        request: list[dict[str, Any]] = []
-        for _, body in bodies:
-            request += [{"index": target}, body]
-        resp = call_opensearch(
-            rr.client.msearch,
-            f"searching similar titles in {target!r}",
-            body=request,
-            params={"request_timeout": timeout},
-        )
-        fields: dict[str, dict[str, Any]] = {}
-        titles: dict[str, str] = {}
-        named = []
-        for (name, _), r in zip(bodies, resp["responses"], strict=True):
-            named.append((name, response_hits(r, target, name, fields)))
-            for hit in r.get("hits", {}).get("hits", ()):
-                got = (hit.get("_source") or {}).get("title")
-                if isinstance(got, str):
-                    titles.setdefault(str(hit["_id"]), got)
-        merged: CandidateSet = merge_hits(named, primary="bm25")
-        docs = [fields.get(i, {}) for i in merged.ids]
+        resolved = rr.indices.resolve(index or rr.index, rr.settings)
+        encoding = rr.encoder.encode_post(Post("_title", title, ""), with_title=False)
+        sources: list[CandidateSource] = [TitleSource()]
+        if encoding.vector is not None and resolved.fields.knn:
+            sources.append(KnnSource(source=tuple(_TITLE_SOURCE)))
+        query = SourceQuery(query_text(title), size or self.candidates, exclude_id, vector=encoding.vector)
+        found = search(rr.client, resolved.target, sources, query, rr.settings.search_timeout)
+        merged = merge(found, primary="bm25")
+        docs = [merged.fields.get(i, {}) for i in merged.ids]
         wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
         if wrong:
             raise ModelMismatch(
-                f"posts in {target!r} were indexed by model {', '.join(wrong)}, but this service serves bundle "
-                f"{self.version}; serve the index's bundle, or re-index the posts with this one"
+                f"posts in {resolved.target!r} were indexed by model {', '.join(wrong)}, but this service serves "
+                f"bundle {self.version}; serve the index's bundle, or re-index the posts with this one"
             )
         lexical = [merged.lexical.get(i, 0.0) for i in merged.ids]
-        return TitleCandidates(merged.ids, docs, lexical, merged.sources, titles), vector, terms
+        cands = TitleCandidates(merged.ids, docs, lexical, merged.sources, merged.titles)
+        return cands, encoding.vector, encoding.terms
 
     def components(self, cands: TitleCandidates, vector: np.ndarray | None, terms: Any) -> dict[str, np.ndarray]:
         """Per-candidate ``cos_title``, ``cos_dense``, ``cos_bow``, ``lexical``, ``lexnorm`` (the query's title

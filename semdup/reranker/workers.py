@@ -26,7 +26,7 @@ from typing import Any
 
 from semdup.core.errors import ConfigError
 from semdup.reranker.reranker import Reranker
-from semdup.reranker.settings import ServiceSettings
+from semdup.reranker.settings import ServiceSettings, usable_cpus
 
 __all__ = ["load_reranker", "preflight", "run_workers", "STARTUP_FAILURE", "PROBE_THREADS"]
 
@@ -57,7 +57,8 @@ def load_reranker(settings: ServiceSettings) -> Reranker:
             settings.index,
             settings.reranker,
             calibration=settings.calibration,
-            intra_op_threads=settings.onnx_threads or None,
+            # each query's encoding on both cores, not more than the worker may use (semdup.reranker.encoding)
+            intra_op_threads=min(settings.onnx_threads, usable_cpus()) if settings.onnx_threads else None,
         )
     except ValueError as exc:  # the settings ask for a candidate path this bundle has no model for
         raise ConfigError(f"bundle {settings.bundle}: {exc}") from exc

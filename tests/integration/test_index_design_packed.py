@@ -32,7 +32,8 @@ from semdup.index_format.schema import HNSW_PARAMETERS, CandidateFields, index_b
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.indexer.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
-from semdup.reranker.candidates import DOCVALUE_FIELDS, knn_query, sparse_query, stored_semdup_fields
+from semdup.reranker.sources import SourceQuery, TemplateSource, knn_query, sparse_query
+from semdup.reranker.stored_fields import DOCVALUE_FIELDS, stored_semdup_fields
 from semdup.search_templates import register_templates, render_template, template_id, template_params
 
 TOLERANCE = 1e-5
@@ -109,11 +110,11 @@ def test_stored_fields_prefer_the_packed_copy_and_read_older_documents() -> None
 
 # --- request bodies and the client serializer -----------------------------------------------------------------
 def test_every_candidate_path_asks_for_the_packed_fields() -> None:
-    assert sparse_query({"a": 1.0}, 5, docvalue_fields=DOCVALUE_FIELDS)["docvalue_fields"] == list(DOCVALUE_FIELDS)
-    knn = knn_query([0.5, 0.5], 7, docvalue_fields=DOCVALUE_FIELDS)
+    assert sparse_query({"a": 1.0}, SourceQuery("", 5))["docvalue_fields"] == list(DOCVALUE_FIELDS)
+    knn = knn_query([0.5, 0.5], SourceQuery("", 7))
     assert knn["docvalue_fields"] == list(DOCVALUE_FIELDS)
     assert knn["query"]["knn"]["semdup.vector"]["method_parameters"] == {"ef_search": 14}
-    assert "docvalue_fields" not in sparse_query({"a": 1.0}, 5)
+    assert "docvalue_fields" not in TemplateSource("bm25", docvalues=False).request(SourceQuery("x", 5))["params"]
     params = template_params("x", docvalue_fields=list(DOCVALUE_FIELDS))
     assert params["docvalue_fields"] == list(DOCVALUE_FIELDS) and params["has_docvalue_fields"] is True
     assert "has_docvalue_fields" not in template_params("x")

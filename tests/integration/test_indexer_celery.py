@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 # --- helpers ------------------------------------------------------------------------------------------------
 def _assert_matches_offline(docs: dict[str, dict[str, Any]], posts: list[Post], bundle: Any) -> None:
     """Every post holds exactly one vector and one term-weight set, equal (1e-5) to the offline model's."""
-    from semdup.reranker.candidates import stored_semdup_fields
+    from semdup.reranker.stored_fields import stored_semdup_fields
 
     expected = bundle.document_fields(posts)
     assert set(docs) == {p.id for p in posts}

@@ -143,7 +143,7 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
         new.id: new,
     }
     expected = dict(zip(after, bundle.document_fields(list(after.values())), strict=True))
-    from semdup.reranker.candidates import stored_semdup_fields
+    from semdup.reranker.stored_fields import stored_semdup_fields
 
     for pid, post in after.items():
         semdup = docs[pid]["semdup"]

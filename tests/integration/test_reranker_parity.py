@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from reranker_reference import sequential
 from served_index import build_index
 
 from semdup.bundle import Bundle, BundleScorer
@@ -22,8 +23,7 @@ from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.indexer.batch_writer import index_batch
 from semdup.indexer.lexical_index import create_index
 from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
-from semdup.reranker.candidates import sparse_query
-from semdup.reranker.path_search import search_candidates
+from semdup.reranker.sources import SourceQuery, SparseSource, search, sparse_query
 
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[2]
@@ -87,19 +87,10 @@ def test_learned_sparse_query_is_cos_bow_inside_opensearch(
     bundle, index = served
     q = real_posts[3]
     terms = bundle.encode_terms([q])[0]
-    cands = search_candidates(
-        opensearch_client,
-        index,
-        "unused",
-        templates=("bm25",),
-        variant="text",
-        size=20,
-        timeout=10,
-        exclude_id=q.id,
-        sparse_terms=terms,
-    )
-    sparse_ids = [i for i in cands.ids if "sparse" in cands.sources[i]]
-    resp = opensearch_client.search(index=index, body=sparse_query(terms, 20, q.id), request_timeout=10)
+    query = SourceQuery("unused", 20, exclude_id=q.id, terms=terms)
+    ((_, hits),) = search(opensearch_client, index, [SparseSource()], query, timeout=10)
+    sparse_ids = [h.id for h in hits]
+    resp = opensearch_client.search(index=index, body=sparse_query(terms, query), request_timeout=10)
     got = {h["_id"]: h["_score"] for h in resp["hits"]["hits"]}
     rr = Reranker(bundle, opensearch_client, index, RerankerSettings(sparse=True, k_candidates=20))
     exact = {c.id: c.components["cos_bow"] for c in rr.rank(q, k=1000, exclude_id=q.id)}
@@ -211,7 +202,7 @@ def test_hybrid_paths_on_an_index_without_their_structures_are_skipped_not_faile
     opensearch_client.indices.refresh(index=unique_index)
     hybrid = RerankerSettings(templates=("bm25",), sparse=True, knn=True, k_candidates=10)
     rr = Reranker(bundle, opensearch_client, unique_index, hybrid)
-    with caplog.at_level("WARNING", logger="semdup.reranker.reranker"):
+    with caplog.at_level("WARNING", logger="semdup.reranker.index"):
         cands = rr.rank(real_posts[0], k=10, exclude_id=real_posts[0].id)
     assert cands and all(c.sources == ("bm25",) for c in cands)
     assert "k-NN candidates are off" in caplog.text and "learned-sparse candidates are off" in caplog.text
@@ -263,7 +254,7 @@ def test_knn_candidates_are_on_by_default_where_the_index_maps_the_vector(
 
 
 @pytest.mark.parametrize("paths", [{"knn": True}, {"sparse": True}, {"knn": True, "sparse": True}])
-def test_the_overlapped_query_path_ranks_exactly_as_the_sequential_one(
+def test_the_one_query_path_ranks_exactly_as_the_sequential_reference(
     opensearch_client: Any,
     served: tuple[Bundle, str],
     real_posts: list[Post],
@@ -271,8 +262,9 @@ def test_the_overlapped_query_path_ranks_exactly_as_the_sequential_one(
     monkeypatch: Any,
 ) -> None:
     """BM25 in flight while the query is encoded, then the k-NN (or learned-sparse) search whose hits carry their
-    BM25 score as a named query: the same answers, to the bit, as encode → one search of every path → a second
-    request for the lexical scores of the candidates BM25 did not find → fuse."""
+    BM25 score as a named query: the same answers, to the bit, as the reference (tests/reranker_reference.py):
+    encode → search the templates, then the vector sources → a second request for the lexical scores of the
+    candidates BM25 did not find → fuse."""
     bundle, index = served
     if paths.get("knn") and not knn_available(opensearch_client):
         pytest.skip("this cluster has no k-NN plugin")
@@ -280,19 +272,18 @@ def test_the_overlapped_query_path_ranks_exactly_as_the_sequential_one(
     bundle.fusion = {**bundle.fusion, "alpha": 0.5}  # the fusion reads the lexical score of every candidate
     try:
         settings = RerankerSettings(k_candidates=10, knn=paths.get("knn", False), sparse=paths.get("sparse", False))
-        overlapped = Reranker(bundle, opensearch_client, index, settings)
-        sequential = overlapped.with_settings()
-        sequential.overlap = False
+        rr = Reranker(bundle, opensearch_client, index, settings)
+        reference = sequential(rr)
         queries = real_posts[:10]
-        expected = [[c.to_json() for c in sequential.rank(q, k=100, exclude_id=q.id)] for q in queries]
-        if len(paths) == 1:  # one vector path: its hits carry their lexical score, no second request
+        expected = [[c.to_json() for c in reference.rank(q, k=100, exclude_id=q.id)] for q in queries]
+        if len(paths) == 1:  # one vector source: its hits carry their lexical score, no second request
             import semdup.reranker.reranker as module
 
             def refused(*args: Any, **kwargs: Any) -> None:
                 raise AssertionError("a second request for lexical scores")
 
-            monkeypatch.setattr(module, "lexical_scores_for", refused)
-        got = [[c.to_json() for c in overlapped.rank(q, k=100, exclude_id=q.id)] for q in queries]
+            monkeypatch.setattr(module, "lexical_scores", refused)
+        got = [[c.to_json() for c in rr.rank(q, k=100, exclude_id=q.id)] for q in queries]
     finally:
         bundle.fusion = saved
     assert got == expected

@@ -207,7 +207,7 @@ def test_opensearch_timeout_gets_504(
     bundle, index = served
     client = connect(OpenSearchSettings(url=opensearch_url, max_retries=0), check=False)
     rr = Reranker(bundle, client, index, RerankerSettings(search_timeout=0.5))
-    rr.check_index()  # the mapping is read from the real cluster; then the cluster hangs
+    rr.target()  # the index is resolved on the real cluster; then the cluster hangs
     with _stalled_server() as stalled:  # accepts the connection and never answers, as a cluster stuck in GC
         rr.client = connect(OpenSearchSettings(url=stalled, max_retries=0), check=False)
         app = TestClient(create_app(settings_for(tiny_bundle, index, opensearch_url), reranker=rr))

@@ -18,8 +18,9 @@ Measured, the two systems' calls alternating (batch by batch, query by query, th
 * query latency over ``--queries`` Travel test queries × ``--rounds``: the peer's hybrid query (BM25 on the text
   ∪ neural k-NN k=100, min-max, arithmetic mean 0.3 / 0.7, ``pagination_depth`` 100, top 10) vs semdup's
   default reranker call in-process (``Reranker.rank``: BM25 ∪ k-NN candidates, 100 each, fusion, top 10; what
-  ``semdup serve`` runs per request, without the HTTP hop; ``--query-threads`` onnxruntime threads, 1 as the
-  service's default) and its fast preset (k-NN off);
+  ``semdup serve`` runs per request, without the HTTP hop; ``--query-threads`` onnxruntime threads, 2 as the
+  service's default) and its fast preset (k-NN off); with ``--with-one-thread``, the default call with a 1-thread
+  query encoder too (the thread policy's baseline, same run);
 * query encoding alone: the peer's ``_predict/text_embedding`` of one text vs semdup's query encoding
   (``Bundle.encode_query`` and, for a bundle with a title term, the title's vector, as ``rank`` does);
 * that the two embed alike: the cosine of their vectors of the same 10 posts.
@@ -28,7 +29,9 @@ The text both encode is semdup's: title and body cleaned by the shared text pipe
 (:func:`semdup.core.wordpiece.wordpiece_text`), cut at 256 wordpieces; the peer's BM25 half matches that text
 with the query text semdup's BM25 template uses. Queries are searched against all 4,919 Travel posts (the ingest
 sample plus the rest, indexed untimed) unless ``--query-corpus ingested``. The load average is printed with
-every phase: the machine is shared, so only ratios within one run mean anything.
+every phase. A run whose 1-minute load average at the start is above 1 stops before it starts (other work would
+share the cores and the ratios would describe that), unless ``--allow-load``: its report is then labelled as a
+loaded run. ``docs/benchmarks.md`` says how to get a quiet machine.
 """
 
 from __future__ import annotations
@@ -48,9 +51,10 @@ from typing import Any
 
 import numpy as np
 
+from semdup.core.errors import SemdupError
 from semdup.core.posts import Post
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.peer_report import build_report, format_report, ingest_side
+from semdup.evaluation.benchmarks.peer_report import build_report, format_report, ingest_side, quiet_enough
 
 logger = logging.getLogger(__name__)
 
@@ -237,14 +241,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--posts", type=int, default=1000, help="Travel posts whose ingest is timed")
     ap.add_argument("--bulk", type=int, default=100, help="posts per bulk request / index_batch call")
     ap.add_argument("--threads", type=int, default=2, help="semdup's onnxruntime intra-op threads (per worker)")
-    ap.add_argument("--query-threads", type=int, default=1, help="onnxruntime threads of semdup's query encoding "
-                    "(default 1: what `semdup serve` runs each request with, SEMDUP_ONNX_THREADS)")
+    ap.add_argument("--query-threads", type=int, default=2, help="onnxruntime threads of semdup's query encoding "
+                    "(default 2: what `semdup serve` runs each request with, SEMDUP_ONNX_THREADS)")
     ap.add_argument("--workers", type=int, default=1, help="semdup's ingest in this many processes, each taking an "
                     "equal slice of every batch at once (1: in this process)")
     ap.add_argument("--queries", type=int, default=100, help="Travel test queries")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--with-sequential", action="store_true",
-                    help="also time the default call with its steps one after the other (Reranker.overlap=False)")
+    ap.add_argument("--with-one-thread", action="store_true",
+                    help="also time the default call with its query encoded on 1 onnxruntime thread")
+    ap.add_argument("--allow-load", action="store_true",
+                    help="run even when the 1-minute load average at the start is above 1 (the report is then "
+                         "labelled as a loaded run; without this flag such a run stops before it starts)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls of each system before the query timing")
     ap.add_argument("--query-corpus", choices=("all", "ingested"), default="all",
                     help="search all Travel posts (the rest indexed untimed) or only the ingested sample")
@@ -268,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.search_templates import query_text
 
     loads = {"start": _load()}
+    refused = quiet_enough(loads["start"], args.allow_load)
+    if refused:
+        raise SemdupError(refused)
     bundle_path = Path(args.bundle) if args.bundle else default_bundle(peer_cache_dir() / "bundles")
     bundle = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=args.threads)
     if bundle.input_kind != "wordpiece" or not bundle.manifest.get("base_encoder"):
@@ -350,15 +360,14 @@ def main(argv: list[str] | None = None) -> int:
             return p_client.search(index=_PEER_INDEX, body=body, request_timeout=_TIMEOUT)
 
         def semdup_encode(post: Post) -> Any:
-            out = q_bundle.encode_query(post)
-            return out, q_bundle.encode_titles([post])[0] if q_bundle.uses_title else None
+            return rr.encoder.encode_post(post)  # the body, then the title (a bundle with a title term), as rank
 
         query_calls = {"peer": peer_query, "semdup": lambda p: rr.rank(p, k=10),
                        "semdup_fast": lambda p: rr_fast.rank(p, k=10)}
-        if args.with_sequential:  # the default's steps one after the other, as before issue #19's overlap
-            rr_seq = rr.with_settings()
-            rr_seq.overlap = False
-            query_calls["semdup_sequential"] = lambda p: rr_seq.rank(p, k=10)
+        if args.with_one_thread:  # the default with a 1-thread query encoder: the thread policy's same-run baseline
+            b1 = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=1)
+            rr_1 = Reranker(b1, s_client, _SEMDUP_INDEX, RerankerSettings(k_candidates=100, search_timeout=30))
+            query_calls["semdup_one_thread"] = lambda p: rr_1.rank(p, k=10)
         encode_calls = {"peer": lambda p: peer_embed([wordpiece_text(p, settings)]), "semdup": semdup_encode}
         for post in queries[: args.warmup]:
             for fn in (*query_calls.values(), *encode_calls.values()):

@@ -10,7 +10,7 @@ written by ``index_batch``) and the same real query posts, interleaved query by 
 * encode: the query encoding alone (``Bundle.encode_query``: dense vector + learned BOW from one tokenisation), to
   show where the extra time goes;
 * http (``--http``): ``POST /v1/rerank`` on a real ``semdup serve`` (uvicorn, 1 worker, cache off), loopback;
-* cached: ``rank`` with the exact field cache (:mod:`semdup.reranker.field_cache`). The cache serves only
+* cached: ``rank`` with the exact field cache (:mod:`semdup.reranker.stored_fields`). The cache serves only
   candidates whose hits carry no ``semdup.packed`` (documents written before it existed, read with an ``mget`` of
   ``_source``), so on this freshly written index it sees no traffic (hits and misses are printed).
 
@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         knn = {"auto": None, "on": True, "off": False}[args.knn]
         settings = RerankerSettings(k_candidates=args.k_candidates, search_timeout=30, knn=knn)
         rr = Reranker(bundle, client, index, settings)
-        rr_cached = rr.with_settings(field_cache=args.field_cache) if args.field_cache else None
+        cached = replace(rr.settings, field_cache=args.field_cache)
+        rr_cached = Reranker(rr.bundle, rr.client, rr.index, cached, rr.calibration) if args.field_cache else None
         tid = template_id("bm25", "text")
 
         def bm25(post: Any) -> Callable[[], Any]:
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, make in methods.items():  # interleaved: drift hits every method alike
                     times[name].append(_timed(make(post)))
         for post in queries[:50]:
-            n_candidates.append(len(rr.candidates(post, exclude_id=post.id)[0].ids))
+            n_candidates.append(len(rr.retrieve(post, exclude_id=post.id)[0].ids))
         stats = {name: _percentiles(t) for name, t in times.items()}
         throughput = {}
         if args.threads > 0:

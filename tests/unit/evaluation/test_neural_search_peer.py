@@ -20,7 +20,13 @@ from semdup.evaluation.benchmarks.peer_model import (
     model_zip,
     peer_tokenizer_json,
 )
-from semdup.evaluation.benchmarks.peer_report import build_report, format_report, ingest_side, safe_ratio
+from semdup.evaluation.benchmarks.peer_report import (
+    build_report,
+    format_report,
+    ingest_side,
+    quiet_enough,
+    safe_ratio,
+)
 
 
 def _report():
@@ -48,6 +54,16 @@ def test_report_text_names_every_figure():
     text = format_report(_report())
     for part in ("ingest ratio semdup / peer: 2.00", "p50 2.00", "semdup_fast", "encoding ratio", "start 1.50"):
         assert part in text
+
+
+def test_a_loaded_start_refuses_the_run_unless_allowed_and_the_report_says_it_is_loaded():
+    assert quiet_enough(0.4, allow_load=False) is None and quiet_enough(1.0, allow_load=False) is None
+    why = quiet_enough(3.2, allow_load=False)
+    assert why is not None and "3.20" in why and "--allow-load" in why and "docs/benchmarks.md" in why
+    assert quiet_enough(3.2, allow_load=True) is None
+    assert "LOADED RUN: load average 1.50" in format_report(_report())  # the report's start load is 1.5
+    quiet = build_report({"load_average": {"start": 0.3}}, {}, {"peer": [1.0], "semdup": [1.0]}, {}, [])
+    assert "LOADED" not in format_report(quiet)
 
 
 def test_missing_figures_give_no_ratio():

@@ -1,10 +1,10 @@
-"""The overlapped query path (lexical search and title encoding during the body's encoding, k-NN hits carrying their
-lexical score) ranks exactly as the sequential one (encode body, encode title, one search of every path, a second
-request for the lexical scores of k-NN-only candidates, fuse).
+"""The one query path (the lexical search during the query's encoding, k-NN hits carrying their lexical score) ranks
+exactly as the sequential reference (``tests/reranker_reference.py``: encode body, encode title, search the
+templates, then k-NN, a second request for the lexical scores of k-NN-only candidates, fuse).
 
 The fake cluster answers what OpenSearch answers: a stored lexical template (a word-overlap score standing in for
-BM25), the pass-through template with a k-NN body (cosine), a k-NN ``_search`` with the named-query score of its
-post filter, the hits' packed docvalue fields. It counts the requests: the second round trip is gone.
+BM25), a k-NN body in an ``_msearch`` (cosine), a k-NN ``_search`` with the named-query score of its post filter,
+the hits' packed docvalue fields. It counts the requests: the second round trip is gone.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import pytest
 from semdup.core.posts import Post
 from semdup.index_format.packed_fields import pack_semdup_fields
 from semdup.index_format.schema import PACKED_FIELD, CandidateFields
-from semdup.reranker.candidates import LEXICAL_QUERY_NAME, QUERY_TEMPLATE_ID
+from reranker_reference import sequential
+
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
+from semdup.reranker.sources import LEXICAL_QUERY_NAME
 
 VERSION = "hybrid-minilm-0123abcd"
 WORDS = "visa qatar stay arrival train paris ticket airport lounge night bus border".split()
@@ -114,11 +116,13 @@ class FakeCluster:
         for request in body[1::2]:
             with self.lock:
                 self.requests.append(request["id"])
-            if request["id"] == QUERY_TEMPLATE_ID:
-                responses.append(self._knn(request["params"]["body"]))
-            else:
-                responses.append(self._template(request["params"]))
+            responses.append(self._template(request["params"]))
         return {"responses": responses}
+
+    def msearch(self, body: list[dict[str, Any]], params: Any = None) -> dict[str, Any]:
+        with self.lock:
+            self.requests.append("_msearch")
+        return {"responses": [self._knn(request) for request in body[1::2]]}
 
 
 POSTS = [
@@ -133,34 +137,35 @@ POSTS = [
 ]
 
 
-def _reranker(cluster: FakeCluster, bundle: FakeBundle, overlap: bool, k_candidates: int) -> Reranker:
+def _reranker(cluster: FakeCluster, bundle: FakeBundle, k_candidates: int) -> Reranker:
     rr = Reranker(bundle, cluster, "posts", RerankerSettings(k_candidates=k_candidates))  # type: ignore[arg-type]
-    rr._checked["posts"], rr._targets["posts"], rr._paths["posts"] = True, "posts", CandidateFields(knn=True)
-    rr._templates_ensured.add(("bm25", "text"))
-    rr._query_template = QUERY_TEMPLATE_ID
-    rr.overlap = overlap
+    # the index was resolved and its templates stored (what the first IndexResolver.resolve records)
+    rr.indices._mapped["posts"] = ("posts", CandidateFields(knn=True))
+    rr.indices._stored.add(("bm25", "text"))
     return rr
 
 
 @pytest.mark.parametrize("k_candidates", [2, 3, 8])
 @pytest.mark.parametrize("query", [Post("q1", "Visa for Qatar", "how long can I stay"), Post("q2", "", "night train")])
-def test_the_overlapped_path_ranks_exactly_as_the_sequential_one(query: Post, k_candidates: int) -> None:
+def test_the_one_path_ranks_exactly_as_the_sequential_reference(query: Post, k_candidates: int) -> None:
     cluster, bundle = FakeCluster(POSTS), FakeBundle()
-    sequential = _reranker(cluster, bundle, overlap=False, k_candidates=k_candidates).rank(query, k=8, exclude_id="1")
+    rr = _reranker(cluster, bundle, k_candidates=k_candidates)
+    expected = sequential(rr).rank(query, k=8, exclude_id="1")
     asked_sequential = list(cluster.requests)
     cluster.requests.clear()
-    overlapped = _reranker(cluster, bundle, overlap=True, k_candidates=k_candidates).rank(query, k=8, exclude_id="1")
-    assert sequential and [c.to_json() for c in overlapped] == [c.to_json() for c in sequential]
-    knn_only = [c for c in sequential if c.sources == ("knn",)]
-    # the sequential path asked the lexical template again for the k-NN-only candidates; the overlapped one never
+    got = rr.rank(query, k=8, exclude_id="1")
+    assert expected and [c.to_json() for c in got] == [c.to_json() for c in expected]
+    knn_only = [c for c in expected if c.sources == ("knn",)]
+    # the reference asked the lexical template again for the k-NN-only candidates; the one path never
     assert asked_sequential.count("semdup-bm25-text") == (2 if knn_only else 1)
     assert sorted(cluster.requests) == ["_search", "semdup-bm25-text"]
 
 
-def test_the_title_is_encoded_beside_the_body() -> None:
+def test_the_lexical_search_and_the_encoding_overlap_and_the_title_follows_the_body() -> None:
     cluster, bundle = FakeCluster(POSTS), FakeBundle()
-    _reranker(cluster, bundle, overlap=True, k_candidates=3).rank(Post("q", "Visa", "qatar stay"), k=3)
-    assert len(bundle.threads) == 2  # the body on the caller's thread, the title on a pool thread
+    _reranker(cluster, bundle, k_candidates=3).rank(Post("q", "Visa", "qatar stay"), k=3)
+    # the body and the title on the caller's thread, one after the other (each run with the session's threads)
+    assert bundle.threads == {threading.current_thread().name}
 
 
 class OldCluster(FakeCluster):
@@ -175,13 +180,13 @@ class OldCluster(FakeCluster):
 
 def test_a_cluster_without_named_scores_gets_the_second_request_and_the_same_ranking(caplog: Any) -> None:
     query = Post("q1", "Visa for Qatar", "how long can I stay")
-    expected = _reranker(FakeCluster(POSTS), FakeBundle(), overlap=False, k_candidates=3).rank(query, 8, "1")
+    expected = sequential(_reranker(FakeCluster(POSTS), FakeBundle(), k_candidates=3)).rank(query, 8, "1")
     assert any(c.sources == ("knn",) for c in expected)
     cluster = OldCluster(POSTS)
-    rr = _reranker(cluster, FakeBundle(), overlap=True, k_candidates=3)
+    rr = _reranker(cluster, FakeBundle(), k_candidates=3)
     with caplog.at_level("WARNING"):
         got = rr.rank(query, 8, "1")
-        again = rr.rank(query, 8, "1")  # remembered: no second refusal
+        again = rr.with_settings().rank(query, 8, "1")  # remembered, by the copies too: no second refusal
     assert [c.to_json() for c in got] == [c.to_json() for c in expected] == [c.to_json() for c in again]
     assert caplog.text.count("include_named_queries_score") == 1
     assert cluster.requests.count("semdup-bm25-text") == 4  # per call: the search, then the k-NN-only scores

@@ -24,7 +24,8 @@ from semdup.core.errors import (
 )
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
-from semdup.reranker.candidates import MAX_SPARSE_TERMS, SearchTimeout, knn_query, merge_hits, sparse_query
+from semdup.reranker.calls import SearchTimeout
+from semdup.reranker.sources import MAX_SPARSE_TERMS, Hit, SourceQuery, knn_query, merge, sparse_query
 from semdup.reranker.fusion import compute_components, compute_fused, sparse_dot
 from semdup.reranker.reranker import ModelMismatch
 from semdup.reranker.settings import RerankerSettings, ServiceSettings
@@ -91,15 +92,17 @@ def test_zero_weight_components_never_make_a_candidate_incomplete() -> None:
 
 
 def test_merge_keeps_first_seen_order_without_duplicates() -> None:
-    merged = merge_hits([("bm25", [("a", 9.0), ("b", 5.0)]), ("knn", [("b", 0.9), ("c", 0.8)])], primary="bm25")
+    knn = [Hit("b", 0.9, lexical=4.0), Hit("c", 0.8, lexical=0.0)]
+    found = [("bm25", [Hit("a", 9.0), Hit("b", 5.0)]), ("knn", knn)]
+    merged = merge(found, primary="bm25")
     assert merged.ids == ["a", "b", "c"]
-    assert merged.lexical == {"a": 9.0, "b": 5.0}
+    assert merged.lexical == {"a": 9.0, "b": 5.0, "c": 0.0}  # the template's own score over the named one
     assert sorted(merged.sources["b"]) == ["bm25", "knn"]
 
 
 def test_sparse_query_is_linear_rank_features_boosted_by_query_weights() -> None:
     terms = {f"t{i}": 1.0 / (i + 1) for i in range(MAX_SPARSE_TERMS + 10)}
-    body = sparse_query(terms, 7, exclude_id="q", restrict_ids=["a"])
+    body = sparse_query(terms, SourceQuery("", 7, exclude_id="q", restrict_ids=("a",)))
     should = body["query"]["bool"]["should"]
     assert len(should) == MAX_SPARSE_TERMS and body["size"] == 7
     assert should[0] == {"rank_feature": {"field": "semdup.terms.t0", "linear": {}, "boost": 1.0}}
@@ -108,7 +111,7 @@ def test_sparse_query_is_linear_rank_features_boosted_by_query_weights() -> None
 
 
 def test_knn_query_filters_inside_the_search() -> None:
-    body = knn_query(np.array([0.5, 0.5]), 3, exclude_id="q")
+    body = knn_query(np.array([0.5, 0.5]), SourceQuery("", 3, exclude_id="q"))
     knn = body["query"]["knn"]["semdup.vector"]
     assert knn["k"] == 3 and knn["vector"] == [0.5, 0.5]
     assert knn["filter"] == {"bool": {"must_not": [{"ids": {"values": ["q"]}}]}}

@@ -60,18 +60,18 @@ def _reranker(down: bool = False) -> Reranker:
     searching, encoding = threading.Event(), threading.Event()
     bundle, cluster = MeetingBundle(searching, encoding), MeetingCluster(searching, encoding, down)
     rr = Reranker(bundle, cluster, "posts", RerankerSettings())  # type: ignore[arg-type]
-    # the index was checked and its templates stored (what check_index and _ensure_templates record)
-    rr._checked["posts"], rr._targets["posts"], rr._paths["posts"] = True, "posts", CandidateFields()
-    rr._templates_ensured.add(("bm25", "text"))
+    # the index was resolved and its templates stored (what the first IndexResolver.resolve records)
+    rr.indices._mapped["posts"] = ("posts", CandidateFields())
+    rr.indices._stored.add(("bm25", "text"))
     return rr
 
 
 def test_the_lexical_search_runs_while_the_query_is_encoded() -> None:
-    cands, query = _reranker().candidates(Post("q", "Visa for Qatar?", ""), exclude_id="q")
+    cands, query = _reranker().retrieve(Post("q", "Visa for Qatar?", ""), exclude_id="q")
     assert cands.ids == ["7"] and cands.lexical == {"7": 3.5}
     assert query.vector is not None and query.terms is None and query.title is None
 
 
 def test_a_cluster_that_is_down_is_still_the_error_the_caller_gets() -> None:
     with pytest.raises(OpenSearchUnavailable):
-        _reranker(down=True).candidates(Post("q", "Visa for Qatar?", ""))
+        _reranker(down=True).retrieve(Post("q", "Visa for Qatar?", ""))

@@ -17,6 +17,9 @@ from semdup.apps.http import create_app
 from semdup.core.errors import PostError, SearchIndexError
 from semdup.core.settings import OpenSearchSettings
 from semdup.index_format.packed_fields import PackedTerms, pack_semdup_fields
+from semdup.index_format.schema import CandidateFields
+from semdup.reranker.encoding import QueryEncoder
+from semdup.reranker.index import ResolvedIndex
 from semdup.reranker.reranker import ModelMismatch
 from semdup.reranker.routers import similar as similar_router
 from semdup.reranker.auth_throttle import FailureThrottle
@@ -57,7 +60,7 @@ def _hit(doc_id: str, score: float, model: str = VERSION) -> dict[str, Any]:
 class FakeClient:
     def __init__(self, knn: bool = True, model: str = VERSION) -> None:
         self.calls: list[list[dict[str, Any]]] = []
-        self.model = model
+        self.model, self.knn = model, knn
         vector = {"type": "knn_vector", "dimension": 3} if knn else {"type": "float"}
         mapping = {"properties": {"semdup": {"properties": {"vector": vector}}}}
         self.indices = SimpleNamespace(get_mapping=lambda index: {index: {"mappings": mapping}})
@@ -85,6 +88,18 @@ class FakeBundle:
         return QUERY, PackedTerms(np.asarray([1.0], dtype=np.float32), ids=np.asarray([7], dtype=np.uint32))
 
 
+class FakeIndices:
+    """Resolves like IndexResolver: k-NN where the mapping has the vector and the settings do not turn it off."""
+
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+
+    def resolve(self, name: str, settings: RerankerSettings) -> ResolvedIndex:
+        if name == "missing":
+            raise SearchIndexError("index 'missing' does not exist")
+        return ResolvedIndex(name, name, CandidateFields(knn=self.client.knn and settings.knn is not False))
+
+
 class FakeReranker:
     version = VERSION
     index = "travel"
@@ -93,11 +108,11 @@ class FakeReranker:
         self.client = client or FakeClient()
         self.bundle = FakeBundle()
         self.settings = RerankerSettings(knn=knn)
+        self.indices = FakeIndices(self.client)
+        self.encoder = QueryEncoder(self.bundle)
 
     def target(self, index: str) -> str:
-        if index == "missing":
-            raise SearchIndexError("index 'missing' does not exist")
-        return index
+        return self.indices.resolve(index, self.settings).target
 
 
 def test_one_encoding_and_one_msearch_with_bm25_on_the_title_and_knn_on_its_vector() -> None:

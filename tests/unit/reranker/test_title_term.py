@@ -10,7 +10,7 @@ from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion, fused_scores, title_posts
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import pack_semdup_fields, unpack_semdup_fields, unpack_semdup_value
-from semdup.reranker.candidates import stored_semdup_fields
+from semdup.reranker.stored_fields import stored_semdup_fields
 from semdup.reranker.fusion import compute_components, compute_fused
 
 FUSION = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0, "beta_title": 0.5}
