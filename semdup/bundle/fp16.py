@@ -1,0 +1,134 @@
+"""The fp16 variant of a bundle's encoder: built when the bundle loads, used only where it verifies against fp32.
+
+On a GPU, half-precision matrix products run several times faster than fp32. The variant is not a file of the
+bundle: it is converted from ``encoder.onnx`` when the bundle loads (onnxruntime's own converter,
+``onnxruntime.transformers.float16``, inputs and the ``vector`` output kept as they are), then verified: both the
+fp32 session and the variant's encode the same probe posts (:data:`PROBE_TEXTS`, short to longer than the
+encoder reads), and the variant is kept only if the cosine of every probe's two vectors is at least
+:data:`FP16_MIN_COSINE`. Loading refuses nothing for it: a variant that fails is dropped (``auto``) with one log
+line, or refused as a :class:`~semdup.core.errors.BundleError` when fp16 was demanded (``SEMDUP_FP16=true``).
+
+The tolerance: a cosine of 0.9999 moves a unit vector by at most √(2·10⁻⁴) ≈ 0.014 in L2; MiniLM's fp16 variant
+stays above 0.99999 (measured on the Travel default's encoder, onnxruntime CPU provider), int8 quantisation moved
+components by up to 0.071 and is not offered for it. The bundle's version is unchanged: the vectors an fp16
+worker writes are the fp32 vectors to within this tolerance, as a CUDA kernel's are to within rounding.
+
+Example::
+
+    variant = fp16_model(files["encoder.onnx"])                   # bytes of the converted graph
+    check = compare_vectors(fp32_vectors, fp16_vectors)          # VariantCheck(accepted=True, min_cosine=...)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from semdup.core.posts import Post
+
+__all__ = ["FP16_MIN_COSINE", "PROBE_TEXTS", "VariantCheck", "fp16_model", "compare_vectors", "probe_posts",
+           "verify_variant"]
+
+logger = logging.getLogger(__name__)
+
+FP16_MIN_COSINE = 0.9999  # every probe's cosine(fp32 vector, fp16 vector) must reach this
+# Forum questions of the kinds the workers see: short titles, code, a URL, long bodies (the last probe joins
+# them all, longer than any encoder reads, so the longest sequences are checked too).
+PROBE_TEXTS: tuple[tuple[str, str], ...] = (
+    ("Visa for Qatar?", ""),
+    ("How do I mount a USB drive on Ubuntu 22.04?", "I plugged it in and nothing shows up in the file manager."),
+    ("Is tap water safe to drink in Lisbon?", "We are staying for two weeks in August with two small children."),
+    ("Python: why does my list change inside the function?",
+     "<p>I pass a list and append to it:</p><pre><code>def f(x):\n    x.append(1)</code></pre><p>Why?</p>"),
+    ("Transit through Frankfurt without a Schengen visa",
+     "My connection is 14 hours. Can I leave the airport? See https://www.auswaertiges-amt.de/ for the rules."),
+    ("", "The battery drains overnight even when the laptop is suspended; what can I check before replacing it?"),
+    ("Cheapest way from Bangkok to Chiang Mai",
+     "Night train, bus or a budget flight? We have large backpacks and are not in a hurry, but we prefer to "
+     "sleep well. Which one would you take, and where do you buy the tickets: at the station or online?"),
+)
+
+
+@dataclass(frozen=True)
+class VariantCheck:
+    """How a variant's vectors compare with fp32's on the probes.
+
+    Attributes:
+        accepted: every probe's cosine is at least ``tolerance`` (and finite).
+        min_cosine: the smallest cosine (NaN where a vector was not finite).
+        tolerance: the cosine every probe had to reach.
+        probes: how many vectors were compared.
+    """
+
+    accepted: bool
+    min_cosine: float
+    tolerance: float
+    probes: int
+
+    def describe(self) -> str:
+        verdict = "within" if self.accepted else "outside"
+        return (f"min cosine {self.min_cosine:.7f} over {self.probes} probe posts, {verdict} the tolerance "
+                f"(>= {self.tolerance})")
+
+
+def compare_vectors(reference: np.ndarray, candidate: np.ndarray,
+                    min_cosine: float = FP16_MIN_COSINE) -> VariantCheck:
+    """Row-wise cosine of two [N, D] arrays: accepted when every row reaches ``min_cosine``.
+
+    A row that is zero in both counts as equal (cosine 1); a non-finite row, or zero in one only, fails.
+    """
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(candidate, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"the variant gives vectors of shape {b.shape}, fp32 {a.shape}")
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        cos = np.sum(a * b, axis=1) / (na * nb)
+    cos = np.where((na == 0) & (nb == 0), 1.0, cos)
+    finite = bool(np.isfinite(cos).all())
+    low = float(np.min(cos)) if finite and len(cos) else float("nan")
+    accepted = finite and len(cos) > 0 and low >= min_cosine
+    return VariantCheck(accepted, low, min_cosine, int(len(cos)))
+
+
+def probe_posts() -> list[Post]:
+    """:data:`PROBE_TEXTS` as posts, plus one joining them all (longer than any encoder reads)."""
+    posts = [Post(f"probe-{i}", t, b) for i, (t, b) in enumerate(PROBE_TEXTS)]
+    everything = " ".join(f"{t} {b}" for t, b in PROBE_TEXTS)
+    posts.append(Post("probe-long", "A long post", " ".join([everything] * 4)))
+    return posts
+
+
+def verify_variant(run_reference: Callable[[Mapping[str, np.ndarray]], np.ndarray],
+                   run_variant: Callable[[Mapping[str, np.ndarray]], np.ndarray],
+                   batches: Sequence[Mapping[str, np.ndarray]],
+                   min_cosine: float = FP16_MIN_COSINE) -> VariantCheck:
+    """Run both encoders on each input batch and compare (:func:`compare_vectors`); a variant that fails to run
+    is not accepted."""
+    ref, var = [], []
+    for feed in batches:
+        ref.append(np.asarray(run_reference(feed), dtype=np.float32))
+        try:
+            var.append(np.asarray(run_variant(feed), dtype=np.float32))
+        except Exception as exc:  # onnxruntime's own types: the variant does not run here
+            logger.info("the fp16 variant does not run: %s", str(exc)[:300])
+            return VariantCheck(False, float("nan"), min_cosine, 0)
+    return compare_vectors(np.concatenate(ref), np.concatenate(var), min_cosine)
+
+
+def fp16_model(model: bytes) -> bytes:
+    """``model`` (an fp32 ONNX graph) with its weights and arithmetic in float16, inputs and outputs kept.
+
+    Raises:
+        ImportError: the ``onnx`` package is missing (``semdup[gpu]`` brings it).
+    """
+    try:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+    except ImportError as exc:
+        raise ImportError('the fp16 encoder variant needs the onnx package: pip install "semdup[gpu]"') from exc
+    converted = convert_float_to_float16(onnx.load_from_string(model), keep_io_types=True)
+    return converted.SerializeToString()
