@@ -65,22 +65,24 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 echo "== (a) the worker's encoding path and (b) the torch reference, $posts posts"
 extra=()
 [ -n "$workers" ] && extra+=(--workers "$workers")
-timeout 420 "$py" -m semdup.evaluation.benchmarks.gpu_check --bundle "$bundle" --device "$device" --posts "$posts" \
+timeout 270 "$py" -m semdup.evaluation.benchmarks.gpu_check --bundle "$bundle" --device "$device" --posts "$posts" \
     --task-posts "$task_posts" --json-out "$out/gpu_check.json" "${extra[@]}" 2>"$out/gpu_check.log" \
     | tee "$out/gpu_check.txt" || { tail -20 "$out/gpu_check.log" >&2; exit 1; }
 
 if [ "$learn" = 1 ]; then
     echo "== (c) semdup learn --data semeval --device $device"
     t0=$(date +%s%N)
-    timeout 240 "$py" -m semdup learn --data semeval --device "$device" --out "$out/learned" >"$out/learn.log" 2>&1 \
+    learned=.gpu/work/learned  # beside $OUT: only the logs and figures come back
+    rm -rf "$learned" && mkdir -p .gpu/work
+    timeout 150 "$py" -m semdup learn --data semeval --device "$device" --out "$learned" >"$out/learn.log" 2>&1 \
         || { tail -20 "$out/learn.log" >&2; echo "learn: FAILED (its log: $out/learn.log)"; }
     t1=$(date +%s%N)
     echo "learn wall: $(awk "BEGIN { printf \"%.1f\", ($t1 - $t0) / 1e9 }") s"
-    if [ -f "$out/learned/manifest.json" ]; then
-        timeout 120 "$py" -m semdup eval semeval --set test --method "bundle:$out/learned" 2>"$out/eval.log" \
+    if [ -f "$learned/manifest.json" ]; then
+        timeout 60 "$py" -m semdup eval semeval --set test --method "bundle:$learned" 2>"$out/eval.log" \
             | tee "$out/eval.txt" || tail -20 "$out/eval.log" >&2
     else
-        echo "learn wrote no bundle at $out/learned: no test figure"
+        echo "learn wrote no bundle at $learned: no test figure"
     fi
 else
     echo "== (c) learn skipped (--no-learn)"
