@@ -35,13 +35,15 @@ mkdir -p "$out"
 start=$(date +%s)
 py=${PYTHON:-python3}
 
-if [ -f .gpu/send/manifest.json ] && [ ! -f .gpu/stage/.joined ]; then
+# On the GPU machine (--device cuda) with prepare.sh's parts: join them, install their wheels. A CPU dry run uses
+# this environment as it is.
+if [ "$device" = cuda ] && [ -f .gpu/send/manifest.json ] && [ ! -f .gpu/stage/.joined ]; then
     "$py" scripts/gpu/pack.py join .gpu/send .gpu/stage
     tar -C .gpu/stage -xzf .gpu/stage/bundle.tar.gz
     mkdir -p .gpu/stage/data && tar -C .gpu/stage/data -xzf .gpu/stage/data.tar.gz
     touch .gpu/stage/.joined
 fi
-if [ -d .gpu/stage/wheels ]; then
+if [ "$device" = cuda ] && [ -d .gpu/stage/wheels ]; then
     if [ ! -x .gpu/venv/bin/python ]; then
         "$py" -m venv --system-site-packages .gpu/venv
         .gpu/venv/bin/python -m pip install -q --no-index --no-deps .gpu/stage/wheels/*.whl
