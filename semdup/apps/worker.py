@@ -45,11 +45,12 @@ def _tree() -> Settings:
         return _settings["current"]
 
 
-def load_worker_bundle(settings: Settings, path: str, *, fp16: bool | None = None) -> Any:
-    """The bundle as a worker process runs it: on the tree's device (``worker.device``), with its fp16 setting
-    (``fp16`` given replaces it), and on CPU with one onnxruntime thread per stream and ``worker.encode_threads``
-    streams (default: every core), which costs less CPU per post than one run of as many threads
-    (:mod:`semdup.bundle.runner`); on CUDA the bundle caps its streams (:data:`semdup.bundle.runner.CUDA_STREAMS`).
+def load_worker_bundle(settings: Settings, path: str, *, device: str | None = None, fp16: bool | None = None) -> Any:
+    """The bundle as a worker process runs it: on the tree's device (``worker.device``; ``device`` given replaces
+    it), with its fp16 setting (``fp16`` given replaces it), and on CPU with one onnxruntime thread per stream and
+    ``worker.encode_threads`` streams (default: every core), which costs less CPU per post than one run of as many
+    threads (:mod:`semdup.bundle.runner`); on CUDA the bundle caps its streams
+    (:data:`semdup.bundle.runner.CUDA_STREAMS`).
 
     Raises:
         BundleError: the bundle does not load, or its fp16 variant was demanded and does not verify.
@@ -60,7 +61,7 @@ def load_worker_bundle(settings: Settings, path: str, *, fp16: bool | None = Non
     w = settings.worker
     return Bundle.load(
         path,
-        device=w.device,
+        device=device or w.device,
         fp16=w.fp16 if fp16 is None else fp16,
         intra_op_threads=1,
         streams=w.encode_threads or os.cpu_count() or 1,

@@ -73,6 +73,7 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
 
     from semdup.apps.settings import load_settings
     from semdup.apps.worker import load_worker_bundle, run_worker
+    from semdup.bundle.devices import choose_device
 
     path = _bundle_path(bundle)
     overrides: dict[str, Any] = {"model.bundle": path, "worker.device": device and device.lower()}
@@ -80,11 +81,12 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     if settings.worker.encode_threads is None:  # each process its share of the cores
         overrides["worker.encode_threads"] = max(1, (os.cpu_count() or 1) // concurrency)
         settings = load_settings(overrides=overrides)  # the tree the worker's processes run with
-    # Verify here, so a bad bundle (or --device cuda without CUDA) fails once with one line, not in every child;
-    # the fp16 variant is each child's to verify.
-    b = load_worker_bundle(settings, path, fp16=False)
-    providers = b.session.get_providers() if b.session else []
-    click.echo(f"worker: bundle {b.version} ({b.arch}), device {b.device}, providers {providers}")
+    # Verify here, so a bad bundle (or --device cuda without CUDA) fails once with one line, not in every child. On
+    # CPU: this process must not start CUDA, whose context does not survive the fork of Celery's prefork pool; each
+    # child loads its own session on the device, and verifies its fp16 variant.
+    choice = choose_device(settings.worker.device)
+    b = load_worker_bundle(settings, path, device="cpu", fp16=False)
+    click.echo(f"worker: bundle {b.version} ({b.arch}), device {choice.device}, providers {list(choice.providers)}")
     del b
     _client().info()
     _broker()

@@ -146,3 +146,24 @@ def test_semdup_worker_device_cuda_is_refused_in_one_line(
     assert captured.err.strip().splitlines() == [
         f"Error: device cuda cannot be used: {NO_GPU}; run with device auto or cpu (SEMDUP_DEVICE)"
     ]
+
+
+def test_semdup_worker_never_starts_cuda_before_the_pool_forks(
+    bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA context does not survive fork: the CLI checks the device without a session and verifies the bundle on
+    CPU; each pool process loads its own CUDA session."""
+    import semdup.apps.worker as worker_app
+    from semdup.cli import main
+
+    monkeypatch.setattr(devices, "cuda_problem", lambda: None)  # a GPU, as far as the checks see
+    calls: list[dict[str, object]] = []
+
+    def spy(settings: object, path: str, **kw: object) -> object:
+        calls.append(kw)
+        raise SystemExit(3)  # stop before the cluster and the broker
+
+    monkeypatch.setattr(worker_app, "load_worker_bundle", spy)
+    with pytest.raises(SystemExit) as exited:
+        main(["worker", "--bundle", str(bundle_dir), "--device", "cuda", "-c", "2"])
+    assert exited.value.code == 3 and calls == [{"device": "cpu", "fp16": False}]
