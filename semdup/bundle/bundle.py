@@ -31,7 +31,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import tarfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from semdup.bundle.batching import length_batches, pad_rows
-from semdup.bundle.devices import CPU, DeviceChoice, choose_device, log_choice, session_fallback
+from semdup.bundle.devices import DeviceChoice, choose_device, log_choice, session_fallback
 from semdup.bundle.runner import EncoderRunner
 from semdup.core.errors import BundleError, ConfigError, SemdupError
 from semdup.core.inputs import build_inputs, input_names, pad_sequences
@@ -253,49 +252,6 @@ def _explicit_choice(providers: Sequence[str]) -> DeviceChoice:
     return DeviceChoice("auto", device, tuple(providers), gpu_build=device == "cuda")
 
 
-_PROBES_PER_BATCH = 4
-
-
-def _with_fp16(files: Mapping[str, bytes], manifest: Mapping[str, Any], pipeline: TextPipeline, session: Any,
-               choice: DeviceChoice, intra_op_threads: int | None, allow_spinning: bool,
-               demanded: bool) -> tuple[Any, str]:
-    """(session, precision): the fp16 variant's session where it verifies against ``session`` (fp32) on the probe
-    posts (:mod:`semdup.bundle.fp16`), else ``session``; one log line either way.
-
-    Raises:
-        BundleError: ``demanded`` and the variant cannot be built or does not verify.
-    """
-    from semdup.bundle.fp16 import fp16_model, probe_posts, verify_variant
-    from semdup.bundle.verify import make_session
-
-    version, kind = manifest["version"], manifest["input_kind"]
-    names = input_names(kind)
-
-    def runs(sess: Any) -> Any:
-        return lambda feed: sess.run([OUTPUT_NAME], {n: feed[n] for n in names})[0]
-
-    try:
-        variant = make_session(fp16_model(files[ENCODER_FILE]), list(choice.providers), intra_op_threads,
-                               allow_spinning)
-    except (ImportError, BundleError) as exc:
-        problem = f"it could not be built: {exc}"
-    else:
-        probes = probe_posts()
-        feeds = [build_inputs(kind, pipeline, probes[i : i + _PROBES_PER_BATCH])
-                 for i in range(0, len(probes), _PROBES_PER_BATCH)]
-        check = verify_variant(runs(session), runs(variant), feeds)
-        if check.accepted:
-            logger.info("bundle %s encodes with its fp16 variant on %s: %s", version, choice.device, check.describe())
-            return variant, "fp16"
-        problem = f"its vectors are not fp32's: {check.describe()}"
-    if demanded:
-        raise BundleError(f"bundle {version}: the fp16 variant was demanded (SEMDUP_FP16=true) but {problem}; set "
-                          "SEMDUP_FP16=auto (fp16 where it verifies) or false")
-    logger.warning("bundle %s encodes in fp32 on %s: its fp16 variant is not used, %s (fp32 is exact; set "
-                   "SEMDUP_FP16=false to skip this check)", version, choice.device, problem)
-    return session, "fp32"
-
-
 @dataclass
 class PreparedPosts:
     """What :meth:`Bundle.prepare_documents` does before the encoder runs, kept for :meth:`Bundle.encode_prepared`:
@@ -399,8 +355,11 @@ class Bundle:
             choice = session_fallback(choice, session.get_providers(), cuda_errors[0] if cuda_errors else None)
             log_choice(choice, f"bundle {manifest['version']}")
             if fp16 or (fp16 is None and choice.device == "cuda"):
-                session, precision = _with_fp16(files, manifest, pipeline, session, choice, intra_op_threads,
-                                                allow_spinning, demanded=bool(fp16))
+                from semdup.bundle.fp16 import with_fp16_variant
+
+                session, precision = with_fp16_variant(files[ENCODER_FILE], manifest, pipeline, session,
+                                                       list(choice.providers), intra_op_threads, allow_spinning,
+                                                       demanded=bool(fp16))
         logger.info("loaded bundle %s (%s, dimension %s, %s %s)", where, manifest["version"],
                     manifest.get("dimension"), choice.device, precision)
         return cls(where, manifest, pipeline, term_weights, session, device=choice.device, streams=streams or 1,

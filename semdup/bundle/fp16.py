@@ -24,17 +24,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from semdup.core.errors import BundleError
+from semdup.core.inputs import build_inputs, input_names
 from semdup.core.posts import Post
 
 __all__ = ["FP16_MIN_COSINE", "PROBE_TEXTS", "VariantCheck", "fp16_model", "compare_vectors", "probe_posts",
-           "verify_variant"]
+           "verify_variant", "with_fp16_variant"]
 
 logger = logging.getLogger(__name__)
 
 FP16_MIN_COSINE = 0.9999  # every probe's cosine(fp32 vector, fp16 vector) must reach this
+_PROBES_PER_BATCH = 4
+_OUTPUT = "vector"
 # Forum questions of the kinds the workers see: short titles, code, a URL, long bodies (the last probe joins
 # them all, longer than any encoder reads, so the longest sequences are checked too).
 PROBE_TEXTS: tuple[tuple[str, str], ...] = (
@@ -132,3 +137,42 @@ def fp16_model(model: bytes) -> bytes:
         raise ImportError('the fp16 encoder variant needs the onnx package: pip install "semdup[gpu]"') from exc
     converted = convert_float_to_float16(onnx.load_from_string(model), keep_io_types=True)
     return converted.SerializeToString()
+
+
+def with_fp16_variant(encoder: bytes, manifest: Mapping[str, Any], pipeline: Any, session: Any,
+                      providers: list[str], intra_op_threads: int | None, allow_spinning: bool,
+                      demanded: bool) -> tuple[Any, str]:
+    """(session, precision): the fp16 variant's session on ``providers`` where it verifies against ``session``
+    (fp32) on :func:`probe_posts`, else ``session``; one log line either way (what ``Bundle.load`` runs).
+
+    Raises:
+        BundleError: ``demanded`` and the variant cannot be built or does not verify.
+    """
+    from semdup.bundle.verify import make_session
+
+    version, kind = manifest["version"], manifest["input_kind"]
+    names = input_names(kind)
+    where = "cuda" if providers and providers[0] == "CUDAExecutionProvider" else "cpu"
+
+    def runs(sess: Any) -> Callable[[Mapping[str, np.ndarray]], np.ndarray]:
+        return lambda feed: sess.run([_OUTPUT], {n: feed[n] for n in names})[0]
+
+    try:
+        variant = make_session(fp16_model(encoder), providers, intra_op_threads, allow_spinning)
+    except (ImportError, BundleError) as exc:
+        problem = f"it could not be built: {exc}"
+    else:
+        probes = probe_posts()
+        feeds = [build_inputs(kind, pipeline, probes[i : i + _PROBES_PER_BATCH])
+                 for i in range(0, len(probes), _PROBES_PER_BATCH)]
+        check = verify_variant(runs(session), runs(variant), feeds)
+        if check.accepted:
+            logger.info("bundle %s encodes with its fp16 variant on %s: %s", version, where, check.describe())
+            return variant, "fp16"
+        problem = f"its vectors are not fp32's: {check.describe()}"
+    if demanded:
+        raise BundleError(f"bundle {version}: the fp16 variant was demanded (SEMDUP_FP16=true) but {problem}; set "
+                          "SEMDUP_FP16=auto (fp16 where it verifies) or false")
+    logger.warning("bundle %s encodes in fp32 on %s: its fp16 variant is not used, %s (fp32 is exact; set "
+                   "SEMDUP_FP16=false to skip this check)", version, where, problem)
+    return session, "fp32"

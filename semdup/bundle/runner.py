@@ -5,8 +5,9 @@ batches:
 
 * ``streams`` batches at once. ``InferenceSession.run`` is thread-safe and releases the GIL, so on CPU a session
   with one intra-op thread run from two threads keeps two cores busy without the pool's per-operator wake-ups
-  (on the Travel default, 2 cores: 33.5 against 42.5 CPU ms per post for one run of two threads; figures in
-  ``docs/benchmarks.md``), and on a GPU the next batch is padded and copied while the previous one runs.
+  (with the length-sorted pools of :meth:`~semdup.bundle.bundle.Bundle.encode_prepared`, a worker's CPU per post
+  fell by 16 % beside neural search: ``docs/benchmarks.md``, issue #28), and on a GPU the next batch is padded and
+  copied while the previous one runs.
 * IO binding (``io_binding=True``, the default on CUDA): each batch's vectors are copied from the device straight
   into the caller's rows of the result matrix, instead of into a new array that is then copied again.
 

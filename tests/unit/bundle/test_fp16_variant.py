@@ -97,7 +97,7 @@ def test_the_bundle_uses_fp16_only_where_it_verifies(
 ) -> None:
     fp32 = Bundle.load(bundles["fits"])
     assert fp32.precision == "fp32"  # CPU and fp16 unset: no variant is built
-    with caplog.at_level(logging.INFO, logger="semdup.bundle.bundle"):
+    with caplog.at_level(logging.INFO, logger="semdup.bundle"):
         fp16 = Bundle.load(bundles["fits"], fp16=True)
     assert fp16.precision == "fp16" and fp16.version == fp32.version
     assert any("encodes with its fp16 variant" in r.getMessage() for r in caplog.records)
@@ -113,15 +113,13 @@ def test_under_auto_a_variant_that_fails_leaves_fp32_with_one_warning(
     bundles: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     """What a CUDA worker with SEMDUP_FP16 unset does with a variant that does not verify (run here on CPU)."""
-    from semdup.bundle.bundle import _with_fp16, read_bundle_files
-    from semdup.bundle.devices import CPU, DeviceChoice
+    from semdup.bundle.fp16 import with_fp16_variant
 
     bundle = Bundle.load(bundles["overflows"])
-    files = read_bundle_files(bundles["overflows"])
-    choice = DeviceChoice("auto", "cpu", (CPU,))
-    with caplog.at_level(logging.INFO, logger="semdup.bundle.bundle"):
-        session, precision = _with_fp16(files, bundle.manifest, bundle.pipeline, bundle.session, choice, 1, False,
-                                        demanded=False)
+    encoder = (bundles["overflows"] / "encoder.onnx").read_bytes()
+    with caplog.at_level(logging.INFO, logger="semdup.bundle.fp16"):
+        session, precision = with_fp16_variant(encoder, bundle.manifest, bundle.pipeline, bundle.session,
+                                               ["CPUExecutionProvider"], 1, False, demanded=False)
     assert session is bundle.session and precision == "fp32"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "fp16 variant is not used" in warnings[0].getMessage()
