@@ -14,7 +14,8 @@ Measured, the two systems' calls alternating (batch by batch, query by query, th
   request through its ``text_embedding`` ingest pipeline (the embedding runs in the node: DJL + onnxruntime
   1.16, its default threads); semdup runs ``index_batch`` (the Celery worker's function) on the same batches,
   the bundle loaded as a worker process loads it on ``--threads`` cores (that many encoder streams of one
-  onnxruntime thread each) in this process, the bulk writes to its node overlapped. Beside wall time: this process's CPU seconds and each node's (``/proc``), per post;
+  onnxruntime thread each) in this process, the bulk writes to its node overlapped. Beside wall time: this
+  process's CPU seconds and each node's (``/proc``), per post;
 * query latency over ``--queries`` Travel test queries × ``--rounds``: the peer's hybrid query (BM25 on the text
   ∪ neural k-NN k=100, min-max, arithmetic mean 0.3 / 0.7, ``pagination_depth`` 100, top 10) vs semdup's
   default reranker call in-process (``Reranker.rank``: BM25 ∪ k-NN candidates, 100 each, fusion, top 10; what
