@@ -44,11 +44,16 @@ if [ "$device" = cuda ] && [ -f .gpu/send/manifest.json ] && [ ! -f .gpu/stage/.
     touch .gpu/stage/.joined
 fi
 if [ "$device" = cuda ] && [ -d .gpu/stage/wheels ]; then
-    if [ ! -x .gpu/venv/bin/python ]; then
-        "$py" -m venv --system-site-packages .gpu/venv
-        .gpu/venv/bin/python -m pip install -q --no-index --no-deps .gpu/stage/wheels/*.whl
+    if [ -x .gpu/venv/bin/python ] || "$py" -m venv --system-site-packages .gpu/venv 2>/dev/null; then
+        [ -f .gpu/venv/.installed ] || { .gpu/venv/bin/python -m pip install -q --no-index --no-deps \
+            .gpu/stage/wheels/*.whl && touch .gpu/venv/.installed; }
+        py=.gpu/venv/bin/python
+    else  # no venv module: the wheels in a folder of their own, first on the path (onnxruntime-gpu shadows the CPU one)
+        rm -rf .gpu/venv
+        [ -f .gpu/site/.installed ] || { "$py" -m pip install -q --no-index --no-deps --target .gpu/site \
+            .gpu/stage/wheels/*.whl && touch .gpu/site/.installed; }
+        export PYTHONPATH="$root/.gpu/site${PYTHONPATH:+:$PYTHONPATH}"
     fi
-    py=.gpu/venv/bin/python
     export SEMDUP_DATA_DIR=${SEMDUP_DATA_DIR:-$root/.gpu/stage/data}
     bundle=${bundle:-.gpu/stage/bundle}
 fi
