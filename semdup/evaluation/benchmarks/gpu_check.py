@@ -30,6 +30,7 @@ import json
 import os
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,9 +102,13 @@ def _child_init(bundle_path: str, device: str, threads: int, fp16: bool | None, 
     from semdup.apps.settings import load_settings
     from semdup.apps.worker import load_worker_bundle
 
-    settings = load_settings(overrides={"worker.device": device, "worker.encode_threads": threads,
-                                        "worker.fp16": fp16})
-    bundle = load_worker_bundle(settings, bundle_path)
+    try:
+        settings = load_settings(overrides={"worker.device": device, "worker.encode_threads": threads,
+                                            "worker.fp16": fp16})
+        bundle = load_worker_bundle(settings, bundle_path)
+    except Exception:
+        barrier.abort()  # the parent stops at once instead of waiting for a pool that keeps failing to start
+        raise
     _child.update(bundle=bundle, payloads=payloads)
     barrier.wait()
 
@@ -129,16 +134,21 @@ def _worker_path(args: argparse.Namespace, payloads: list[dict[str, Any]]) -> di
                     (str(args.bundle), args.device, args.threads, args.fp16, payloads, barrier))
     try:
         t0 = time.perf_counter()
-        barrier.wait(timeout=600)  # every process has loaded (and verified) its bundle
+        try:
+            barrier.wait(timeout=600)  # every process has loaded (and verified) its bundle
+        except threading.BrokenBarrierError:
+            raise SystemExit("a worker process could not load the bundle (its error is above)") from None
         load_s = time.perf_counter() - t0
         warm = pool.map(_child_task, [(0, min(len(payloads), 64))] * args.workers, chunksize=1)
         spans = task_slices(len(payloads), args.task_posts)
         t0 = time.perf_counter()
         done = pool.map(_child_task, spans, chunksize=1)
         wall = time.perf_counter() - t0
-    finally:
-        pool.close()
-        pool.join()
+    except BaseException:
+        pool.terminate()
+        raise
+    pool.close()
+    pool.join()
     written, failed = sum(d[0] for d in done), sum(d[1] for d in done)
     return {"posts": len(payloads), "written": written, "failed": failed, "wall_s": wall,
             "posts_per_s": len(payloads) / wall, "cpu_s": sum(d[2] for d in done), "tasks": len(spans),
