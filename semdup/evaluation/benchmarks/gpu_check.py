@@ -106,7 +106,9 @@ def _child_init(bundle_path: str, device: str, threads: int, fp16: bool | None, 
         settings = load_settings(overrides={"worker.device": device, "worker.encode_threads": threads,
                                             "worker.fp16": fp16})
         bundle = load_worker_bundle(settings, bundle_path)
-    except Exception:
+    except Exception as exc:
+        sys.stderr.write(f"worker process {os.getpid()}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
         barrier.abort()  # the parent stops at once instead of waiting for a pool that keeps failing to start
         raise
     _child.update(bundle=bundle, payloads=payloads)
