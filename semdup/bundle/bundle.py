@@ -382,6 +382,12 @@ class Bundle:
             return self._text_ids(posts)
         return None
 
+    @property
+    def sorts_by_length(self) -> bool:
+        """Whether the document path sorts texts by length before batching them (transformer encoders: their cost
+        follows the padded width; the indexer then encodes a whole task as one pool, ``chunk_size_for``)."""
+        return self.session is not None and self.input_kind in _LENGTH_SORTED_KINDS
+
     def default_batch_size(self) -> int:
         """Posts per encoder call when the caller gives none: :data:`WORDPIECE_BATCH` for transformer encoders
         (their batches are length-sorted, so small batches pad little), :data:`DEFAULT_BATCH` otherwise."""

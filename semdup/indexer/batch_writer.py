@@ -72,14 +72,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _OWN_FIELDS = SourceFields("", "title", "body")  # where an index semdup created keeps the text it encodes
-# Posts per chunk inside index_batch (one encoder pass, one bulk request): a task goes as at least two chunks, the
-# second encoded while the first is indexed. benchmarks/indexing.py on the idle 2-core machine (3 runs each,
-# alternated): 881 and 885 posts/s with 32, 807 and 790 with one 64-post request, 815 with 16, at the same client
-# and server CPU seconds. (Earlier, with the machine busy, 32 had saved no wall time: overlap needs a free core.)
-# A transformer encoder sorts each chunk's texts and titles by length, so larger chunks pad less: the Travel
-# default spent 33.6 CPU ms per post in 100-post windows, 35.6 in 50-post and 39.0 in 32-post ones (issue #28):
-# chunks are half the task, from INDEX_CHUNK to CPU_CHUNK_MAX posts.
-INDEX_CHUNK = 32
+# Posts per chunk inside index_batch (one encoder pass, one bulk request); the chunks of a task overlap: the next
+# is prepared while this one is encoded and the previous one written. For the cheap (CNN-family) encoders of
+# benchmarks/indexing.py the overlap paid: a 64-post task as two 32-post requests, 881 and 885 posts/s on the idle
+# 2-core machine, 807 and 790 as one request (3 runs each, alternated). A transformer encoder sorts each chunk's
+# texts and titles by length, so a larger chunk pads less, and the encoder's CPU, not the bulk request, is most of
+# the cost: on CPU a task of up to CPU_CHUNK_MAX posts is one chunk (benchmarks/ingest_profile.py --windows,
+# docs/benchmarks.md: a 100-post task costs less CPU per post as one pool than as two of 50, and its one bulk
+# request less node CPU than two), larger tasks go in chunks of CPU_CHUNK_MAX.
+INDEX_CHUNK = 32  # the CNN-family encoders' chunk (the figures above); the smallest default
 CPU_CHUNK_MAX = 128
 # On a GPU a chunk's texts and titles fill about one GPU batch (semdup.bundle.bundle.GPU_BATCH_ROWS).
 GPU_INDEX_CHUNK = 512
@@ -164,12 +165,15 @@ def _encode(bundle: DocumentEncoder, posts: list[Post], result: BatchResult) -> 
     return out
 
 
-def chunk_size_for(posts: int, device: str = "cpu") -> int:
-    """Posts per chunk of an ``index_batch`` call of ``posts`` posts, for an encoder on ``device`` (see the
-    constants: half the task on CPU, within [INDEX_CHUNK, CPU_CHUNK_MAX]; GPU_INDEX_CHUNK on CUDA)."""
+def chunk_size_for(posts: int, device: str = "cpu", sorts_by_length: bool = False) -> int:
+    """Posts per chunk of an ``index_batch`` call of ``posts`` posts (see the constants): GPU_INDEX_CHUNK on CUDA;
+    on CPU, for an encoder that sorts its texts by length (a transformer), the whole task up to CPU_CHUNK_MAX posts,
+    never below INDEX_CHUNK; INDEX_CHUNK for the others."""
     if device == "cuda":
         return GPU_INDEX_CHUNK
-    return max(INDEX_CHUNK, min(CPU_CHUNK_MAX, -(-posts // 2)))
+    if sorts_by_length:
+        return max(INDEX_CHUNK, min(CPU_CHUNK_MAX, posts))
+    return INDEX_CHUNK
 
 
 def _prepared_chunks(
@@ -271,7 +275,7 @@ def index_batch(
     """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects.
 
     The batch is encoded and written in chunks of ``chunk_size`` posts (default :func:`chunk_size_for` the
-    bundle's device), in three overlapping stages: the next chunk is prepared (cleaned, tokenised) on one helper
+    bundle's device and encoder), in three overlapping stages: the next chunk is prepared (cleaned, tokenised) on one helper
     thread while this one is encoded, and the previous one's bulk request is in flight on another (see
     :func:`write_overlapped`). Documents go out in the batch's order, the same as in one request.
     ``search``: the index's search structures (what :func:`ensure_index_model` returned); None reads the mapping.
@@ -279,7 +283,9 @@ def index_batch(
     result = BatchResult()
     posts = _parse_posts(batch, result)
     search = search if search is not None else candidate_fields(client, index)
-    size = chunk_size or chunk_size_for(len(posts), getattr(bundle, "device", "cpu"))
+    size = chunk_size or chunk_size_for(
+        len(posts), getattr(bundle, "device", "cpu"), bool(getattr(bundle, "sorts_by_length", False))
+    )
 
     def action_chunks() -> Iterable[list[dict[str, Any]]]:
         for encoded in _prepared_chunks(bundle, chunked(posts, size), result):

@@ -96,16 +96,20 @@ def test_what_is_written_and_its_order_do_not_change(
     recorder = _written(monkeypatch, bundle, payloads, chunk_size=chunk)
     got = [a for request in recorder.requests for a in request]
     _same_documents(got, _reference(Bundle.load(bundle_dir), payloads), bundle.feature_names())
-    size = chunk or batch_writer.chunk_size_for(len(payloads), "cpu")
+    size = chunk or batch_writer.chunk_size_for(len(payloads), "cpu", True)
     assert [len(r) for r in recorder.requests] == [min(size, len(payloads) - i) for i in range(0, len(payloads), size)]
     assert all(name.startswith("semdup-bulk") for name in recorder.threads)
 
 
-def test_chunks_are_half_the_task_on_cpu_and_gpu_sized_on_cuda() -> None:
-    assert batch_writer.chunk_size_for(64) == 32 and batch_writer.chunk_size_for(100) == 50
-    assert batch_writer.chunk_size_for(10) == batch_writer.INDEX_CHUNK
-    assert batch_writer.chunk_size_for(1000) == batch_writer.CPU_CHUNK_MAX
-    assert batch_writer.chunk_size_for(1000, "cuda") == batch_writer.GPU_INDEX_CHUNK
+def test_chunks_by_device_and_encoder(bundle_dir: Path) -> None:
+    """A transformer on CPU encodes a task as one length-sorted pool up to the maximum, the CNN family in 32-post
+    chunks, a GPU in GPU-sized ones."""
+    size = batch_writer.chunk_size_for
+    assert size(64, "cpu", True) == 64 and size(100, "cpu", True) == 100 and size(10, "cpu", True) == 32
+    assert size(1000, "cpu", True) == batch_writer.CPU_CHUNK_MAX
+    assert size(64) == size(1000) == batch_writer.INDEX_CHUNK
+    assert size(1000, "cuda") == size(64, "cuda", True) == batch_writer.GPU_INDEX_CHUNK
+    assert Bundle.load(bundle_dir).sorts_by_length
 
 
 class Refusing:
