@@ -85,9 +85,12 @@ SCORING_KEYS = (
 _MAX_ARCHIVE_BYTES = 2 << 30  # refuse archives that unpack to more than 2 GiB
 DEFAULT_BATCH = 64  # posts per encoder call for the cheap (CNN-family) encoders
 # Transformer encoders: sequences per call of a length-sorted batch on CPU. Sorted batches of 8 pad little and
-# measured best of 1 / 8 / 16 on 2 CPU threads (docs/benchmarks.md, "CPU encoding ratio"); with one thread per
-# stream 4, 6 and 8 were within 5 % (issue #28).
+# measured best of 1 / 8 / 16 on 2 CPU threads (docs/benchmarks.md, "CPU encoding ratio").
 WORDPIECE_BATCH = 8
+# The document path (document_fields, what the indexer runs) on CPU, one onnxruntime thread per stream: batches of
+# 4 cost 32.7 CPU ms per post, 6: 33.6, 8: 34.9, 12: 36.2 on the Travel default (benchmarks/ingest_profile.py
+# --seq-batches, docs/benchmarks.md, issue #28).
+STREAM_BATCH = 4
 # On a GPU: up to 1,024 sequences per call (the torch reference's batch), and at most this many padded tokens, so
 # that a batch of the longest posts stays within a few hundred MB of activations.
 GPU_BATCH_ROWS = 1024
@@ -599,7 +602,7 @@ class Bundle:
 
         A wordpiece encoder gets every text and title of the posts as one pool of sequences, sorted by length and
         cut into batches (:func:`~semdup.bundle.batching.length_batches`: ``batch_size`` sequences, default
-        :data:`WORDPIECE_BATCH` on CPU, :data:`GPU_BATCH_ROWS` with at most :data:`GPU_BATCH_TOKENS` padded
+        :data:`STREAM_BATCH` on CPU, :data:`GPU_BATCH_ROWS` with at most :data:`GPU_BATCH_TOKENS` padded
         tokens on CUDA), run ``streams`` at a time; the vectors agree with one-by-one encoding to float rounding.
         ``arrays``: vectors as float32 numpy rows instead of lists of floats (the indexer packs them as they are).
         """
@@ -639,7 +642,7 @@ class Bundle:
         """(sequences per batch, padded tokens per batch or None) of the document path on this device."""
         if self.device == "cuda":
             return batch_size or GPU_BATCH_ROWS, GPU_BATCH_TOKENS
-        return batch_size or WORDPIECE_BATCH, None
+        return batch_size or STREAM_BATCH, None
 
     def _encode_sequences(self, seqs: Sequence[Sequence[int]], batch_size: int | None = None) -> np.ndarray:
         """Unit vectors [N, D] of wordpiece sequences, in their order, encoded in length-sorted batches."""
