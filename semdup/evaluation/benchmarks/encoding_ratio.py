@@ -12,7 +12,7 @@ the same number of threads (``torch.set_num_threads`` / onnxruntime ``intra_op_n
 * ``inorder``: the bundle's encoder as the indexer ran it before length sorting: 32-post chunks
   (``INDEX_CHUNK``), each one in-order batch of up to 64 posts padded to its longest;
 * ``bundle``: ``Bundle.document_fields`` on 32-post chunks, as ``index_batch`` called it on 64-post tasks until
-  issue #28 (its chunks are now half the task, 32 to 128 posts: ``batch_writer.chunk_size_for``);
+  issue #28 (a transformer bundle's task is now one chunk up to 128 posts: ``batch_writer.chunk_size_for``);
 * ``chunk-bs<k>``: the same calls with ``batch_size=k``;
 * ``sorted-bs<k>``: one ``Bundle.encode_dense(slice, batch_size=k)`` per round (length-sorted over the slice,
   as ``st`` sorts);

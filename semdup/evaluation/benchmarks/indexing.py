@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64, help="posts per task = per lexical bulk request")
     parser.add_argument("--chunk", type=int, default=None,
-                        help="index_batch chunk (default: index_batch's own, half the task on CPU: 32 for 64)")
+                        help="index_batch chunk (default: index_batch's own, batch_writer.chunk_size_for)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     parser.add_argument("--no-knn", action="store_true", help="leave the HNSW graph out of the +sparse+knn condition")
     args = parser.parse_args(argv)
