@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from semdup.bundle.devices import DEVICES
 from semdup.core.errors import ConfigError
 from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
@@ -94,11 +95,31 @@ class ReviewSection(_Section):
 
 
 class WorkerSection(_Section):
-    """Delivery of the indexing tasks: redelivery, the retry budget, the producers' sweeper."""
+    """Delivery of the indexing tasks (redelivery, the retry budget, the producers' sweeper) and what the workers
+    encode on: the device (``auto``: CUDA where it can be used, else CPU with one log line; ``cuda``: refuse to
+    start without it), the fp16 variant (None: on CUDA where it verifies against fp32), and the CPU cores one
+    worker process encodes on (None: all of them; ``semdup worker -c N`` gives each process its share)."""
 
     visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
     retry_budget: float = DEFAULT_RETRY_BUDGET
     sweep_after: float = DEFAULT_SWEEP_AFTER
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    fp16: bool | None = None
+    encode_threads: int | None = None
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() not in DEVICES:
+            raise ConfigError(f"SEMDUP_DEVICE must be one of {', '.join(DEVICES)}, found {value!r}")
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("encode_threads")
+    @classmethod
+    def _threads(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 256:
+            raise ConfigError(f"SEMDUP_ENCODE_THREADS must be within 1..256, found {value}; e.g. 2")
+        return value
 
     @field_validator("visibility_timeout")
     @classmethod

@@ -89,6 +89,12 @@ VARIABLES: tuple[Var, ...] = (
         "parked", expect="seconds >= 0"),
     Var("SEMDUP_SWEEP_AFTER", "worker.sweep_after", "seconds a batch may be neither done nor queued before a waiting "
         "producer sends it again", expect="seconds > 0"),
+    Var("SEMDUP_DEVICE", "worker.device", "what the workers encode on: auto (CUDA where it can be used, else CPU), "
+        "cpu or cuda (refuses to start without CUDA)", expect="auto, cpu or cuda"),
+    Var("SEMDUP_FP16", "worker.fp16", "the encoder's fp16 variant: auto (on CUDA where it verifies against fp32), "
+        "true (demanded) or false", "auto_bool"),
+    Var("SEMDUP_ENCODE_THREADS", "worker.encode_threads", "CPU cores one worker process encodes on (unset: all)",
+        expect="a whole number of cores, 1..256"),
     Var("SEMDUP_FLAG_DUPLICATES", "alerts.flag_duplicates", "1: the indexing tasks chain duplicate flagging", "bool"),
     Var("SEMDUP_FLAG_K", "alerts.flag_k",
         "at most this many flags per post (1..100); unset: the calibration's k, else 10"),

@@ -26,7 +26,7 @@ from semdup.core.errors import ConfigError
 from semdup.indexer import worker_metrics
 from semdup.indexer.celery_app import WorkerRuntime, app, celery_config, explicitly_configured, set_runtime_loader
 
-__all__ = ["app", "TASK_MODULES", "configure_worker", "build_runtime", "run_worker"]
+__all__ = ["app", "TASK_MODULES", "configure_worker", "load_worker_bundle", "build_runtime", "run_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,22 +45,47 @@ def _tree() -> Settings:
         return _settings["current"]
 
 
+def load_worker_bundle(settings: Settings, path: str, *, device: str | None = None, fp16: bool | None = None) -> Any:
+    """The bundle as a worker process runs it: on the tree's device (``worker.device``; ``device`` given replaces
+    it), with its fp16 setting (``fp16`` given replaces it), and on CPU with one onnxruntime thread per stream and
+    ``worker.encode_threads`` streams (default: every core), which costs less CPU per post than one run of as many
+    threads (:mod:`semdup.bundle.runner`); on CUDA the bundle caps its streams
+    (:data:`semdup.bundle.runner.CUDA_STREAMS`).
+
+    Raises:
+        BundleError: the bundle does not load, or its fp16 variant was demanded and does not verify.
+        ConfigError: device cuda where CUDA cannot be used.
+    """
+    from semdup.bundle.bundle import Bundle
+
+    w = settings.worker
+    return Bundle.load(
+        path,
+        device=device or w.device,
+        fp16=w.fp16 if fp16 is None else fp16,
+        intra_op_threads=1,
+        streams=w.encode_threads or os.cpu_count() or 1,
+    )
+
+
 def build_runtime(settings: Settings) -> WorkerRuntime:
     """One worker process's runtime from the tree: the bundle loaded and verified, a checked client, the retry
     policy, whether flagging is chained, and how the flagging task flags."""
-    from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
 
     path = settings.bundle()
-    bundle = Bundle.load(path)
+    bundle = load_worker_bundle(settings, path)
     client = connect(settings.opensearch_settings())
     logger.info(
-        "worker process %d loaded bundle %s (arch %s, dimension %s) from %s",
+        "worker process %d loaded bundle %s (arch %s, dimension %s) from %s, encoding on %s (%s, %d streams)",
         os.getpid(),
         bundle.version,
         getattr(bundle, "arch", "?"),
         getattr(bundle, "dimension", "?"),
         path,
+        getattr(bundle, "device", "?"),
+        getattr(bundle, "precision", "?"),
+        getattr(getattr(bundle, "runner", None), "streams", 0),
     )
     return WorkerRuntime(
         bundle=bundle,

@@ -31,16 +31,19 @@ import hashlib
 import io
 import json
 import logging
-import os
 import tarfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from semdup.core.errors import BundleError, SemdupError
+from semdup.bundle.batching import length_batches, pad_rows
+from semdup.bundle.devices import DeviceChoice, choose_device, log_choice, session_fallback
+from semdup.bundle.runner import EncoderRunner
+from semdup.core.errors import BundleError, ConfigError, SemdupError
 from semdup.core.inputs import build_inputs, input_names, pad_sequences
 from semdup.core.posts import Post
 from semdup.core.scoring import TITLE_WEIGHT, title_posts
@@ -62,6 +65,7 @@ __all__ = [
     "write_archive",
     "read_bundle_files",
     "default_providers",
+    "PreparedPosts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,9 +84,17 @@ SCORING_KEYS = (
 )
 _MAX_ARCHIVE_BYTES = 2 << 30  # refuse archives that unpack to more than 2 GiB
 DEFAULT_BATCH = 64  # posts per encoder call for the cheap (CNN-family) encoders
-# Transformer encoders: posts per call of a length-sorted batch. The indexer encodes 32-post chunks; sorted
-# batches of 8 pad little and measured best of 1 / 8 / 16 on 2 CPU threads (semdup/evaluation/README.md).
+# Transformer encoders: sequences per call of a length-sorted batch on CPU. Sorted batches of 8 pad little and
+# measured best of 1 / 8 / 16 on 2 CPU threads (docs/benchmarks.md, "CPU encoding ratio").
 WORDPIECE_BATCH = 8
+# The document path (document_fields, what the indexer runs) on CPU, one onnxruntime thread per stream: batches of
+# 4 cost 32.7 CPU ms per post, 6: 33.6, 8: 34.9, 12: 36.2 on the Travel default (benchmarks/ingest_profile.py
+# --seq-batches, docs/benchmarks.md, issue #28).
+STREAM_BATCH = 4
+# On a GPU: up to 1,024 sequences per call (the torch reference's batch), and at most this many padded tokens, so
+# that a batch of the longest posts stays within a few hundred MB of activations.
+GPU_BATCH_ROWS = 1024
+GPU_BATCH_TOKENS = 131_072
 _LENGTH_SORTED_KINDS = frozenset({"wordpiece"})
 _SORT_WINDOW = 1024  # posts tokenised and sorted together (bounds the id arrays to a few MB)
 
@@ -179,12 +191,15 @@ def read_bundle_files(path: str | Path) -> dict[str, bytes]:
 
 
 def default_providers() -> list[str]:
-    """CUDA first when onnxruntime-gpu is installed and a GPU is visible, else CPU."""
-    import onnxruntime as ort
+    """CUDA first when onnxruntime-gpu is installed and a GPU is visible, else CPU (the ``auto`` device,
+    :func:`semdup.bundle.devices.choose_device`)."""
+    return list(choose_device("auto").providers)
 
-    if "CUDAExecutionProvider" in ort.get_available_providers() and os.path.exists("/dev/nvidiactl"):
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    return ["CPUExecutionProvider"]
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """Rows L2-normalised, float32 (a zero row stays zero)."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
 def _load_json(files: Mapping[str, bytes], name: str, where: Path) -> Any:
@@ -234,6 +249,25 @@ def _cut_wordpieces(arrays: Mapping[str, np.ndarray], max_len: int) -> dict[str,
     return out
 
 
+def _explicit_choice(providers: Sequence[str]) -> DeviceChoice:
+    """Providers a caller gave (benchmarks, tests): CUDA first is the ``auto`` device's CUDA choice."""
+    device = "cuda" if providers and providers[0] == "CUDAExecutionProvider" else "cpu"
+    return DeviceChoice("auto", device, tuple(providers), gpu_build=device == "cuda")
+
+
+@dataclass
+class PreparedPosts:
+    """What :meth:`Bundle.prepare_documents` does before the encoder runs, kept for :meth:`Bundle.encode_prepared`:
+    the posts (checked), their text ids (when the BOW path or a ``text_ids`` encoder reads them), and for a
+    wordpiece encoder the wordpiece ids of each post's text followed by those of each title (``title_at``: which
+    posts have one)."""
+
+    posts: list[Post]
+    text_ids: list[list[int]] | None = None
+    sequences: list[list[int]] | None = None
+    title_at: list[int] = field(default_factory=list)
+
+
 class Bundle:
     """A loaded, verified model bundle with one onnxruntime session (create it in each worker after fork).
 
@@ -248,10 +282,14 @@ class Bundle:
         pipeline: the text pipeline (settings + vocabulary, and the wordpiece tokenizer if any).
         input_kind: the encoder's input kind.
         term_weights: t [|V|] float32, or None without a BOW path.
+        device: ``cpu`` or ``cuda``, where the session runs (:mod:`semdup.bundle.devices`).
+        precision: ``fp32``, or ``fp16`` where the variant verified (:mod:`semdup.bundle.fp16`).
+        runner: runs the session on many batches (:class:`~semdup.bundle.runner.EncoderRunner`; ``streams``).
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], pipeline: TextPipeline,
-                 term_weights: np.ndarray | None, session: Any) -> None:
+                 term_weights: np.ndarray | None, session: Any, *, device: str = "cpu", streams: int = 1,
+                 precision: str = "fp32") -> None:
         self.path = path
         self.manifest = manifest
         self.version: str = manifest["version"]
@@ -264,49 +302,76 @@ class Bundle:
         self.input_kind: str = manifest["input_kind"]
         self.term_weights = term_weights
         self.session = session
+        self.device = device
+        self.precision = precision
+        self.runner = EncoderRunner(session, input_names(self.input_kind), OUTPUT_NAME, device=device,
+                                    streams=streams)
         self._names_cache: tuple[Any, list[str]] | None = None
 
     @classmethod
     def load(cls, path: str | Path, providers: list[str] | None = None, intra_op_threads: int | None = None,
-             allow_spinning: bool = False) -> Bundle:
+             allow_spinning: bool = False, *, device: str = "auto", fp16: bool | None = None,
+             streams: int | None = None) -> Bundle:
         """Read and verify a bundle directory or ``.tar.gz``; see :mod:`semdup.bundle.verify` for the checks.
 
         Args:
             path: the bundle directory or archive.
-            providers: onnxruntime execution providers (default :func:`default_providers`).
-            intra_op_threads: onnxruntime intra-op threads (default: onnxruntime's choice, all cores).
+            providers: onnxruntime execution providers; given, they replace ``device``'s choice.
+            intra_op_threads: onnxruntime intra-op threads of one run (default: onnxruntime's choice, all cores).
             allow_spinning: let idle onnxruntime pool threads spin (off: they sleep, leaving the core to
                 OpenSearch and the other workers; see :func:`semdup.bundle.verify.make_session`).
+            device: ``auto``, ``cpu`` or ``cuda`` (:mod:`semdup.bundle.devices`): ``auto`` falls back to CPU with
+                one log line, ``cuda`` refuses to load without CUDA.
+            fp16: the fp16 variant of the encoder (:mod:`semdup.bundle.fp16`): None uses it on CUDA where it
+                verifies against fp32, True demands it (a BundleError where it does not verify), False never.
+            streams: encoder batches run at once by the document path (default 1; see
+                :class:`~semdup.bundle.runner.EncoderRunner`).
 
         Raises:
-            BundleError: a missing or changed file, or pieces that disagree (the message names both values).
+            BundleError: a missing or changed file, pieces that disagree (the message names both values), or an
+                fp16 variant demanded that does not verify.
+            ConfigError: device ``cuda`` where CUDA cannot be used.
+            ValueError: an unknown device.
         """
         from semdup.bundle.verify import check_bundle
 
         where = Path(path)
+        choice = _explicit_choice(providers) if providers else choose_device(device)
         files = read_bundle_files(where)
         manifest = _load_json(files, MANIFEST_FILE, where)
         if manifest.get("format_version") != FORMAT_VERSION:
             raise BundleError(f"{where}: bundle format {manifest.get('format_version')!r}, this semdup reads "
                               f"{FORMAT_VERSION}; re-export it with this version")
+        cuda_errors: list[str] = []
         try:
             _verify_files(files, manifest, where)
-            pipeline, term_weights, session = check_bundle(files, manifest, where, providers or default_providers(),
-                                                           intra_op_threads, allow_spinning)
+            pipeline, term_weights, session = check_bundle(files, manifest, where, list(choice.providers),
+                                                           intra_op_threads, allow_spinning, cuda_errors)
         except KeyError as exc:
             raise BundleError(f"{where}/{MANIFEST_FILE} lacks the entry {exc}; re-export the bundle") from exc
-        except BundleError:
+        except (BundleError, ConfigError):
             raise
         except SemdupError as exc:
             raise BundleError(f"bundle {where}: {exc}") from exc
-        logger.info("loaded bundle %s (%s, dimension %s)", where, manifest["version"], manifest.get("dimension"))
-        return cls(where, manifest, pipeline, term_weights, session)
+        precision = "fp32"
+        if session is not None:
+            choice = session_fallback(choice, session.get_providers(), cuda_errors[0] if cuda_errors else None)
+            log_choice(choice, f"bundle {manifest['version']}")
+            if fp16 or (fp16 is None and choice.device == "cuda"):
+                from semdup.bundle.fp16 import with_fp16_variant
+
+                session, precision = with_fp16_variant(files[ENCODER_FILE], manifest, pipeline, session,
+                                                       list(choice.providers), intra_op_threads, allow_spinning,
+                                                       demanded=bool(fp16))
+        logger.info("loaded bundle %s (%s, dimension %s, %s %s)", where, manifest["version"],
+                    manifest.get("dimension"), choice.device, precision)
+        return cls(where, manifest, pipeline, term_weights, session, device=choice.device, streams=streams or 1,
+                   precision=precision)
 
     # --- encoding -----------------------------------------------------------------------------
     def run_encoder(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         """Raw encoder output [B, D] float32 for input arrays named by the input kind."""
-        feed = {n: arrays[n] for n in input_names(self.input_kind)}
-        return np.asarray(self.session.run([OUTPUT_NAME], feed)[0], dtype=np.float32)
+        return self.runner.run(arrays)
 
     def _text_ids(self, posts: Sequence[Post]) -> list[list[int]]:
         """Vocabulary ids of each post's title + body tokens: the ``text_ids`` input and the BOW counts alike."""
@@ -319,6 +384,12 @@ class Bundle:
         if self.term_weights is not None or (self.session is not None and self.input_kind == "text_ids"):
             return self._text_ids(posts)
         return None
+
+    @property
+    def sorts_by_length(self) -> bool:
+        """Whether the document path sorts texts by length before batching them (transformer encoders: their cost
+        follows the padded width; the indexer then encodes a whole task as one pool, ``chunk_size_for``)."""
+        return self.session is not None and self.input_kind in _LENGTH_SORTED_KINDS
 
     def default_batch_size(self) -> int:
         """Posts per encoder call when the caller gives none: :data:`WORDPIECE_BATCH` for transformer encoders
@@ -354,8 +425,7 @@ class Bundle:
                     arrays = build_inputs(self.input_kind, self.pipeline, posts[i : i + batch_size])
                 chunks.append(self.run_encoder(arrays))
             x = np.concatenate(chunks)
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+        return _unit(x)
 
     def _dense_sorted(self, posts: Sequence[Post], batch_size: int, max_wordpieces: int | None = None) -> np.ndarray:
         """Raw vectors [N, D] in the posts' order, encoded in batches of similar length.
@@ -494,25 +564,107 @@ class Bundle:
 
         ``vector`` is a list of floats (None without a dense encoder), ``terms`` the positive BOW weights
         (``{}`` without a BOW path), ``term_ids`` their vocabulary ids in the same order (what the packed copy
-        stores), ``model`` this bundle's version. Equal to ``encode_dense`` and
-        ``encode_terms``, but each post is tokenised once for both (the indexer's hot path).
+        stores), ``model`` this bundle's version. Equal to ``encode_dense``, ``encode_titles`` and
+        ``encode_terms``, but each post is tokenised once for all (the indexer's hot path:
+        :meth:`prepare_documents` then :meth:`encode_prepared`).
+
+        Raises:
+            PostError: a post with neither title nor body, or binary text.
         """
+        return self.encode_prepared(self.prepare_documents(posts), batch_size)
+
+    def prepare_documents(self, posts: Sequence[Post]) -> PreparedPosts:
+        """Everything :meth:`document_fields` does before the encoder runs: the posts checked, their text ids, and
+        for a wordpiece encoder the wordpieces of every text and title (one ``encode_batch`` call, which releases
+        the GIL: the indexer prepares the next chunk on a helper thread while this one is encoded).
+
+        Raises:
+            PostError: a post with neither title nor body, or binary text.
+        """
+        from semdup.core.wordpiece import wordpiece_sequences, wordpiece_text
+
+        posts = list(posts)
         for p in posts:
             check_post(p)
-        ids = self._shared_text_ids(posts)
-        dense = None if self.session is None else self._dense(posts, ids, batch_size)
+        prepared = PreparedPosts(posts, self._shared_text_ids(posts))
+        if self.session is not None and self.input_kind in _LENGTH_SORTED_KINDS:
+            settings = self.pipeline.settings
+            texts = [wordpiece_text(p, settings) for p in posts]
+            if self.uses_title:
+                prepared.title_at, titles = title_posts(posts)
+                texts += [wordpiece_text(t, settings) for t in titles]
+            prepared.sequences = wordpiece_sequences(self.pipeline.wordpiece_tokenizer, texts)
+        return prepared
+
+    def encode_prepared(self, prepared: PreparedPosts, batch_size: int | None = None,
+                        arrays: bool = False) -> list[dict[str, Any]]:
+        """:meth:`document_fields` of posts :meth:`prepare_documents` prepared.
+
+        A wordpiece encoder gets every text and title of the posts as one pool of sequences, sorted by length and
+        cut into batches (:func:`~semdup.bundle.batching.length_batches`: ``batch_size`` sequences, default
+        :data:`STREAM_BATCH` on CPU, :data:`GPU_BATCH_ROWS` with at most :data:`GPU_BATCH_TOKENS` padded
+        tokens on CUDA), run ``streams`` at a time; the vectors agree with one-by-one encoding to float rounding.
+        ``arrays``: vectors as float32 numpy rows instead of lists of floats (the indexer packs them as they are).
+        """
+        posts, ids = prepared.posts, prepared.text_ids
+        n = len(posts)
+        titles: list[np.ndarray | None] | None = None
+        if self.session is None:
+            dense = None
+        elif prepared.sequences is not None:
+            both = self._encode_sequences(prepared.sequences, batch_size)
+            dense = both[:n]
+            if self.uses_title:
+                titles = [None] * n
+                for i, row in zip(prepared.title_at, both[n:], strict=True):
+                    titles[i] = row
+        else:
+            dense = self._dense(posts, ids, batch_size)
+        if titles is None and self.uses_title:
+            titles = self.encode_titles(posts, batch_size)
         weighted = None if self.term_weights is None else self._term_weights(ids)
-        titles = self.encode_titles(posts, batch_size) if self.uses_title else None
         out = []
-        for i in range(len(posts)):
+        for i in range(n):
             keys, v = weighted[i] if weighted is not None else (None, None)
             entry = {
-                "vector": None if dense is None else dense[i].tolist(),
+                "vector": None if dense is None else (dense[i] if arrays else dense[i].tolist()),
                 "terms": {} if keys is None else self._named(keys, v),
                 "term_ids": [] if keys is None else keys.tolist(),
                 "model": self.version,
             }
             if titles is not None:
-                entry["title_vector"] = None if titles[i] is None else titles[i].tolist()
+                title = titles[i]
+                entry["title_vector"] = None if title is None else (title if arrays else title.tolist())
             out.append(entry)
         return out
+
+    def _batch_shape(self, batch_size: int | None) -> tuple[int, int | None]:
+        """(sequences per batch, padded tokens per batch or None) of the document path on this device."""
+        if self.device == "cuda":
+            return batch_size or GPU_BATCH_ROWS, GPU_BATCH_TOKENS
+        return batch_size or STREAM_BATCH, None
+
+    def _encode_sequences(self, seqs: Sequence[Sequence[int]], batch_size: int | None = None) -> np.ndarray:
+        """Unit vectors [N, D] of wordpiece sequences, in their order, encoded in length-sorted batches."""
+        dim = int(self.dimension or 0)
+        if not seqs:
+            return np.zeros((0, dim), dtype=np.float32)
+        from semdup.core.wordpiece import pad_id
+
+        rows, tokens = self._batch_shape(batch_size)
+        batches = length_batches([len(s) for s in seqs], rows, tokens)
+        pad = pad_id(self.pipeline.wordpiece_tokenizer)
+        names = input_names(self.input_kind)
+        in_order = np.empty((len(seqs), dim), dtype=np.float32)  # rows in encoding order, then put back
+
+        def jobs() -> Any:
+            at = 0
+            for batch in batches:
+                feed = dict(zip(names, pad_rows(seqs, batch, pad), strict=True))
+                yield feed, in_order[at : at + len(batch)]
+                at += len(batch)
+
+        self.runner.run_into(jobs())
+        out = np.empty_like(in_order)
+        out[np.concatenate(batches)] = in_order
+        return _unit(out)

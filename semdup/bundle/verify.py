@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,13 @@ def expected_id_range(kind: str, pipeline: TextPipeline, vocab_size: int) -> int
 
 
 def make_session(model: bytes, providers: list[str], intra_op_threads: int | None,
-                 allow_spinning: bool = False) -> Any:
-    """One onnxruntime session over the model bytes (``allow_spinning``: let idle pool threads spin, see below)."""
+                 allow_spinning: bool = False, cuda_errors: list[str] | None = None) -> Any:
+    """One onnxruntime session over the model bytes (``allow_spinning``: let idle pool threads spin, see below).
+
+    With CUDA asked for before CPU, a CUDA provider that fails to build the session leaves a CPU session, its
+    error appended to ``cuda_errors`` (:func:`semdup.bundle.devices.session_fallback` says it in one line),
+    instead of onnxruntime's own fallback, which prints a banner to stdout.
+    """
     try:
         import onnxruntime as ort
     except ImportError as exc:
@@ -100,6 +106,17 @@ def make_session(model: bytes, providers: list[str], intra_op_threads: int | Non
     spin = "1" if allow_spinning else "0"
     opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
     opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    if "CUDAExecutionProvider" in providers:
+        try:
+            with warnings.catch_warnings():  # the CPU build names a provider it lacks: the caller says it once
+                warnings.filterwarnings("ignore", message="Specified provider")
+                return ort.InferenceSession(model, sess_options=opts, providers=providers, enable_fallback=0)
+        except Exception as exc:  # onnxruntime raises its own Fail/EPFail types
+            if "CPUExecutionProvider" not in providers:
+                raise BundleError(f"onnxruntime cannot load {_ENCODER} on CUDA: {exc}") from exc
+            if cuda_errors is not None:
+                cuda_errors.append(str(exc))
+            providers = ["CPUExecutionProvider"]
     try:
         return ort.InferenceSession(model, sess_options=opts, providers=providers)
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
@@ -156,9 +173,10 @@ def _check_session(session: Any, manifest: Mapping[str, Any], pipeline: TextPipe
 
 
 def check_bundle(files: Mapping[str, bytes], manifest: Mapping[str, Any], where: Path, providers: list[str],
-                 intra_op_threads: int | None,
-                 allow_spinning: bool = False) -> tuple[TextPipeline, np.ndarray | None, Any]:
-    """(pipeline, term weights or None, onnxruntime session or None) after every cross-check passes."""
+                 intra_op_threads: int | None, allow_spinning: bool = False,
+                 cuda_errors: list[str] | None = None) -> tuple[TextPipeline, np.ndarray | None, Any]:
+    """(pipeline, term weights or None, onnxruntime session or None) after every cross-check passes
+    (``cuda_errors``: see :func:`make_session`)."""
     try:
         settings = TextPipelineSettings.from_dict(manifest["pipeline"])
     except (TypeError, ValueError) as exc:
@@ -180,7 +198,7 @@ def check_bundle(files: Mapping[str, bytes], manifest: Mapping[str, Any], where:
                           f"gives {names}")
     if manifest.get("dimension") is None:
         return pipeline, term_weights, None
-    session = make_session(files[_ENCODER], providers, intra_op_threads, allow_spinning)
+    session = make_session(files[_ENCODER], providers, intra_op_threads, allow_spinning, cuda_errors)
     _check_session(session, manifest, pipeline, len(vocab), where)
     return pipeline, term_weights, session
 

@@ -51,21 +51,43 @@ def _broker() -> None:
 @click.option("--queues", "-Q", default="semdup.indexer", show_default=True, help="Comma-separated queues to consume.")
 @click.option("--pool", type=click.Choice(["prefork", "solo", "threads"]), default="prefork", show_default=True)
 @click.option("--loglevel", default="INFO", show_default=True)
-def worker(bundle: str | None, concurrency: int, queues: str, pool: str, loglevel: str) -> None:
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"], case_sensitive=False),
+    default=None,
+    help="What the encoder runs on (default: $SEMDUP_DEVICE, else auto: CUDA where it can be used, else CPU with "
+    "one log line); cuda refuses to start without CUDA.",
+)
+def worker(bundle: str | None, concurrency: int, queues: str, pool: str, loglevel: str, device: str | None) -> None:
     """Run a Celery indexing worker: ONNX encoder from the bundle, writes into OpenSearch.
+
+    On CPU each process encodes on its share of the cores (SEMDUP_ENCODE_THREADS, default cores / -c); with the
+    [gpu] extra and a GPU it encodes on CUDA, in fp16 where that verifies against fp32 (SEMDUP_FP16).
 
     \b
     Example:
       SEMDUP_BROKER_URL=redis://127.0.0.1:6379/0 semdup worker --bundle bundles/bow-cnn.tar.gz -c 2
+      semdup worker --bundle bundles/default-minilm --device cuda -c 4      # a GPU node
     """
+    import os
+
     from semdup.apps.settings import load_settings
-    from semdup.apps.worker import run_worker
+    from semdup.apps.worker import load_worker_bundle, run_worker
+    from semdup.bundle.devices import choose_device
 
     path = _bundle_path(bundle)
-    b = _load_bundle(path)  # verify here, so a bad bundle fails once with one line, not in every child
-    click.echo(f"worker: bundle {b.version} ({b.arch}), providers {b.session.get_providers() if b.session else []}")
+    overrides: dict[str, Any] = {"model.bundle": path, "worker.device": device and device.lower()}
+    settings = load_settings(overrides=overrides)
+    if settings.worker.encode_threads is None:  # each process its share of the cores
+        overrides["worker.encode_threads"] = max(1, (os.cpu_count() or 1) // concurrency)
+        settings = load_settings(overrides=overrides)  # the tree the worker's processes run with
+    # Verify here, so a bad bundle (or --device cuda without CUDA) fails once with one line, not in every child. On
+    # CPU: this process must not start CUDA, whose context does not survive the fork of Celery's prefork pool; each
+    # child loads its own session on the device, and verifies its fp16 variant.
+    choice = choose_device(settings.worker.device)
+    b = load_worker_bundle(settings, path, device="cpu", fp16=False)
+    click.echo(f"worker: bundle {b.version} ({b.arch}), device {choice.device}, providers {list(choice.providers)}")
     del b
-    settings = load_settings(overrides={"model.bundle": path})  # the tree the worker's processes run with
     _client().info()
     _broker()
     run_worker(

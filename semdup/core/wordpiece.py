@@ -39,6 +39,7 @@ __all__ = [
     "load_wordpiece_tokenizer",
     "wordpiece_text",
     "wordpiece_inputs",
+    "wordpiece_sequences",
     "pad_id",
     "attach_wordpiece",
 ]
@@ -89,9 +90,7 @@ def wordpiece_inputs(
         settings: text-cleaning settings (default :class:`TextPipelineSettings`).
     """
     settings = settings or TextPipelineSettings()
-    encs = tokenizer.encode_batch([wordpiece_text(p, settings) for p in posts])
-    # Real tokens only, whatever padding the tokenizer.json asks for (MiniLM's pads every text to 128).
-    seqs = [e.ids[: sum(e.attention_mask)] for e in encs]
+    seqs = wordpiece_sequences(tokenizer, [wordpiece_text(p, settings) for p in posts])
     if max_len is not None:
         sep = seqs[0][-1] if seqs and seqs[0] else 0
         seqs = [s if len(s) <= max_len else s[: max_len - 1] + [sep] for s in seqs]
@@ -102,6 +101,14 @@ def wordpiece_inputs(
         ids[i, : len(s)] = s
         mask[i, : len(s)] = 1
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def wordpiece_sequences(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's wordpiece ids, real tokens only (whatever padding the tokenizer.json asks for: MiniLM's pads
+    every text to 128), cut by the tokenizer's truncation. One ``encode_batch`` call: the Rust tokenizer encodes
+    the texts on all cores and releases the GIL meanwhile."""
+    encs = tokenizer.encode_batch(list(texts))
+    return [e.ids[: sum(e.attention_mask)] for e in encs]
 
 
 def pad_id(tokenizer: Any) -> int:

@@ -37,7 +37,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -62,6 +62,7 @@ __all__ = [
     "index_batch",
     "write_overlapped",
     "INDEX_CHUNK",
+    "chunk_size_for",
     "check_doc_id",
     "backfill_batch",
     "delete_batch",
@@ -71,11 +72,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _OWN_FIELDS = SourceFields("", "title", "body")  # where an index semdup created keeps the text it encodes
-# Posts per encoder call and bulk request inside index_batch: a default 64-post task goes as two 32-post requests,
-# the second encoded while the first is indexed. benchmarks/indexing.py on the idle 2-core machine (3 runs each,
-# alternated): 881 and 885 posts/s with 32, 807 and 790 with one 64-post request, 815 with 16, at the same client
-# and server CPU seconds. (Earlier, with the machine busy, 32 had saved no wall time: overlap needs a free core.)
-INDEX_CHUNK = 32
+# Posts per chunk inside index_batch (one encoder pass, one bulk request); the chunks of a task overlap: the next
+# is prepared while this one is encoded and the previous one written. For the cheap (CNN-family) encoders of
+# benchmarks/indexing.py the overlap paid: a 64-post task as two 32-post requests, 881 and 885 posts/s on the idle
+# 2-core machine, 807 and 790 as one request (3 runs each, alternated). A transformer encoder sorts each chunk's
+# texts and titles by length, so a larger chunk pads less, and the encoder's CPU, not the bulk request, is most of
+# the cost: on CPU a task of up to CPU_CHUNK_MAX posts is one chunk (benchmarks/ingest_profile.py --windows,
+# docs/benchmarks.md: a 100-post task costs less CPU per post as one pool than as two of 50, and its one bulk
+# request less node CPU than two), larger tasks go in chunks of CPU_CHUNK_MAX.
+INDEX_CHUNK = 32  # the CNN-family encoders' chunk (the figures above); the smallest default
+CPU_CHUNK_MAX = 128
+# On a GPU a chunk's texts and titles fill about one GPU batch (semdup.bundle.bundle.GPU_BATCH_ROWS).
+GPU_INDEX_CHUNK = 512
 _REFUSED_WHOLE = (400, 413)  # statuses of a bulk request refused as a whole (validation, too large)
 # A document rejected as overloaded: its status, or its error type, matched as such; never a bare "429" anywhere in
 # the text (an index name or id holding "429" made a write-blocked index's refusals look transient).
@@ -157,6 +165,49 @@ def _encode(bundle: DocumentEncoder, posts: list[Post], result: BatchResult) -> 
     return out
 
 
+def chunk_size_for(posts: int, device: str = "cpu", sorts_by_length: bool = False) -> int:
+    """Posts per chunk of an ``index_batch`` call of ``posts`` posts (see the constants): GPU_INDEX_CHUNK on CUDA;
+    on CPU, for an encoder that sorts its texts by length (a transformer), the whole task up to CPU_CHUNK_MAX posts,
+    never below INDEX_CHUNK; INDEX_CHUNK for the others."""
+    if device == "cuda":
+        return GPU_INDEX_CHUNK
+    if sorts_by_length:
+        return max(INDEX_CHUNK, min(CPU_CHUNK_MAX, posts))
+    return INDEX_CHUNK
+
+
+def _prepared_chunks(
+    bundle: DocumentEncoder, chunks: Iterable[list[Post]], result: BatchResult
+) -> Iterator[list[tuple[Post, dict[str, Any]]]]:
+    """Each chunk encoded (as :func:`_encode`), the next chunk prepared (text cleaning, tokenising: the bundle's
+    ``prepare_documents``) on a helper thread while this one runs the encoder. An encoder without
+    ``prepare_documents`` (a test's stand-in) encodes each chunk in one call."""
+    prepare = getattr(bundle, "prepare_documents", None)
+    if prepare is None:
+        for chunk in chunks:
+            yield _encode(bundle, chunk, result)
+        return
+
+    def finish(chunk: list[Post], prepared: Future[Any]) -> list[tuple[Post, dict[str, Any]]]:
+        try:
+            ready = prepared.result()
+        except PostError:  # a post the bundle refuses: post by post, so only the bad ones fail
+            return _encode(bundle, chunk, result)
+        return list(zip(chunk, bundle.encode_prepared(ready, arrays=True), strict=True))
+
+    pending: tuple[list[Post], Future[Any]] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="semdup-prepare") as pool:
+        for chunk in chunks:
+            if not chunk:
+                continue
+            nxt = (chunk, pool.submit(prepare, chunk))
+            if pending is not None:
+                yield finish(*pending)
+            pending = nxt
+        if pending is not None:
+            yield finish(*pending)
+
+
 def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
     """Per-document failures: 429s left after bulk retries are transient (raise), the rest are parked."""
     rejected = [(i, e) for i, e in report.failed if _REJECTED.search(e)]
@@ -218,23 +269,28 @@ def index_batch(
     bundle: DocumentEncoder,
     *,
     settings: TextPipelineSettings | None = None,
-    chunk_size: int = INDEX_CHUNK,
+    chunk_size: int | None = None,
     search: CandidateFields | None = None,
 ) -> BatchResult:
     """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects.
 
-    The batch is encoded and written in chunks of ``chunk_size`` posts, each chunk's bulk request overlapping
-    the encoding of the next (see :func:`write_overlapped`); the documents are the same as in one request.
+    The batch is encoded and written in chunks of ``chunk_size`` posts (default :func:`chunk_size_for` the
+    bundle's device and encoder), in three overlapping stages: the next chunk is prepared (cleaned, tokenised) on one helper
+    thread while this one is encoded, and the previous one's bulk request is in flight on another (see
+    :func:`write_overlapped`). Documents go out in the batch's order, the same as in one request.
     ``search``: the index's search structures (what :func:`ensure_index_model` returned); None reads the mapping.
     """
     result = BatchResult()
     posts = _parse_posts(batch, result)
     search = search if search is not None else candidate_fields(client, index)
+    size = chunk_size or chunk_size_for(
+        len(posts), getattr(bundle, "device", "cpu"), bool(getattr(bundle, "sorts_by_length", False))
+    )
 
     def action_chunks() -> Iterable[list[dict[str, Any]]]:
-        for chunk in chunked(posts, chunk_size):
+        for encoded in _prepared_chunks(bundle, chunked(posts, size), result):
             actions = []
-            for post, fields in _encode(bundle, chunk, result):
+            for post, fields in encoded:
                 source = lexical_document(post, settings)
                 source["semdup"] = _semdup_fields(post, fields, search)
                 actions.append({"_op_type": "index", "_index": index, "_id": post.id, "_source": source})

@@ -11,8 +11,8 @@ the same number of threads (``torch.set_num_threads`` / onnxruntime ``intra_op_n
   base encoder folder (the same weights), with its own length sorting over the texts it is given;
 * ``inorder``: the bundle's encoder as the indexer ran it before length sorting: 32-post chunks
   (``INDEX_CHUNK``), each one in-order batch of up to 64 posts padded to its longest;
-* ``bundle``: ``Bundle.document_fields`` on 32-post chunks, as ``index_batch`` calls it now (its default
-  batching);
+* ``bundle``: ``Bundle.document_fields`` on 32-post chunks, as ``index_batch`` called it on 64-post tasks until
+  issue #28 (a transformer bundle's task is now one chunk up to 128 posts: ``batch_writer.chunk_size_for``);
 * ``chunk-bs<k>``: the same calls with ``batch_size=k``;
 * ``sorted-bs<k>``: one ``Bundle.encode_dense(slice, batch_size=k)`` per round (length-sorted over the slice,
   as ``st`` sorts);
@@ -48,7 +48,7 @@ from semdup.core.inputs import build_inputs
 from semdup.core.posts import Post
 from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
-INDEX_CHUNK = 32  # posts per document_fields call in index_batch (semdup.indexer.batch_writer.INDEX_CHUNK)
+INDEX_CHUNK = 32  # posts per document_fields call in index_batch of a 64-post task (batch_writer.chunk_size_for)
 OLD_BATCH = 64  # the bundle's in-order batch size before length sorting
 
 Encoder = Callable[[Sequence[Post], Sequence[str]], np.ndarray]

@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--posts", type=int, default=0, help="use only the first N posts (0 = all)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64, help="posts per task = per lexical bulk request")
-    parser.add_argument("--chunk", type=int, default=None, help="index_batch chunk (default: INDEX_CHUNK)")
+    parser.add_argument("--chunk", type=int, default=None,
+                        help="index_batch chunk (default: index_batch's own, batch_writer.chunk_size_for)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     parser.add_argument("--no-knn", action="store_true", help="leave the HNSW graph out of the +sparse+knn condition")
     args = parser.parse_args(argv)
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.index_format.documents import index_action
     from semdup.index_format.schema import CandidateFields
-    from semdup.indexer.batch_writer import INDEX_CHUNK, index_batch
+    from semdup.indexer.batch_writer import index_batch
     from semdup.indexer.bulk import bulk_write, chunked
     from semdup.indexer.lexical_index import create_index, delete_index
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.posts:
         posts = posts[: args.posts]
     payloads = [p.to_json() for p in posts]
-    chunk = args.chunk or INDEX_CHUNK
+    chunk = args.chunk
     bundle = Bundle.load(args.bundle, intra_op_threads=args.threads)
     client = connect(load_settings().opensearch_settings())
     knn = bundle.dimension is not None and not args.no_knn and knn_available(client)

@@ -10,7 +10,9 @@ process, and for the bulk write also the OpenSearch node's own CPU (``/proc``):
   tokeniser (bodies, titles);
 * the encoder: bodies (``Bundle.encode_dense``) and titles (``Bundle.encode_titles``), each tokenising again;
 * the BOW terms (vocabulary ids, weights);
-* ``document_fields`` as the indexer calls it (all of the above in one call);
+* ``document_fields`` as the indexer calls it (all of the above in one call: texts and titles tokenised once and
+  encoded as one length-sorted pool, ``--threads`` streams); with ``--windows 32,50`` also over the batch in
+  windows of that many posts (index_batch's chunks), with ``--seq-batches 4,6`` with that many sequences per call;
 * packing: the lexical document and the ``semdup`` object of every post;
 * the bulk write of those documents into a fresh node of its own (k-NN index as the default reranker reads).
 
@@ -42,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--posts", type=int, default=400)
     ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads")
+    ap.add_argument("--windows", default="", help="also time document_fields over the batch in windows of these "
+                    "many posts, comma-separated (index_batch's chunks: what one length-sorted pool holds)")
+    ap.add_argument("--seq-batches", default="", help="also time document_fields with these many sequences per "
+                    "encoder call, comma-separated (the bundle's default: 8 on CPU)")
+    ap.add_argument("--threads", type=int, default=2, help="cores the encoder runs on: that many streams of one "
+                    "onnxruntime thread each, as `semdup worker` runs")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
@@ -61,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.indexer.bulk import bulk_write
     from semdup.indexer.lexical_index import create_index
 
-    bundle = Bundle.load(args.bundle, providers=["CPUExecutionProvider"], intra_op_threads=args.threads)
+    bundle = Bundle.load(args.bundle, device="cpu", intra_op_threads=1, streams=args.threads)  # as a worker runs it
     posts, _ = _sample(load_stackexchange_dump(travel_dir()).corpus(), args.posts, args.seed)
     payloads = [p.to_json() for p in posts]
     settings = bundle.pipeline.settings
@@ -106,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 ids = timed("BOW: vocabulary ids", lambda: bundle._text_ids(ps))
                 timed("BOW: weights", lambda: bundle._term_weights(ids))
             fields = timed("document_fields (all of the above)", lambda: bundle.document_fields(ps))
+            for w in [int(x) for x in args.windows.split(",") if x]:
+                timed(f"document_fields, windows of {w} posts",
+                      lambda w=w: [bundle.document_fields(ps[i : i + w]) for i in range(0, len(ps), w)])
+            for n in [int(x) for x in args.seq_batches.split(",") if x]:
+                timed(f"document_fields, {n} sequences per call", lambda n=n: bundle.document_fields(ps, n))
             actions = timed("packing: lexical doc + semdup fields", lambda: [
                 {"_op_type": "index", "_index": index, "_id": p.id,
                  "_source": {**lexical_document(p, None), "semdup": _semdup_fields(p, f, search)}}
@@ -121,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {shlex.join(['python', '-m', 'semdup.evaluation.benchmarks.ingest_profile', *(argv or sys.argv[1:])])}")
     print(f"# {_hardware()}; {_versions()}")
     print(f"# bundle {bundle.version}; {n} Travel posts (seed {args.seed}, {np.mean(wp):.1f} wordpieces on average) "
-          f"in batches of {args.batch}; onnx threads {args.threads}; load average {load0:.2f} at start, "
+          f"in batches of {args.batch}; {args.threads} encoder streams; load average {load0:.2f} at start, "
           f"{os.getloadavg()[0]:.2f} at the end")
     print(f"{'step':<40} {'wall ms/post':>13} {'CPU ms/post':>12} {'node CPU ms/post':>17}")
     for name, (wall, cpu, node_cpu) in steps.items():

@@ -13,8 +13,9 @@ Measured, the two systems' calls alternating (batch by batch, query by query, th
 * ingest posts/s over ``--posts`` Travel posts (a seeded sample): the peer bulk-indexes ``--bulk`` posts per
   request through its ``text_embedding`` ingest pipeline (the embedding runs in the node: DJL + onnxruntime
   1.16, its default threads); semdup runs ``index_batch`` (the Celery worker's function) on the same batches,
-  the bundle's onnxruntime session with ``--threads`` intra-op threads in this process, the bulk writes to its
-  node overlapped. Beside wall time: this process's CPU seconds and each node's (``/proc``), per post;
+  the bundle loaded as a worker process loads it on ``--threads`` cores (that many encoder streams of one
+  onnxruntime thread each) in this process, the bulk writes to its node overlapped. Beside wall time: this
+  process's CPU seconds and each node's (``/proc``), per post;
 * query latency over ``--queries`` Travel test queries × ``--rounds``: the peer's hybrid query (BM25 on the text
   ∪ neural k-NN k=100, min-max, arithmetic mean 0.3 / 0.7, ``pagination_depth`` 100, top 10) vs semdup's
   default reranker call in-process (``Reranker.rank``: BM25 ∪ k-NN candidates, 100 each, fusion, top 10; what
@@ -159,6 +160,12 @@ def _peer_bulk(client: Any, posts: Sequence[Post], settings: Any) -> None:
         raise RuntimeError(f"the peer refused {len(bad)} of {len(posts)} posts: {str(bad[0])[:300]}")
 
 
+def _worker_bundle(bundle_cls: Any, path: str | Path, threads: int) -> Any:
+    """The bundle as a CPU worker process runs it (:func:`semdup.apps.worker.load_worker_bundle`): ``threads``
+    encoder streams of one onnxruntime thread each (SEMDUP_ENCODE_THREADS)."""
+    return bundle_cls.load(path, device="cpu", intra_op_threads=1, streams=threads)
+
+
 def _semdup_batch(client: Any, posts: Sequence[Post], bundle: Any, search: Any) -> None:
     from semdup.indexer.batch_writer import index_batch
 
@@ -180,7 +187,7 @@ def _worker_init(bundle_path: str, threads: int, url: str) -> None:
     from semdup.index_format.mapping import candidate_fields
 
     client = connect(OpenSearchSettings(url=url, timeout=_TIMEOUT))
-    bundle = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=threads)
+    bundle = _worker_bundle(Bundle, bundle_path, threads)
     _worker = (client, bundle, candidate_fields(client, _SEMDUP_INDEX))
 
 
@@ -240,7 +247,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     "built once under <semdup cache>/neural-peer/bundles)")
     ap.add_argument("--posts", type=int, default=1000, help="Travel posts whose ingest is timed")
     ap.add_argument("--bulk", type=int, default=100, help="posts per bulk request / index_batch call")
-    ap.add_argument("--threads", type=int, default=2, help="semdup's onnxruntime intra-op threads (per worker)")
+    ap.add_argument("--threads", type=int, default=2, help="cores semdup's worker encodes on (per worker process): "
+                    "that many encoder streams of one onnxruntime thread each, as `semdup worker` runs")
     ap.add_argument("--query-threads", type=int, default=2, help="onnxruntime threads of semdup's query encoding "
                     "(default 2: what `semdup serve` runs each request with, SEMDUP_ONNX_THREADS)")
     ap.add_argument("--workers", type=int, default=1, help="semdup's ingest in this many processes, each taking an "
@@ -279,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         raise SemdupError(refused)
     bundle_path = Path(args.bundle) if args.bundle else default_bundle(peer_cache_dir() / "bundles")
-    bundle = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=args.threads)
+    bundle = _worker_bundle(Bundle, bundle_path, args.threads)
     if bundle.input_kind != "wordpiece" or not bundle.manifest.get("base_encoder"):
         raise SystemExit(f"{bundle_path} is not a base-encoder (MiniLM) bundle; the peer runs the same encoder")
     dump = load_stackexchange_dump(travel_dir())
@@ -396,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": _hardware(),
         "versions": f"{_versions()}; OpenSearch 2.19.1 + ml-commons/neural-search 2.19.1.0 (peer)",
         "setup": (f"bundle {bundle.version}; {len(ingest_posts)} Travel posts ingested (seed {args.seed}), bulk "
-                  f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} onnx threads, queries "
+                  f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} encoder streams, queries "
                   f"{args.query_threads} onnx thread(s); peer model "
                   f"{model_id} (ONNX, DJL default threads); indexed peer {indexed['peer']} / semdup "
                   f"{indexed['semdup']}; {len(queries)} test queries x {args.rounds} rounds, calls alternating"),

@@ -424,3 +424,16 @@ def test_k8s_manifests_match_the_kubernetes_api_models() -> None:
             errors.append(f"{where}: {exc}")
         checked += 1
     assert checked >= 14 and errors == [], errors
+
+
+def test_gpu_workers_install_the_gpu_extra_and_demand_cuda() -> None:
+    """The GPU images get onnxruntime-gpu and onnx (the fp16 variant) through [gpu], never torch; the compose and
+    Kubernetes GPU workers refuse to run on CPU (SEMDUP_DEVICE=cuda) and run several processes per GPU."""
+    names = _requirement_names(("gpu",))
+    assert {"onnxruntime-gpu", "onnx"} <= names and not names & TORCH_SIDE - {"onnx"}
+    (container,) = dict(_pod_specs())["semdup-gpu-worker"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SEMDUP_DEVICE"] == "cuda"
+    assert int(container["args"][container["args"].index("--concurrency") + 1]) > 1
+    service = _compose()["services"]["gpu-worker"]
+    assert service["environment"]["SEMDUP_DEVICE"] == "cuda"
