@@ -72,7 +72,7 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 echo "== (a) the worker's encoding path and (b) the torch reference, $posts posts"
 extra=()
 [ -n "$workers" ] && extra+=(--workers "$workers")
-timeout 270 "$py" -m semdup.evaluation.benchmarks.gpu_check --bundle "$bundle" --device "$device" --posts "$posts" \
+timeout 270 "$py" -m benchmarks.gpu_check --bundle "$bundle" --device "$device" --posts "$posts" \
     --task-posts "$task_posts" --json-out "$out/gpu_check.json" "${extra[@]}" 2>"$out/gpu_check.log" \
     | tee "$out/gpu_check.txt" || { tail -20 "$out/gpu_check.log" >&2; exit 1; }
 

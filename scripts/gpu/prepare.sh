@@ -33,7 +33,7 @@ bundle=${1:-}
 if [ -z "$bundle" ]; then
     echo "prepare: the Travel default bundle (built once under .gpu/bundles)" >&2
     bundle=$("$py" -c 'import sys; from pathlib import Path
-from semdup.evaluation.benchmarks.neural_search_peer import default_bundle
+from benchmarks.neural_search_peer import default_bundle
 print(default_bundle(Path(".gpu/bundles")))')
 fi
 [ -f "$bundle/manifest.json" ] || { echo "prepare: $bundle is no bundle directory" >&2; exit 2; }

@@ -433,7 +433,7 @@ class Bundle:
         Each window of :data:`_SORT_WINDOW` posts is tokenised once, ordered by wordpiece count (longest first,
         ties in input order), cut into batches of ``batch_size`` each padded only to its own longest post, and
         the outputs are put back in input order. On Travel posts in the indexer's 32-post calls this encodes
-        1.6x faster than in-order batches of 64 (``python -m semdup.evaluation.benchmarks.encoding_ratio``);
+        1.6x faster than in-order batches of 64 (``python -m benchmarks.encoding_ratio``);
         the vectors agree to float rounding (≤ 1e-6).
         """
         rows_out: np.ndarray | None = None

@@ -19,16 +19,18 @@ config, data and logs folders are handed to that account.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pwd
 import re
 import shutil
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,7 +59,7 @@ from semdup.devstack.opensearch_distribution import (
     java_home,
 )
 
-__all__ = ["LocalOpenSearch", "running_url", "default_state_dir", "cluster_health"]
+__all__ = ["LocalOpenSearch", "running_url", "default_state_dir", "cluster_health", "own_opensearch"]
 
 logger = logging.getLogger(__name__)
 
@@ -388,3 +390,22 @@ class LocalOpenSearch:
         info["knn"] = "opensearch-knn" in plugins
         info["knn_engines"] = ["lucene"] if info["knn"] else []
         return info
+
+
+@contextlib.contextmanager
+def own_opensearch(url: str | None = None, name: str = "run") -> Iterator[str]:
+    """``url`` when given, else a node of this run's own (state under a ``semdup-<name>-`` temporary folder, a
+    free port), stopped and removed afterwards: never the default node other work may be using. What the
+    benchmarks and ``alerts_eval --own-node`` measure on."""
+    if url:
+        yield url
+        return
+    from semdup.devstack.local_process import any_free_port
+
+    state = Path(tempfile.mkdtemp(prefix=f"semdup-{name}-"))
+    node = LocalOpenSearch(state_dir=state, port=any_free_port())
+    try:
+        yield node.start(timeout=300)
+    finally:
+        node.stop()
+        shutil.rmtree(state, ignore_errors=True)

@@ -365,9 +365,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{args.calibration} holds no calibration for {args.bundle}")
     with contextlib.ExitStack() as stack:
         if args.own_node:
-            from semdup.evaluation.benchmarks.similar_latency import own_opensearch
+            from semdup.devstack.local_opensearch import own_opensearch
 
-            settings = OpenSearchSettings(url=stack.enter_context(own_opensearch(None)))
+            settings = OpenSearchSettings(url=stack.enter_context(own_opensearch(None, "alerts-eval")))
         else:
             settings = load_settings().opensearch_settings()
         run = _run(args, connect(settings), given)

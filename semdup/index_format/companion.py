@@ -8,7 +8,7 @@ creates ``site-posts.semdup-<model>`` behind the alias ``site-posts.semdup``: a 
 the companion; the reranker, asked for ``site-posts``, searches the companion and answers the site's ids.
 
 Why a companion rather than semdup's fields inside the site's documents (what ``enable`` did before), measured
-by ``python -m semdup.evaluation.benchmarks.footprint``: the site's own searches keep their response size (the
+by ``python -m benchmarks.footprint``: the site's own searches keep their response size (the
 packed vectors in ``_source`` made 50 hits 4.3× larger), the site's full reindex or partial updates can never
 erase or be erased by semdup's fields, a ``semdup`` name already in the site's mapping does not matter, the
 candidate templates query semdup's analysed fields (so a rerank on an enabled index equals one on an index

@@ -23,7 +23,7 @@ call, on one path whose critical path is the query's encoding:
 Scores equal ``BundleScorer.score`` on the same candidates; the steps one after the other (encode, one search of
 every source, a second request for the lexical scores of the candidates the templates did not find, fuse) give the
 same answers to the bit (``tests/unit/reranker/test_query_overlap.py``, ``tests/integration/test_reranker_parity.py``,
-against the reference in ``tests/reranker_reference.py``). ``python -m semdup.evaluation.benchmarks.query_profile``
+against the reference in ``tests/reranker_reference.py``). ``python -m benchmarks.query_profile``
 times the call step by step.
 
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers

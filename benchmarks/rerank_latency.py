@@ -24,8 +24,8 @@ bounded by ``--queries`` × ``--rounds`` (``--load-calls`` per concurrency). No 
 
 Example::
 
-    python -m semdup.evaluation.benchmarks.rerank_latency --bundle artifacts/bundles/bow-cnn-travel --rounds 3
-    python -m semdup.evaluation.benchmarks.rerank_latency --bundle B --http --callers 1,8,50 --rounds 1
+    python -m benchmarks.rerank_latency --bundle artifacts/bundles/bow-cnn-travel --rounds 3
+    python -m benchmarks.rerank_latency --bundle B --http --callers 1,8,50 --rounds 1
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
+from benchmarks.indexing import _hardware, _versions
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = dump.corpus()
     server = client.info()["version"]["number"]
 
-    print(f"command: {' '.join([sys.executable, '-m', 'semdup.evaluation.benchmarks.rerank_latency', *sys.argv[1:]])}")
+    print(f"command: {' '.join([sys.executable, '-m', 'benchmarks.rerank_latency', *sys.argv[1:]])}")
     print(f"hardware: {_hardware()}; load average at start {os.getloadavg()[0]:.1f} (other work shares these cores)")
     print(
         f"versions: {_versions()}, onnxruntime providers {onnxruntime.get_available_providers()}, "

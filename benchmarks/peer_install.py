@@ -1,6 +1,6 @@
 """The peer's OpenSearch: 2.19.1 with k-NN, job-scheduler, ml-commons and neural-search, all from Maven Central.
 
-The neural-search peer (:mod:`semdup.evaluation.benchmarks.neural_search_peer`) needs a node that runs a text
+The neural-search peer (:mod:`benchmarks.neural_search_peer`) needs a node that runs a text
 embedding model inside the cluster. It is built beside the embedded node semdup's tests use, never in it::
 
     ensure_installed(2.19.1)  ──copy──▶  <semdup home>/neural-peer/opensearch/2.19.1/opensearch-2.19.1

@@ -22,7 +22,7 @@ same broker never takes them and this worker never takes theirs; the queue there
 
 Example::
 
-    python -m semdup.evaluation.benchmarks.freshness --bundle artifacts/demo/default-minilm-travel
+    python -m benchmarks.freshness --bundle artifacts/demo/default-minilm-travel
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.report import format_table, summary
+from benchmarks.indexing import _hardware, _versions
+from benchmarks.report import format_table, summary
 from semdup.evaluation.site_index import make_site_index, site_doc, site_posts
 
 logger = logging.getLogger(__name__)
@@ -267,6 +267,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

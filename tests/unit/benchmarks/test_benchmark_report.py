@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from semdup.evaluation.benchmarks.freshness import Tracker, private_broker
-from semdup.evaluation.benchmarks.report import format_table, human_bytes, ratio, summary
+from benchmarks.freshness import Tracker, private_broker
+from benchmarks.report import format_table, human_bytes, ratio, summary
 
 
 def test_summary_percentiles_and_max() -> None:

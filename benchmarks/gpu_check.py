@@ -1,7 +1,7 @@
 """The GPU worker's encoding path beside a torch reference encoder, in one run (a benchmark, not a test).
 
-    python -m semdup.evaluation.benchmarks.gpu_check --bundle B --device cuda [--posts 50000] [--workers 8]
-    python -m semdup.evaluation.benchmarks.gpu_check --bundle B --device cpu --posts 500 --workers 1   # dry run
+    python -m benchmarks.gpu_check --bundle B --device cuda [--posts 50000] [--workers 8]
+    python -m benchmarks.gpu_check --bundle B --device cpu --posts 500 --workers 1   # dry run
 
 ``scripts/gpu/check.sh`` runs it on a GPU machine (issue #27). Two contenders encode the same ``--posts`` Travel
 posts (the corpus cycled when it holds fewer, each copy with its own id; the output says how many times):
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.indexing import _hardware, _versions
 from semdup.core.posts import Post
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
 __all__ = ["NullSink", "cycled_posts", "task_slices", "main"]
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ours = probe.encode_dense(check)
     cosines = np.sum(ours * ref_vectors[:32], axis=1) / np.linalg.norm(ref_vectors[:32], axis=1)
     report = {
-        "command": shlex.join(["python", "-m", "semdup.evaluation.benchmarks.gpu_check", *(argv or sys.argv[1:])]),
+        "command": shlex.join(["python", "-m", "benchmarks.gpu_check", *(argv or sys.argv[1:])]),
         "hardware": _hardware(),
         "versions": _versions(),
         "bundle": probe.version,
@@ -281,6 +281,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

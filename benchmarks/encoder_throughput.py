@@ -1,6 +1,6 @@
 """Encoder throughput: text pipeline, model alone, and both together, on CPU or a CUDA GPU (not a test).
 
-    python -m semdup.evaluation.benchmarks.encoder_throughput --checkpoint artifacts/bow-cnn-travel \
+    python -m benchmarks.encoder_throughput --checkpoint artifacts/bow-cnn-travel \
         --device cuda --posts 500000 --workers 16
 
 What one run prints, all on the same weights and the same posts (the Travel dump, repeated to ``--posts``):
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     encoder = model.dense_encoder().to(device).eval()
 
-    print(f"# {' '.join(['python -m semdup.evaluation.benchmarks.encoder_throughput'] + (argv or os.sys.argv[1:]))}")
+    print(f"# {' '.join(['python -m benchmarks.encoder_throughput'] + (argv or os.sys.argv[1:]))}")
     print(f"# host {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}")
     if device.type == "cuda":

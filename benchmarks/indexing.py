@@ -22,7 +22,7 @@ because on a shared machine wall time follows the CPU share. No torch is importe
 
 Example::
 
-    python -m semdup.evaluation.benchmarks.indexing --bundle artifacts/bundles/bow-cnn-travel --runs 3
+    python -m benchmarks.indexing --bundle artifacts/bundles/bow-cnn-travel --runs 3
 """
 
 from __future__ import annotations
@@ -195,6 +195,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

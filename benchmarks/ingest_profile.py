@@ -1,6 +1,6 @@
 """Where the time of an ingest batch goes, step by step (a benchmark, not a test).
 
-    python -m semdup.evaluation.benchmarks.ingest_profile --bundle B [--posts 400] [--threads 2]
+    python -m benchmarks.ingest_profile --bundle B [--posts 400] [--threads 2]
 
 Runs the steps of :func:`semdup.indexer.batch_writer.index_batch` one at a time over ``--posts`` Travel posts in
 batches of ``--batch`` (a seeded sample), and prints, per step, wall and CPU milliseconds per post of this
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.neural_search_peer import _proc_cpu, _sample
+from benchmarks.indexing import _hardware, _versions
+from benchmarks.neural_search_peer import _proc_cpu, _sample
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     n = len(posts)
     wp = [len(e.ids) for e in tok.encode_batch([wordpiece_text(p, settings) for p in posts])] if tok else [0]
-    print(f"# {shlex.join(['python', '-m', 'semdup.evaluation.benchmarks.ingest_profile', *(argv or sys.argv[1:])])}")
+    print(f"# {shlex.join(['python', '-m', 'benchmarks.ingest_profile', *(argv or sys.argv[1:])])}")
     print(f"# {_hardware()}; {_versions()}")
     print(f"# bundle {bundle.version}; {n} Travel posts (seed {args.seed}, {np.mean(wp):.1f} wordpieces on average) "
           f"in batches of {args.batch}; {args.threads} encoder streams; load average {load0:.2f} at start, "
@@ -142,6 +142,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

@@ -9,9 +9,8 @@ import zipfile
 
 import pytest
 
-from semdup.core.errors import ConfigError
-from semdup.evaluation.benchmarks.peer_install import ENGINE_SERVICE, repack_ml_plugin, strip_engine_service
-from semdup.evaluation.benchmarks.peer_model import (
+from benchmarks.peer_install import ENGINE_SERVICE, repack_ml_plugin, strip_engine_service
+from benchmarks.peer_model import (
     MODEL_FILE,
     TOKENIZER_FILE,
     hybrid_pipeline,
@@ -20,13 +19,14 @@ from semdup.evaluation.benchmarks.peer_model import (
     model_zip,
     peer_tokenizer_json,
 )
-from semdup.evaluation.benchmarks.peer_report import (
+from benchmarks.peer_report import (
     build_report,
     format_report,
     ingest_side,
     quiet_enough,
     safe_ratio,
 )
+from semdup.core.errors import ConfigError
 
 
 def _report():

@@ -3,7 +3,7 @@ RabbitMQ, with faults injected; nothing lost.
 
 For each broker (``--broker``, both by default) each scenario sends ``--posts`` Travel posts (default 1,000) as one
 index job in batches of ``--batch-size`` (default 50) into a fresh index, through the real parts
-(:mod:`semdup.evaluation.benchmarks.reliability_stack`): a ``semdup worker`` subprocess, a throwaway broker of that
+(:mod:`benchmarks.reliability_stack`): a ``semdup worker`` subprocess, a throwaway broker of that
 kind (persistent as in production), and the OpenSearch of ``$SEMDUP_OPENSEARCH_URL`` reached by the worker, and
 by the wait, only through a TCP proxy the script cuts. The job is waited on as ``semdup index-posts`` waits (its
 outcomes, with the sweeper on: ``--sweep-after``), while the fault runs beside it. Scenarios:
@@ -27,7 +27,7 @@ changes and every minute).
 Example (the full run takes about 25 minutes; ``--opensearch-down 60 --broker-down 15`` for a quick one)::
 
     export SEMDUP_OPENSEARCH_URL=$(semdup opensearch start)
-    python -m semdup.evaluation.benchmarks.reliability --bundle artifacts/bundles/bow-cnn-travel
+    python -m benchmarks.reliability --bundle artifacts/bundles/bow-cnn-travel
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.reliability_stack import BROKERS, Census, Stack, StatusLog, wait_until
 from semdup.core.posts import Post
-from semdup.evaluation.benchmarks.reliability_stack import BROKERS, Census, Stack, StatusLog, wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=_SCENARIOS, help="run only these scenarios")
     args = parser.parse_args(argv)
 
+    from benchmarks.indexing import _hardware, _versions
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
-    from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
     posts = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())[: args.posts]
     load_before = os.getloadavg()[0]
@@ -230,6 +230,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

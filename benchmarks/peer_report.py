@@ -1,6 +1,6 @@
 """The neural-search peer benchmark's figures: pure assembly of the report and its text, unit-tested alone.
 
-:func:`ingest_side` and :func:`build_report` turn what :mod:`semdup.evaluation.benchmarks.neural_search_peer`
+:func:`ingest_side` and :func:`build_report` turn what :mod:`benchmarks.neural_search_peer`
 measured into one JSON-ready dict; :func:`format_report` prints it. Ratios are always semdup ÷ peer of the
 same figure measured in the same run: for posts/s above 1 means semdup is faster, for latencies below 1.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from semdup.evaluation.benchmarks.report import format_table, summary
+from benchmarks.report import format_table, summary
 
 __all__ = ["MAX_QUIET_LOAD", "ingest_side", "build_report", "format_report", "quiet_enough", "safe_ratio"]
 

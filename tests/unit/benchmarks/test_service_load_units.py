@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from semdup.evaluation.benchmarks.service_load import HEADERS, Outcomes, _Connection, row_cells, served_ms
+from benchmarks.service_load import HEADERS, Outcomes, _Connection, row_cells, served_ms
 
 
 def test_a_row_counts_answers_by_kind_and_takes_percentiles_of_the_200s_only() -> None:

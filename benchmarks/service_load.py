@@ -26,7 +26,7 @@ other work may too: compare rows of one run, not runs.
 Example::
 
     semdup fit-default --base-encoder minilm --data travel --out artifacts/bundles/default-minilm-travel
-    python -m semdup.evaluation.benchmarks.service_load --bundle artifacts/bundles/default-minilm-travel
+    python -m benchmarks.service_load --bundle artifacts/bundles/default-minilm-travel
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from semdup.evaluation.benchmarks import run_main
-from semdup.evaluation.benchmarks.bench_stack import START_S, own_opensearch, serve_process
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.report import format_table, ratio, summary
+from benchmarks import run_main
+from benchmarks.bench_stack import START_S, serve_process
+from benchmarks.indexing import _hardware, _versions
+from benchmarks.report import format_table, ratio, summary
+from semdup.devstack.local_opensearch import own_opensearch
 
 logger = logging.getLogger(__name__)
 

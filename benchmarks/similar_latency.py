@@ -1,6 +1,6 @@
 """``GET /v1/similar`` latency vs the plain BM25 template search, in one run, and its title-only quality on Travel.
 
-    python -m semdup.evaluation.benchmarks.similar_latency --bundle artifacts/demo/default-minilm-travel \\
+    python -m benchmarks.similar_latency --bundle artifacts/demo/default-minilm-travel \\
         --vectors artifacts/demo/cache/dense-3602748718d84b07.npy \\
         --titles artifacts/demo/cache/dense-f9d2a03a8b4fcb7c.npy
 
@@ -34,10 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from semdup.evaluation.benchmarks import run_main
-from semdup.evaluation.benchmarks.bench_stack import own_opensearch, serve_process
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.report import format_table, ratio, summary
+from benchmarks import run_main
+from benchmarks.bench_stack import serve_process
+from benchmarks.indexing import _hardware, _versions
+from benchmarks.report import format_table, ratio, summary
+from semdup.devstack.local_opensearch import own_opensearch
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ encoder's cost is ``indexing.py``'s subject, not this one's). It prints one tabl
 
 Example::
 
-    python -m semdup.evaluation.benchmarks.footprint --bundle artifacts/demo/default-minilm-travel --posts 1000
+    python -m benchmarks.footprint --bundle artifacts/demo/default-minilm-travel --posts 1000
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from benchmarks.indexing import _hardware, _versions
+from benchmarks.report import format_table, human_bytes, ratio, summary
 from semdup.core.posts import Post
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.report import format_table, human_bytes, ratio, summary
 from semdup.evaluation.site_index import SITE_MAPPING, bulk_or_raise, make_site_index, site_posts
 
 logger = logging.getLogger(__name__)
@@ -382,6 +382,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

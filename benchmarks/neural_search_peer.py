@@ -1,6 +1,6 @@
 """semdup beside OpenSearch's own neural search with the same encoder, measured in one run (a benchmark, not a test).
 
-    python -m semdup.evaluation.benchmarks.neural_search_peer [--bundle B] [--json]
+    python -m benchmarks.neural_search_peer [--bundle B] [--json]
 
 The peer an operator would pick instead of semdup: OpenSearch 2.19.1 with ml-commons + neural-search 2.19.1.0
 (Maven Central) running all-MiniLM-L6-v2 inside the cluster as a local ONNX model (:mod:`.peer_install`,
@@ -52,10 +52,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.indexing import _hardware, _versions
+from benchmarks.peer_report import build_report, format_report, ingest_side, quiet_enough
 from semdup.core.errors import SemdupError
 from semdup.core.posts import Post
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
-from semdup.evaluation.benchmarks.peer_report import build_report, format_report, ingest_side, quiet_enough
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +99,9 @@ class _Nodes:
     """The two nodes: semdup's (the devstack install) and the peer's (with the ML plugins), in ``workdir``."""
 
     def __init__(self, workdir: Path) -> None:
+        from benchmarks.peer_install import ensure_peer_installed, peer_cache_dir
         from semdup.devstack.local_opensearch import LocalOpenSearch
         from semdup.devstack.local_process import any_free_port
-        from semdup.evaluation.benchmarks.peer_install import ensure_peer_installed, peer_cache_dir
 
         ensure_peer_installed()
         self.semdup = LocalOpenSearch(state_dir=workdir / "semdup-node", port=any_free_port())
@@ -132,7 +132,7 @@ class _Nodes:
 
 def _peer_setup(client: Any, bundle: Any) -> str:
     """Export, serve, register and deploy the peer's MiniLM; create its pipelines and index. Its model id."""
-    from semdup.evaluation.benchmarks import peer_model as pm
+    from benchmarks import peer_model as pm
     from semdup.index_format.schema import HNSW_PARAMETERS
 
     max_len = int(bundle.manifest["tokenizer"]["max_len"])
@@ -273,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the reranker's template look-ups answer 404 first
+    from benchmarks.peer_install import peer_cache_dir
     from semdup.bundle.bundle import Bundle
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
-    from semdup.evaluation.benchmarks.peer_install import peer_cache_dir
     from semdup.indexer.batch_writer import ensure_index_model
     from semdup.indexer.lexical_index import create_index
     from semdup.reranker import Reranker, RerankerSettings
@@ -309,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         loads["setup"] = _load()
 
         # --- the embeddings agree -------------------------------------------------------------------
+        from benchmarks.peer_model import predict_body
         from semdup.core.wordpiece import wordpiece_text
-        from semdup.evaluation.benchmarks.peer_model import predict_body
 
         def peer_embed(texts: list[str]) -> np.ndarray:
             resp = p_client.transport.perform_request(
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                    "semdup": s_client.count(index=_SEMDUP_INDEX)["count"]}
 
         # --- queries ----------------------------------------------------------------------------------
-        from semdup.evaluation.benchmarks.peer_model import hybrid_query
+        from benchmarks.peer_model import hybrid_query
 
         q_bundle = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=args.query_threads)
         rr = Reranker(q_bundle, s_client, _SEMDUP_INDEX, RerankerSettings(k_candidates=100, search_timeout=30))
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         if own_tmp:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    module = __spec__.name if __spec__ else "semdup.evaluation.benchmarks.neural_search_peer"
+    module = __spec__.name if __spec__ else "benchmarks.neural_search_peer"
     meta = {
         "command": shlex.join(["python", "-m", module, *(argv if argv is not None else sys.argv[1:])]),
         "hardware": _hardware(),
@@ -416,6 +416,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

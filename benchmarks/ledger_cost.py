@@ -12,7 +12,7 @@ segment) per post, beside the posts' JSON size. A finished job's records are del
 Example::
 
     export SEMDUP_OPENSEARCH_URL=$(semdup opensearch start)
-    python -m semdup.evaluation.benchmarks.ledger_cost --runs 5
+    python -m benchmarks.ledger_cost --runs 5
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each way")
     args = parser.parse_args(argv)
 
+    from benchmarks.indexing import _hardware, _versions
     from semdup.apps.settings import load_settings
     from semdup.core.clients import connect
     from semdup.core.task_names import INDEX_POSTS
@@ -65,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.devstack.local_process import any_free_port
     from semdup.devstack.local_redis import LocalRedis
-    from semdup.evaluation.benchmarks.indexing import _hardware, _versions
     from semdup.indexer import ledger
     from semdup.indexer.bulk import chunked
     from semdup.indexer.celery_app import QUEUE, configure_app
@@ -127,6 +127,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from semdup.evaluation.benchmarks import run_main
+    from benchmarks import run_main
 
     run_main(main)

@@ -1,6 +1,6 @@
 """CPU encoding posts/s: a MiniLM bundle through onnxruntime vs sentence-transformers (torch), one run (not a test).
 
-    python -m semdup.evaluation.benchmarks.encoding_ratio --bundle artifacts/demo/default-minilm-travel \
+    python -m benchmarks.encoding_ratio --bundle artifacts/demo/default-minilm-travel \
         --posts 2000 --threads 2 --int8 auto
 
 Issue #11's target is ≥ 2× sentence-transformers' posts/s. Every contender encodes the same Travel posts (a
@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.indexing import _hardware, _versions
 from semdup.bundle.bundle import ENCODER_FILE, Bundle, read_bundle_files, write_bundle
 from semdup.core.inputs import build_inputs
 from semdup.core.posts import Post
-from semdup.evaluation.benchmarks.indexing import _hardware, _versions
 
 INDEX_CHUNK = 32  # posts per document_fields call in index_batch of a 64-post task (batch_writer.chunk_size_for)
 OLD_BATCH = 64  # the bundle's in-order batch size before length sorting
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         contenders["int8"] = lambda ps, ts: _chunked(lambda c: _fields(int8, c), ps)
 
     lengths = [len(e.ids) for e in bundle.pipeline.wordpiece_tokenizer.encode_batch(texts)]
-    print(f"# {shlex.join(['python', '-m', 'semdup.evaluation.benchmarks.encoding_ratio', *(argv or sys.argv[1:])])}")
+    print(f"# {shlex.join(['python', '-m', 'benchmarks.encoding_ratio', *(argv or sys.argv[1:])])}")
     print(f"# host: {_hardware()}; load average at start {os.getloadavg()[0]:.2f} (shared machine)")
     print(
         f"# {_versions()}, torch {torch.__version__}, sentence-transformers "

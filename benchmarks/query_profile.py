@@ -11,8 +11,8 @@ test queries, the default reranker call (BM25 ∪ k-NN, 100 candidates each, fus
   p50 / p99 of each, their ratio to the first, whether their rankings are equal (to the bit), and the load
   average. The machine is shared: only the ratios of one run mean anything.
 
-    python -m semdup.evaluation.benchmarks.query_profile --bundle artifacts/demo/default-minilm-travel
-    python -m semdup.evaluation.benchmarks.query_profile --bundle B --opensearch URL --index I  # an existing index
+    python -m benchmarks.query_profile --bundle artifacts/demo/default-minilm-travel
+    python -m benchmarks.query_profile --bundle B --opensearch URL --index I  # an existing index
 """
 
 from __future__ import annotations

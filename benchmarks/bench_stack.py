@@ -1,10 +1,10 @@
-"""What the service benchmarks start: a throwaway OpenSearch node and a real ``semdup serve``, both stopped after.
+"""What the service benchmarks start beside their own OpenSearch node
+(:func:`semdup.devstack.local_opensearch.own_opensearch`): a real ``semdup serve``, stopped after.
 
     with own_opensearch(None, "service-load") as url, serve_process(bundle, "travel", env, log) as (base, key):
         httpx.get(f"{base}/v1/similar", params={"index": "travel", "title": "..."}, headers={"X-API-Key": key})
 
-A benchmark's own node (temporary state folder, free port), never the default one other work may be using; the
-service is started as an operator starts it (``python -m semdup serve``), with a fresh key, and given back once
+The service is started as an operator starts it (``python -m semdup serve``), with a fresh key, and given back once
 ``/readyz`` answers 200.
 """
 
@@ -12,36 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-__all__ = ["own_opensearch", "serve_process", "START_S"]
+__all__ = ["serve_process", "START_S"]
 
 START_S = 180  # seconds for `semdup serve` to answer /readyz (the bundle loads once per worker, plus the check)
-
-
-@contextlib.contextmanager
-def own_opensearch(url: str | None, name: str) -> Iterator[str]:
-    """``url`` when given, else a node of this run's own (state under a ``semdup-bench-<name>-`` temporary folder),
-    stopped and removed afterwards."""
-    if url:
-        yield url
-        return
-    from semdup.devstack.local_opensearch import LocalOpenSearch
-    from semdup.devstack.local_process import any_free_port
-
-    state = Path(tempfile.mkdtemp(prefix=f"semdup-bench-{name}-"))
-    node = LocalOpenSearch(state_dir=state, port=any_free_port())
-    try:
-        yield node.start(timeout=300)
-    finally:
-        node.stop()
-        shutil.rmtree(state, ignore_errors=True)
 
 
 @contextlib.contextmanager
