@@ -40,11 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     from opensearchpy import OpenSearch
 
     from semdup.bundle.bundle import Bundle
-    from semdup.core.measures import retrieval_scores, semeval_scores
+    from semdup.core.measures import complete_scores, retrieval_scores, semeval_scores
     from semdup.data import load_semeval_xml
     from semdup.data.paths import semeval_files, travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
-    from semdup.evaluation.semeval_eval import _complete
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
     from semdup.reranker import Reranker, RerankerSettings
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             for q in sem.questions:
                 ids = [r.post.id for r in q.related]
                 got = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
-                preds[q.post.id] = _complete(got, ids)
+                preds[q.post.id] = complete_scores(got, ids)
             scores = semeval_scores(preds, gold)
             out.setdefault("semeval_dev", {})[str(limit)] = {k: round(float(v), 2) for k, v in scores.items()}
     out["load_average_end"] = os.getloadavg()[0]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -43,6 +44,7 @@ import numpy as np
 __all__ = [
     "semeval_scores",
     "semeval_average_precisions",
+    "complete_scores",
     "rank_semeval_candidates",
     "average_precision_at",
     "accuracy_at_k",
@@ -63,6 +65,17 @@ def _check_score(score: float, where: str) -> float:
         raise ValueError(f"Score of {where} is NaN; every score must be a number (use -inf for 'not scored').")
     return value
 
+
+
+def complete_scores(scores: Mapping[str, float], candidates: Sequence[str]) -> dict[str, float]:
+    """Every candidate's score: those without one (never retrieved, or not in the index) get a score below every
+    scored candidate.
+
+    They are ordered among themselves by a hash of their id, not left tied: the official scorer breaks ties by
+    the gold file's order, which is the search engine's ranking, and a method must not borrow it.
+    """
+    floor = (min(scores.values()) if scores else 0.0) - 1.0
+    return {c: scores[c] if c in scores else floor - zlib.crc32(c.encode()) / 2.0**32 for c in candidates}
 
 def rank_semeval_candidates(scores: Mapping[str, float], gold_row: Mapping[str, bool], orgq: str = "") -> list[bool]:
     """Order one question's gold labels by predicted score the way the official scorer does.

@@ -17,13 +17,12 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from opensearchpy import OpenSearch
 
-from semdup.core.measures import semeval_scores
+from semdup.core.measures import complete_scores, semeval_scores
 from semdup.core.progress import progress as progress_bar
 from semdup.data import SemEvalSet
 from semdup.evaluation.methods import Method, load_scorer
@@ -46,16 +45,6 @@ class SemEvalRun:
     threshold: float | None = None
 
 
-def _complete(scores: dict[str, float], candidates: Sequence[str]) -> dict[str, float]:
-    """Give candidates without a score a score below every scored candidate.
-
-    They are ordered among themselves by a hash of their id, not left tied: the official scorer breaks
-    ties by the gold file's order, which is the search engine's ranking, and a method must not borrow it.
-    """
-    floor = (min(scores.values()) if scores else 0.0) - 1.0
-    return {c: scores[c] if c in scores else floor - zlib.crc32(c.encode()) / 2.0**32 for c in candidates}
-
-
 def _lexical_predictions(
     client: OpenSearch, index: str, sem: SemEvalSet, model: str, mode: str, variant: str, k: int
 ) -> dict[str, dict[str, float]]:
@@ -73,7 +62,7 @@ def _lexical_predictions(
     for q, qhits in zip(sem.questions, hits, strict=True):
         ids = [r.post.id for r in q.related]
         wanted = set(ids)
-        preds[q.post.id] = _complete({h.id: h.score for h in qhits if h.id in wanted}, ids)
+        preds[q.post.id] = complete_scores({h.id: h.score for h in qhits if h.id in wanted}, ids)
     return preds
 
 
@@ -97,7 +86,7 @@ def _scorer_predictions(
             related = [r for r in related if lexical_rows[i][r.post.id] > floor] or related
         lex = [lexical_rows[i][r.post.id] for r in related] if lexical_rows is not None else None
         scores = scorer.score(q.post, [r.post for r in related], lexical=lex)
-        preds[q.post.id] = _complete({r.post.id: float(s) for r, s in zip(related, scores, strict=True)},
+        preds[q.post.id] = complete_scores({r.post.id: float(s) for r, s in zip(related, scores, strict=True)},
                                      [r.post.id for r in q.related])
     return preds, getattr(scorer, "threshold", None)
 
@@ -140,7 +129,7 @@ def run_semeval(
                 from semdup.evaluation.through_reranker import semeval_predictions
 
                 preds, threshold = semeval_predictions(client, sem, method.path, mode, variant, k,
-                                                       keep_index=keep_index, progress=progress, complete=_complete)
+                                                       keep_index=keep_index, progress=progress)
             else:
                 preds, threshold = _scorer_predictions(client, index, sem, method, mode, variant, k, progress)
             runs.append(SemEvalRun(method.name, mode, semeval_scores(preds, gold), preds, threshold))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from semdup.bundle.bundle import Bundle
 from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError
 from semdup.core.fitting import THRESHOLD_MEASURES, best_threshold, pair_accuracy
-from semdup.core.measures import precision_recall_f1_accuracy
+from semdup.core.measures import complete_scores, precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.index_format.schema import CandidateFields
@@ -175,7 +175,8 @@ def semeval_rerank_runs(
             preds = out.setdefault(name, {})
             for q in progress_bar.progress(sem.questions, desc=f"reranking {sem.name} ({name})", enabled=progress):
                 ids = [r.post.id for r in q.related]
-                preds[q.post.id] = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
+                ranked = {c.id: c.score for c in rr.rank(q.post, k=len(ids), restrict_ids=ids)}
+                preds[q.post.id] = complete_scores(ranked, ids)  # as `semdup eval semeval`: no gold-order ties
     return out
 
 
@@ -262,9 +263,9 @@ def semeval_predictions(
     *,
     keep_index: bool = False,
     progress: bool = True,
-    complete: Callable[[dict[str, float], Sequence[str]], dict[str, float]],
 ) -> tuple[dict[str, dict[str, float]], float | None]:
-    """``orgq -> relq -> score`` through the reranker; ``complete`` gives unretrieved gold candidates a floor.
+    """``orgq -> relq -> score`` through the reranker; gold candidates it did not return get a floor
+    (:func:`~semdup.core.measures.complete_scores`).
 
     ``rerank``: each question's 10 candidates exactly (``restrict_ids``); ``retrieve``: the top ``k`` BM25
     candidates among all of the set's related questions.
@@ -280,7 +281,7 @@ def semeval_predictions(
             else:
                 cands = rr.rank(q.post, k=k)
             wanted = set(ids)
-            preds[q.post.id] = complete({c.id: c.score for c in cands if c.id in wanted}, ids)
+            preds[q.post.id] = complete_scores({c.id: c.score for c in cands if c.id in wanted}, ids)
     return preds, rr.threshold
 
 

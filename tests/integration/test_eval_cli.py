@@ -9,11 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from semdup.cli import cli
+from semdup.core.measures import complete_scores
 from semdup.data import load_semeval_xml
 from semdup.data.paths import semeval_files
 from semdup.data.run_files import read_semeval_pred
 from semdup.evaluation.methods import parse_method
-from semdup.evaluation.semeval_eval import _complete, run_semeval
+from semdup.evaluation.semeval_eval import run_semeval
 
 
 @pytest.mark.opensearch
@@ -42,7 +43,7 @@ def test_retrieve_mode_scores_every_gold_candidate(opensearch_client):
 
 
 def test_unretrieved_candidates_rank_below_retrieved_without_ties():
-    row = _complete({"a": 3.0, "b": 2.5}, ["x", "a", "y", "b", "z"])
+    row = complete_scores({"a": 3.0, "b": 2.5}, ["x", "a", "y", "b", "z"])
     assert min(row["a"], row["b"]) > max(row["x"], row["y"], row["z"])
     assert len({row["x"], row["y"], row["z"]}) == 3  # no ties left for the scorer's file-order rule to break
 
