@@ -62,12 +62,12 @@ from semdup.core.errors import (
     OpenSearchUnavailable,
     PostError,
     SearchIndexError,
+    SearchTimeout,
     SemdupError,
 )
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
-from semdup.reranker.calls import SearchTimeout
 from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.routers import ingest, probes, rerank, similar
