@@ -59,6 +59,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from semdup.core.errors import (
     BrokerUnavailable,
     ConfigError,
+    OpenSearchRefused,
     OpenSearchUnavailable,
     PostError,
     SearchIndexError,
@@ -323,6 +324,10 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 
 
 async def _semdup(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, OpenSearchRefused) and exc.status is None:
+        # The client failed itself (an answer it could not read): nothing a caller can act on. Answered as any
+        # unexpected error (_any, the server error handler: 500 InternalError, and uvicorn logs the traceback).
+        raise exc
     status = error_status(exc)
     if status == 500:
         logger.error("%s failed: %s", request.url.path, exc)

@@ -113,9 +113,13 @@ def _probe(client: Any, settings: OpenSearchSettings) -> None:
                 f"TLS with {url} failed ({exc.reason}); set SEMDUP_OPENSEARCH_CA_CERTS to the cluster's CA, "
                 "or SEMDUP_OPENSEARCH_VERIFY_CERTS=false for a throw-away test cluster"
             ) from exc
-        if exc.status is None:
-            raise OpenSearchUnavailable(f"no OpenSearch at {url} ({exc.reason}); {START_HINT}") from exc
-        raise OpenSearchUnavailable(f"OpenSearch at {url} answered HTTP {exc.status} to GET /: {exc.reason}") from exc
+        if isinstance(exc, OpenSearchUnavailable) and exc.status is None:  # nothing answered
+            raise OpenSearchUnavailable(f"no OpenSearch at {url} ({exc.reason}); {START_HINT}", type=exc.type) from exc
+        if exc.status is None:  # an answer the client could not read (not JSON): its own error says so
+            raise
+        raise OpenSearchUnavailable(
+            f"OpenSearch at {url} answered HTTP {exc.status} to GET /: {exc.reason}", status=exc.status, type=exc.type
+        ) from exc
     version = (info.get("version") or {}).get("number", "?")
     logger.info("connected to OpenSearch %s at %s", version, url)
 

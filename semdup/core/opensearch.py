@@ -135,7 +135,7 @@ def client_error(exc: BaseException, method: str, path: str, timeout: float | No
         )
     if not isinstance(exc, os_exc.TransportError):
         return OpenSearchRefused(
-            f"the OpenSearch client could not handle {asked}: {type(exc).__name__}: {exc!s:.300}",
+            f"OpenSearch client error {type(exc).__name__}: {exc!s:.300} ({asked})",
             type=type(exc).__name__,
             reason=str(exc)[:_REASON_CHARS],
         )

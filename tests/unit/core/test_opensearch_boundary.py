@@ -60,6 +60,7 @@ def test_refusals_keep_status_type_and_reason_and_404_is_missing() -> None:
     assert isinstance(gone, SearchIndexError) and gone.status == 404 and gone.reason == "no such index [x]"
     bad = client_error(os_exc.SerializationError("cannot serialize"), "POST", "/x/_doc")
     assert type(bad) is OpenSearchRefused and bad.status is None and bad.type == "SerializationError"
+    assert str(bad).startswith("OpenSearch client error SerializationError: cannot serialize")  # the words of before
     long = client_error(os_exc.TransportError(400, "x", {}), "POST", "/" + "i" * 1000)
     assert len(str(long)) < 400  # a long path is cut in the message
 
