@@ -174,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
+    from semdup.core.bulk import chunked
     from semdup.core.clients import connect
     from semdup.indexer.batch_writer import index_batch
-    from semdup.indexer.bulk import chunked
     from semdup.indexer.enable import enable_index
     from semdup.indexer.lexical_index import create_index
     from semdup.indexer.reconcile import plan_sync

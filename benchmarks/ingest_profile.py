@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from semdup.bundle.bundle import Bundle
+    from semdup.core.bulk import bulk_write
     from semdup.core.clients import connect
     from semdup.core.posts import Post
     from semdup.core.scoring import title_posts
@@ -65,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.devstack.local_process import any_free_port, read_record
     from semdup.index_format.documents import lexical_document
     from semdup.indexer.batch_writer import _semdup_fields, ensure_index_model
-    from semdup.indexer.bulk import bulk_write
     from semdup.indexer.lexical_index import create_index
 
     bundle = Bundle.load(args.bundle, device="cpu", intra_op_threads=1, streams=args.threads)  # as a worker runs it

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.indexing import _hardware, _versions
     from semdup.apps.settings import load_settings
+    from semdup.core.bulk import chunked
     from semdup.core.clients import connect
     from semdup.core.task_names import INDEX_POSTS
     from semdup.data.paths import travel_dir
@@ -67,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.devstack.local_process import any_free_port
     from semdup.devstack.local_redis import LocalRedis
     from semdup.indexer import ledger
-    from semdup.indexer.bulk import chunked
     from semdup.indexer.celery_app import QUEUE, configure_app
     from semdup.indexer.ledger import TaskCall
     from semdup.indexer.outcomes import JOBS_INDEX, ensure_jobs_index, new_job, record_job

@@ -8,6 +8,8 @@ from typing import Any
 
 from opensearchpy import exceptions as os_exc
 
+from semdup.core.opensearch import client_error
+
 
 class DictCluster:
     """The document calls :class:`SessionStore` makes, on a dict (one index)."""
@@ -30,7 +32,7 @@ class DictCluster:
         if id not in self.docs:
             if 404 in ignore:
                 return {"_id": id, "found": False}
-            raise os_exc.NotFoundError(404, "not_found", {"found": False})
+            raise client_error(os_exc.NotFoundError(404, "not_found", {"found": False}), "GET", f"/{index}/_doc/{id}")
         return {"_id": id, "found": True, "_source": dict(self.docs[id])}
 
     def update(self, index: str, id: str, body: dict[str, Any], **_: Any) -> None:

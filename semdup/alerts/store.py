@@ -23,13 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
+from semdup.core.bulk import bulk_write
+from semdup.core.errors import ConfigError, OpenSearchUnavailable
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_ID_BYTES
 from semdup.index_format.system_indices import FLAGS, ensure
-from semdup.indexer.bulk import bulk_write
 
 __all__ = ["FLAGS_INDEX", "Flag", "flag_id", "ensure_flags_index", "replace_flags", "delete_flags", "list_flags"]
 
@@ -86,10 +84,6 @@ def flag_id(index: str, post_id: str, candidate_id: str) -> str:
     return "h-" + hashlib.sha256(joined).hexdigest()[:40]
 
 
-def _unavailable(what: str, exc: BaseException) -> OpenSearchUnavailable:
-    return OpenSearchUnavailable(f"OpenSearch did not answer while {what} ({type(exc).__name__}); {exc}")
-
-
 def ensure_flags_index(client: Any, store: str = FLAGS_INDEX) -> None:
     """Create the store with its strict mapping unless it exists (another worker may create it first)."""
     ensure(client, FLAGS, store)
@@ -123,44 +117,33 @@ def replace_flags(
         }
         for f in flags
     ]
-    try:
-        if actions:
-            report = bulk_write(client, actions)
-            if report.failed:
-                raise OpenSearchUnavailable(
-                    f"could not write {len(report.failed)} flags to {store!r} ({report.failed[0][1][:200]}); "
-                    "check the cluster's health and disk space"
-                )
-        client.indices.refresh(index=store)
-        keep = [a["_id"] for a in actions]
-        query = _of_posts(index, post_ids)
-        if keep:
-            query["bool"]["must_not"] = [{"ids": {"values": keep}}]
-        resp = client.delete_by_query(index=store, body={"query": query}, conflicts="proceed", refresh=True)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"writing flags of {len(post_ids)} posts of {index!r}", exc) from exc
-    except os_exc.TransportError as exc:
-        if exc.status_code in (429, 502, 503, 504):
-            raise OpenSearchUnavailable(f"OpenSearch answered HTTP {exc.status_code} while writing flags") from exc
-        raise
+    if actions:
+        report = bulk_write(client, actions)
+        if report.failed:
+            first = report.failed[0]
+            raise OpenSearchUnavailable(
+                f"could not write {len(report.failed)} flags to {store!r} ({str(first)[:200]}); "
+                "check the cluster's health and disk space",
+                status=first.status,
+                type=first.type,
+                reason=first.reason,
+            )
+    client.indices.refresh(index=store)
+    keep = [a["_id"] for a in actions]
+    query = _of_posts(index, post_ids)
+    if keep:
+        query["bool"]["must_not"] = [{"ids": {"values": keep}}]
+    resp = client.delete_by_query(index=store, body={"query": query}, conflicts="proceed", refresh=True)
     return int(resp.get("deleted", 0))
 
 
 def delete_flags(client: Any, index: str, post_ids: Sequence[str], store: str = FLAGS_INDEX) -> int:
     """Delete every flag of ``post_ids`` (posts deleted meanwhile); returns how many there were."""
-    if not post_ids:
+    if not post_ids or not client.indices.exists(index=store):
         return 0
-    try:
-        if not client.indices.exists(index=store):
-            return 0
-        resp = client.delete_by_query(
-            index=store,
-            body={"query": _of_posts(index, post_ids)},
-            conflicts="proceed",
-            refresh=True,
-        )
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"deleting flags of {len(post_ids)} posts of {index!r}", exc) from exc
+    resp = client.delete_by_query(
+        index=store, body={"query": _of_posts(index, post_ids)}, conflicts="proceed", refresh=True
+    )
     return int(resp.get("deleted", 0))
 
 
@@ -193,16 +176,11 @@ def list_flags(
         "size": _PAGE,
     }
     out: list[Flag] = []
-    try:
-        if not client.indices.exists(index=store):
-            return []
-        while True:
-            hits = client.search(index=store, body=body)["hits"]["hits"]
-            out.extend(Flag.from_json(h["_source"]) for h in hits)
-            if len(hits) < _PAGE:
-                return out
-            body["search_after"] = hits[-1]["sort"]
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"reading the flags of {index!r}", exc) from exc
-    except os_exc.TransportError as exc:
-        raise SemdupError(f"OpenSearch refused reading the flags of {index!r} (HTTP {exc.status_code})") from exc
+    if not client.indices.exists(index=store):
+        return []
+    while True:
+        hits = client.search(index=store, body=body)["hits"]["hits"]
+        out.extend(Flag.from_json(h["_source"]) for h in hits)
+        if len(hits) < _PAGE:
+            return out
+        body["search_after"] = hits[-1]["sort"]

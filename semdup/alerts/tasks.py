@@ -11,10 +11,11 @@ moderators' verdicts): the next task flags with the new threshold, no restart ne
 
 Delivery: ``acks_late`` like the indexing tasks, and safe to run twice: the posts' text is read again from the index
 and every flag has a deterministic ``_id`` (:mod:`semdup.alerts.store`), so a redelivered task writes the same
-flags. Transient errors (cluster down, 429/502/503/504, past the soft time limit) are retried with the indexer's
-:class:`~semdup.indexer.retry.RetryPolicy`. Flags are derived data: the posts themselves are already written, so
-a batch that still fails after the retry budget, or cannot be flagged at all (no threshold, another model's
-index), is logged with its ids and acknowledged rather than parked.
+flags. Transient errors (cluster down, 429/502/503/504, past the soft time limit) are retried by Celery as the
+indexer's tasks are (:class:`~semdup.indexer.retry.RetryingTask`, within the worker's retry budget). Flags are
+derived data: the posts themselves are already written, so a batch that still fails after the retry budget, or
+cannot be flagged at all (no threshold, another model's index), is logged with its ids and acknowledged rather
+than parked.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from celery import Task
-from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 
 from semdup.alerts.flag import flag_duplicates, read_posts
@@ -34,8 +34,7 @@ from semdup.alerts.store import delete_flags
 from semdup.core.errors import SemdupError
 from semdup.core.task_names import FLAG_DUPLICATES
 from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
-from semdup.indexer.retry import MAX_RETRY_WAIT
-from semdup.indexer.tasks import is_transient
+from semdup.indexer.retry import TRANSIENT_ERRORS, RetryingTask, StillQueued
 from semdup.reranker.calibration import calibration_path, load_calibration
 from semdup.reranker.reranker import Reranker
 
@@ -96,20 +95,10 @@ def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSett
         return _cached[2], _cached[4]
 
 
-def _retry(task: Task, exc: BaseException, countdown: float) -> BaseException:
-    """The exception that retries ``task``; a retry that cannot be sent hands the message back to the broker
-    (the indexer's rule, :mod:`semdup.indexer.tasks`)."""
-    try:
-        return task.retry(exc=exc, countdown=countdown, throw=False)
-    except Reject as rejected:
-        logger.error("could not send the retry of task %s (%s); its message is requeued", task.request.id, rejected)
-        return Reject(rejected.reason, requeue=True)
-
-
 @app.task(
     name=FLAG_DUPLICATES,
+    base=RetryingTask,
     bind=True,
-    max_retries=None,  # counted by the RetryPolicy
     ignore_result=True,
     acks_late=True,
     reject_on_worker_lost=True,
@@ -121,8 +110,7 @@ def flag_duplicates_task(self: Task, index: str, ids: list[str], model_version: 
     try:
         rt = runtime()
     except Exception as exc:  # no bundle or client in this process: nothing can be flagged here
-        logger.error("this worker cannot load its bundle or client (%s); the flagging task stays on the broker", exc)
-        raise _retry(self, exc, MAX_RETRY_WAIT) from exc
+        raise StillQueued(f"this worker cannot load its bundle or client ({exc}); the flagging stays queued") from exc
     if model_version != rt.bundle.version:
         logger.error(
             "flagging of %d posts of %s was sent for model %s but this worker runs bundle %s; not flagged: %s",
@@ -141,22 +129,11 @@ def flag_duplicates_task(self: Task, index: str, ids: list[str], model_version: 
             delete_flags(rt.client, index, missing)
         flags = flag_duplicates(reranker, rt.client, index, posts, k=settings.k)
         return {"posts": len(posts), "flagged": len(flags), "missing": len(missing), "failed": 0}
-    except (Retry, Reject):
-        raise
     except Exception as exc:
-        if is_transient(exc) and retries < rt.retry.max_retries:
-            wait = rt.retry.countdown(retries)
-            logger.warning(
-                "flagging %d posts of %s: %s; retry %d of %d in %.0f s",
-                len(ids),
-                index,
-                exc,
-                retries + 1,
-                rt.retry.max_retries,
-                wait,
-            )
-            raise _retry(self, exc, wait) from exc
-        how = "after the retry budget" if is_transient(exc) else "for good"
+        transient = isinstance(exc, TRANSIENT_ERRORS)
+        if transient and retries < rt.retry.max_retries:
+            raise  # Celery's autoretry sends it again after its backoff
+        how = "after the retry budget" if transient else "for good"
         log = logger.error if isinstance(exc, (SemdupError, ValueError)) else logger.exception
         log(
             "flagging %d posts of %s failed %s (%s: %s); ids: %s",

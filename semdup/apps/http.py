@@ -59,15 +59,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from semdup.core.errors import (
     BrokerUnavailable,
     ConfigError,
+    OpenSearchRefused,
     OpenSearchUnavailable,
     PostError,
     SearchIndexError,
+    SearchTimeout,
     SemdupError,
 )
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
-from semdup.reranker.calls import SearchTimeout
 from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.routers import ingest, probes, rerank, similar
@@ -323,6 +324,10 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 
 
 async def _semdup(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, OpenSearchRefused) and exc.status is None:
+        # The client failed itself (an answer it could not read): nothing a caller can act on. Answered as any
+        # unexpected error (_any, the server error handler: 500 InternalError, and uvicorn logs the traceback).
+        raise exc
     status = error_status(exc)
     if status == 500:
         logger.error("%s failed: %s", request.url.path, exc)

@@ -25,6 +25,7 @@ from semdup.apps.settings import Settings, load_settings
 from semdup.core.errors import ConfigError
 from semdup.indexer import worker_metrics
 from semdup.indexer.celery_app import WorkerRuntime, app, celery_config, explicitly_configured, set_runtime_loader
+from semdup.indexer.retry import annotations
 
 __all__ = ["app", "TASK_MODULES", "configure_worker", "load_worker_bundle", "build_runtime", "run_worker"]
 
@@ -103,6 +104,7 @@ def configure_worker(settings: Settings | None = None) -> Celery:
         if settings is not None:
             _settings["current"] = settings
     worker_metrics.configure(_tree().metrics)
+    app.conf.task_annotations = annotations(_tree().retry_policy())  # the tasks' backoff, before they are made
     set_runtime_loader(lambda: build_runtime(_tree()))
     return app
 
@@ -114,6 +116,7 @@ def _configure_from_settings(sender: Celery, **_: Any) -> None:
         return
     tree = _tree()
     sender.conf.update(celery_config(tree.broker_settings().url, visibility_timeout=tree.worker.visibility_timeout))
+    sender.conf.task_annotations = annotations(tree.retry_policy())
 
 
 def run_worker(settings: Settings, argv: Sequence[str]) -> None:

@@ -4,8 +4,8 @@ Each part owns one module here (``opensearch_cmd``, ``eval_cmd`` ...) exposing a
 or group under the name listed in ``_COMMANDS``. Runtime errors print "Error: ..." and exit 1;
 usage errors exit 2 (click's convention). Every such line goes through :func:`semdup.core.logs.scrub` (no
 password of a broker or cluster URL, no API key), and in JSON log mode it is one JSON record like every other
-line on stderr. An OpenSearch error that no semdup layer translated still ends as one ``Error:`` line (its
-traceback at ``-vv``), not a traceback.
+line on stderr. OpenSearch's errors arrive as semdup's already (the client raises them,
+:mod:`semdup.core.opensearch`), so they too end as one ``Error:`` line, never a traceback.
 """
 
 from __future__ import annotations
@@ -145,22 +145,6 @@ def _fail(message: str, code: int, usage: click.ClickException | None = None) ->
     sys.exit(code)
 
 
-def _untranslated(exc: BaseException) -> str | None:
-    """The message for an OpenSearch client error no semdup layer turned into a SemdupError, else None."""
-    os_exc = sys.modules.get("opensearchpy.exceptions")  # never imported here just to look
-    if os_exc is None or not isinstance(exc, os_exc.OpenSearchException):
-        return None
-    if isinstance(exc, os_exc.ConnectionError):
-        return f"OpenSearch did not answer ({type(exc).__name__}); check SEMDUP_OPENSEARCH_URL and the cluster"
-    if isinstance(exc, os_exc.TransportError):
-        said = ": ".join(str(x)[:300] for x in (exc.error, exc.info) if x not in (None, ""))
-        return (
-            f"OpenSearch refused the request (HTTP {exc.status_code}{': ' + said if said else ''}); "
-            "check the command's arguments (index names, ids), or run with -vv for the traceback"
-        )
-    return f"OpenSearch client error {type(exc).__name__}: {exc!s:.300}"
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: semdup errors become one "Error: ..." line and exit 1."""
     try:
@@ -180,9 +164,3 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
-    except Exception as exc:
-        message = _untranslated(exc)
-        if message is None:
-            raise  # a bug: its traceback (one JSON record in JSON mode) is what a report needs
-        logging.getLogger("semdup.cli").debug("untranslated OpenSearch error", exc_info=True)
-        _fail(message, 1)

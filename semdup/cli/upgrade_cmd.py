@@ -105,8 +105,8 @@ def upgrade(
         f"{verb} {out.new_index} for model {b.version} ({out.fields.describe()}): {out.written} posts written, "
         f"{out.removed} removed, in {out.rounds} rounds"
     )
-    for pid, err in out.unencodable[:20]:
-        click.echo(f"  not encodable by the new model: {pid}: {err[:150]}")
+    for failure in out.unencodable[:20]:
+        click.echo(f"  not encodable by the new model: {failure.id}: {str(failure)[:150]}")
     if not out.switched:
         raise click.ClickException(
             f"{out.stale} posts still stale after {out.rounds} rounds (the site writes faster than this process "

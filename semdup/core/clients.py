@@ -1,59 +1,22 @@
 """Clients built from :mod:`semdup.core.settings`: the OpenSearch client (checked with ``GET /``, AWS SigV4
-where asked), the broker probe, and the translation of connection errors into semdup's error tree.
+where asked; its transport raises semdup's errors, :mod:`semdup.core.opensearch`) and the broker probe.
 
 Kept apart from the settings so that reading configuration never opens a connection.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchError, OpenSearchUnavailable
 from semdup.core.settings import START_HINT, BrokerSettings, OpenSearchSettings
 
-__all__ = [
-    "connect",
-    "aws_auth",
-    "check_broker",
-    "opensearch_errors",
-    "error_reason",
-    "orjson_serializer",
-    "knn_available",
-]
+__all__ = ["connect", "aws_auth", "check_broker", "knn_available"]
 
 logger = logging.getLogger(__name__)
-
-
-def error_reason(error: Any) -> str:
-    """What an OpenSearch error body says went wrong: its first root cause's reason, else its own reason, else the
-    error as text (a bare type such as "action_request_validation_exception" says neither which request nor why)."""
-    if isinstance(error, dict):
-        causes = error.get("root_cause")
-        if isinstance(causes, list) and causes and isinstance(causes[0], dict) and causes[0].get("reason"):
-            return str(causes[0]["reason"])
-        if error.get("reason"):
-            return str(error["reason"])
-    return str(error)
-
-
-@contextmanager
-def opensearch_errors(action: str) -> Iterator[None]:
-    """Turn opensearch-py's connection errors during ``action`` into one OpenSearchUnavailable that says
-    how to start a cluster (the CLI prints it as one line)."""
-    from opensearchpy.exceptions import ConnectionError as ClientConnectionError
-
-    try:
-        yield
-    except ClientConnectionError as exc:  # includes ConnectionTimeout
-        raise OpenSearchUnavailable(
-            f"OpenSearch did not answer while {action} ({type(exc).__name__}); {START_HINT}"
-        ) from exc
 
 
 def aws_auth(settings: OpenSearchSettings, credentials: Any = None) -> Any:
@@ -80,7 +43,8 @@ def aws_auth(settings: OpenSearchSettings, credentials: Any = None) -> Any:
 
 
 def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int | None = None) -> Any:
-    """An ``opensearchpy.OpenSearch`` client for ``settings``, checked with ``GET /`` unless ``check=False``.
+    """An OpenSearch client for ``settings``, checked with ``GET /`` unless ``check=False``. Its transport raises
+    semdup's errors (:class:`~semdup.core.opensearch.MappedTransport`), never opensearch-py's.
 
     ``pool_maxsize``: connections kept open per node, at least one per thread that calls at the same time (the
     service passes its request threads; default :data:`_POOL_MAXSIZE`).
@@ -90,6 +54,8 @@ def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int 
         ConfigError: credentials refused, or TLS verification failed.
     """
     from opensearchpy import OpenSearch, RequestsHttpConnection
+
+    from semdup.core.opensearch import MappedTransport, orjson_serializer
 
     parts = urlsplit(settings.url)
     https = parts.scheme == "https"
@@ -119,7 +85,7 @@ def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int 
         kwargs["connection_class"] = RequestsHttpConnection  # AWSV4SignerAuth signs requests' requests
     kwargs["serializer"] = orjson_serializer()
     kwargs["pool_maxsize"] = max(pool_maxsize or _POOL_MAXSIZE, 1)
-    client = OpenSearch(**kwargs)
+    client = OpenSearch(transport_class=MappedTransport, **kwargs)
     if check and settings.aws_service != "aoss":  # Serverless has no GET /
         _probe(client, settings)
     return client
@@ -131,65 +97,28 @@ def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int 
 _POOL_MAXSIZE = 16
 
 
-@functools.cache
-def orjson_serializer() -> Any:
-    """The client's JSON (de)serializer on orjson: a rerank reads ~100 hits with their docvalue fields, and
-    opensearch-py's stdlib ``json`` parsing was a visible part of it. Whatever orjson refuses (an integer
-    beyond 64 bits, a type it cannot write) goes through the stdlib serializer, as before.
-    """
-    import orjson
-    from opensearchpy.exceptions import SerializationError
-    from opensearchpy.serializer import JSONSerializer
-
-    class OrjsonSerializer(JSONSerializer):
-        def loads(self, s: str) -> Any:
-            try:
-                return orjson.loads(s)
-            except orjson.JSONDecodeError:
-                return super().loads(s)  # raises SerializationError on text that is not JSON at all
-
-        def dumps(self, data: Any) -> Any:
-            if isinstance(data, str):
-                return data
-            try:
-                return orjson.dumps(data, default=self.default, option=orjson.OPT_SERIALIZE_NUMPY).decode("utf-8")
-            except (orjson.JSONEncodeError, SerializationError):
-                return super().dumps(data)
-
-    return OrjsonSerializer()
-
-
 def _probe(client: Any, settings: OpenSearchSettings) -> None:
-    from opensearchpy.exceptions import (
-        AuthenticationException,
-        AuthorizationException,
-        ConnectionError,
-        SSLError,
-        TransportError,
-    )
-
     url = settings.safe_url
     try:
         info = client.info(request_timeout=settings.timeout)
-    except (AuthenticationException, AuthorizationException) as exc:
+    except OpenSearchError as exc:
         client.close()
-        raise ConfigError(
-            f"OpenSearch at {url} refused the credentials (HTTP {exc.status_code}); check "
-            "SEMDUP_OPENSEARCH_USERNAME/PASSWORD or the AWS role's access policy"
-        ) from exc
-    except SSLError as exc:
-        client.close()
-        raise ConfigError(
-            f"TLS with {url} failed ({str(exc.info)[:200]}); set SEMDUP_OPENSEARCH_CA_CERTS to the cluster's CA, "
-            "or SEMDUP_OPENSEARCH_VERIFY_CERTS=false for a throw-away test cluster"
-        ) from exc
-    except ConnectionError as exc:  # includes ConnectionTimeout
-        client.close()
-        raise OpenSearchUnavailable(f"no OpenSearch at {url} ({type(exc.info).__name__}); {START_HINT}") from exc
-    except TransportError as exc:
-        client.close()
+        if exc.status in (401, 403):
+            raise ConfigError(
+                f"OpenSearch at {url} refused the credentials (HTTP {exc.status}); check "
+                "SEMDUP_OPENSEARCH_USERNAME/PASSWORD or the AWS role's access policy"
+            ) from exc
+        if exc.type == "SSLError":
+            raise ConfigError(
+                f"TLS with {url} failed ({exc.reason}); set SEMDUP_OPENSEARCH_CA_CERTS to the cluster's CA, "
+                "or SEMDUP_OPENSEARCH_VERIFY_CERTS=false for a throw-away test cluster"
+            ) from exc
+        if isinstance(exc, OpenSearchUnavailable) and exc.status is None:  # nothing answered
+            raise OpenSearchUnavailable(f"no OpenSearch at {url} ({exc.reason}); {START_HINT}", type=exc.type) from exc
+        if exc.status is None:  # an answer the client could not read (not JSON): its own error says so
+            raise
         raise OpenSearchUnavailable(
-            f"OpenSearch at {url} answered HTTP {exc.status_code} to GET /: {exc.error}"
+            f"OpenSearch at {url} answered HTTP {exc.status} to GET /: {exc.reason}", status=exc.status, type=exc.type
         ) from exc
     version = (info.get("version") or {}).get("number", "?")
     logger.info("connected to OpenSearch %s at %s", version, url)
@@ -230,10 +159,5 @@ def check_broker(url: str, timeout: float = 5.0) -> None:
 
 def knn_available(client: Any) -> bool:
     """True when the cluster lists the ``opensearch-knn`` plugin in ``_cat/plugins``."""
-    from opensearchpy.exceptions import OpenSearchException
-
-    try:
-        rows = client.cat.plugins(format="json", request_timeout=10)
-    except OpenSearchException as exc:
-        raise OpenSearchUnavailable(f"could not list the cluster's plugins: {exc}") from exc
+    rows = client.cat.plugins(format="json", request_timeout=10)
     return any(row.get("component") == "opensearch-knn" for row in rows)

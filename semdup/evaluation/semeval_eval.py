@@ -20,9 +20,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from opensearchpy import OpenSearch
-
 from semdup.core.measures import complete_scores, semeval_scores
+from semdup.core.opensearch import OpenSearch
 from semdup.core.progress import progress as progress_bar
 from semdup.data import SemEvalSet
 from semdup.evaluation.methods import Method, load_scorer

@@ -47,12 +47,12 @@ def site_doc(p: Post, n: int) -> dict[str, Any]:
 
 
 def bulk_or_raise(client: Any, actions: list[dict[str, Any]]) -> None:
-    """opensearch-py's bulk helper; any failed action is an error (these are measurements' fixtures)."""
-    from opensearchpy.helpers import bulk
+    """semdup's bulk writer; any failed action is an error (these are measurements' fixtures)."""
+    from semdup.core.bulk import bulk_write
 
-    _ok, errors = bulk(client, actions, chunk_size=200, request_timeout=_TIMEOUT, raise_on_error=False)
-    if errors:
-        raise RuntimeError(f"{len(errors)} bulk actions failed: {errors[:2]}")
+    report = bulk_write(client, actions, chunk_size=200, request_timeout=_TIMEOUT)
+    if report.failed:
+        raise RuntimeError(f"{len(report.failed)} bulk actions failed: {[str(f) for f in report.failed[:2]]}")
 
 
 def make_site_index(client: Any, name: str, posts: Sequence[Post]) -> None:

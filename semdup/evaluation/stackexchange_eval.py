@@ -12,10 +12,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from opensearchpy import OpenSearch
-
 from semdup.core.eval_protocols import rank_corpus
 from semdup.core.measures import retrieval_scores
+from semdup.core.opensearch import OpenSearch
 from semdup.data import StackExchangeDump
 from semdup.evaluation.methods import Method, load_scorer
 from semdup.indexer.lexical_index import create_index, delete_index, load_posts

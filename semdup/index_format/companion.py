@@ -22,10 +22,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import SearchIndexError
+from semdup.core.opensearch import OpenSearch
 from semdup.index_format.mapping import MODEL_META_KEY
 
 __all__ = [
@@ -76,12 +74,7 @@ def companion_index_name(index: str, version: str) -> str:
 def _mappings(client: OpenSearch, name: str) -> dict[str, dict[str, Any]] | None:
     """``concrete index -> mapping`` of an index or alias; None when there is none (asked with ``ignore=404`` so a
     companion that does not exist yet is not logged as a failed request on every first ``enable``)."""
-    try:
-        got = client.indices.get_mapping(index=name, ignore=404)
-    except os_exc.NotFoundError:
-        return None
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {name!r}") from exc
+    got = client.indices.get_mapping(index=name, ignore=404)
     if got.get("status") == 404 and "error" in got:
         return None
     return {k: v.get("mappings") or {} for k, v in got.items()}

@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
 
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import OpenSearchMissing, SearchIndexError
+from semdup.core.opensearch import OpenSearch
 from semdup.index_format.packed_fields import pack_semdup_fields
 from semdup.index_format.schema import CandidateFields
 
@@ -61,13 +60,11 @@ def mappings(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
     """``concrete index -> its mapping`` for an index or alias."""
     try:
         mappings = client.indices.get_mapping(index=index)
-    except os_exc.NotFoundError as exc:
+    except OpenSearchMissing as exc:
         raise SearchIndexError(
             f"index {index!r} does not exist; create it with `semdup index-posts --index {index} ...` "
             f"or add semdup to an existing one with `semdup enable --index {index}`"
         ) from exc
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
     return {name: m.get("mappings") or {} for name, m in mappings.items()}
 
 

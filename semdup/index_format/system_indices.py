@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from semdup.core.errors import OpenSearchUnavailable
+from semdup.core.errors import OpenSearchRefused
 
 __all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SESSIONS", "SYSTEM_INDICES", "ensure"]
 
@@ -138,20 +138,13 @@ def ensure(client: Any, decl: SystemIndex, name: str | None = None) -> bool:
     Raises:
         OpenSearchUnavailable: the cluster did not answer.
     """
-    from opensearchpy import exceptions as os_exc
-
     name = name or decl.name
     key = (id(client), name)
     if key in _current:
         return False
-    try:
-        created = _create(client, decl, name, os_exc)
-        if not created:
-            _add_fields(client, decl, name)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch did not answer while creating {name!r} ({type(exc).__name__}); {exc}"
-        ) from exc
+    created = _create(client, decl, name)
+    if not created:
+        _add_fields(client, decl, name)
     with _lock:
         _current.add(key)
     if created:
@@ -159,14 +152,14 @@ def ensure(client: Any, decl: SystemIndex, name: str | None = None) -> bool:
     return created
 
 
-def _create(client: Any, decl: SystemIndex, name: str, os_exc: Any) -> bool:
+def _create(client: Any, decl: SystemIndex, name: str) -> bool:
     try:
         if client.indices.exists(index=name):
             return False
         client.indices.create(index=name, body=decl.body)
         return True
-    except os_exc.RequestError as exc:
-        if exc.error != "resource_already_exists_exception":
+    except OpenSearchRefused as exc:
+        if exc.type != "resource_already_exists_exception":
             raise
         return False
 

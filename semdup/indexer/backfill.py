@@ -20,16 +20,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import scan
-
+from semdup.core.bulk import chunked
 from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
+from semdup.core.opensearch import OpenSearch, scan
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import companion_of
 from semdup.index_format.mapping import candidate_fields, index_model
-from semdup.indexer.bulk import chunked
 from semdup.indexer.ledger import TaskCall, publish
 from semdup.indexer.outcomes import Job, new_job, record_job
 
@@ -70,10 +67,7 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
                 "models. Index into a new index behind an alias instead, or run the backfill with bundle "
                 f"{current}"
             )
-    try:
-        mapping = client.indices.get_mapping(index=index)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the mapping of {index!r}") from exc
+    mapping = client.indices.get_mapping(index=index)
     for name, m in mapping.items():
         if "semdup" not in (m.get("mappings", {}).get("properties") or {}):
             raise SearchIndexError(
@@ -85,10 +79,7 @@ def check_backfill_target(client: OpenSearch, index: str, version: str) -> None:
 def count_pending(client: OpenSearch, index: str, version: str) -> int:
     """Posts of ``index`` still missing ``version``'s fields, as of the index's last refresh (near real time)."""
     query = pending_query(version, candidate_fields(client, index).names())
-    try:
-        return int(client.count(index=index, body={"query": query})["count"])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while counting posts of {index!r}") from exc
+    return int(client.count(index=index, body={"query": query})["count"])
 
 
 def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1000) -> Iterator[str]:
@@ -104,11 +95,9 @@ def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1
             request_timeout=_SCROLL_TIMEOUT,
         ):
             yield str(hit["_id"])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch stopped answering while listing posts to backfill in {index!r}; run the backfill again "
-            "when it is back (it resumes with what is still missing)"
-        ) from exc
+    except OpenSearchUnavailable as exc:
+        advice = f"run the backfill of {index!r} again when it is back (it resumes with what is still missing)"
+        raise exc.advising(advice) from exc
 
 
 def enqueue_backfill(

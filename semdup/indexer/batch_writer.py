@@ -36,16 +36,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import OpenSearchUnavailable, PostError, SearchIndexError
+from semdup.core.bulk import BulkReport, bulk_write, chunked
+from semdup.core.errors import OpenSearchRefused, OpenSearchUnavailable, PostError, SearchIndexError
+from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.post_rules import check_post_input, opensearch_id_problem
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
@@ -54,7 +52,6 @@ from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash, lexical_document, stored_post
 from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields
-from semdup.indexer.bulk import BulkReport, bulk_write, chunked
 
 __all__ = [
     "DocumentEncoder",
@@ -85,12 +82,6 @@ CPU_CHUNK_MAX = 128
 # On a GPU a chunk's texts and titles fill about one GPU batch (semdup.bundle.bundle.GPU_BATCH_ROWS).
 GPU_INDEX_CHUNK = 512
 _REFUSED_WHOLE = (400, 413)  # statuses of a bulk request refused as a whole (validation, too large)
-# A document rejected as overloaded: its status, or its error type, matched as such; never a bare "429" anywhere in
-# the text (an index name or id holding "429" made a write-blocked index's refusals look transient).
-_REJECTED = re.compile(
-    r"'status': 429\b|'type': '(?:opensearch_|es_)?rejected_execution_exception'|'type': 'circuit_breaking_exception'"
-    r"|'type': 'too_many_requests'"
-)
 
 
 class DocumentEncoder(Protocol):
@@ -103,10 +94,11 @@ class DocumentEncoder(Protocol):
 
 @dataclass
 class BatchResult:
-    """Counts of one batch; ``failed`` are (post id, error) to park, ``payloads`` their posts as JSON."""
+    """Counts of one batch; ``failed`` are the posts to park (each an :class:`ItemFailure`), ``payloads`` their
+    posts as JSON."""
 
     written: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[ItemFailure] = field(default_factory=list)
     payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
@@ -140,7 +132,7 @@ def _parse_posts(batch: Sequence[Any], result: BatchResult) -> list[Post]:
             check_post_input(post)  # the rules the CLI and the HTTP API apply: here for producers that bypass both
         except PostError as exc:
             pid = str(obj["id"]) if isinstance(obj, dict) and "id" in obj else _payload_id(obj)
-            result.failed.append((pid, f"PostError: {exc}"))
+            result.failed.append(ItemFailure.of_error(pid, exc))
             result.payloads[pid] = obj if isinstance(obj, dict) else {"raw": str(obj)[:10_000]}
             continue
         posts.append(post)
@@ -160,7 +152,7 @@ def _encode(bundle: DocumentEncoder, posts: list[Post], result: BatchResult) -> 
         try:
             out.append((post, bundle.document_fields([post])[0]))
         except PostError as exc:
-            result.failed.append((post.id, f"PostError: {exc}"))
+            result.failed.append(ItemFailure.of_error(post.id, exc))
             result.payloads[post.id] = post.to_json()
     return out
 
@@ -209,12 +201,17 @@ def _prepared_chunks(
 
 
 def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
-    """Per-document failures: 429s left after bulk retries are transient (raise), the rest are parked."""
-    rejected = [(i, e) for i, e in report.failed if _REJECTED.search(e)]
+    """Per-document failures: those still rejected as overloaded after the bulk retries are transient (raise, the
+    task is retried), the rest are parked."""
+    rejected = [f for f in report.failed if f.transient]
     if rejected:
+        first = rejected[0]
         raise OpenSearchUnavailable(
-            f"OpenSearch rejected {len(rejected)} documents of a {what} batch as overloaded (429) after the bulk "
-            f"retries (first: {rejected[0][0]}); the batch is retried later"
+            f"OpenSearch rejected {len(rejected)} documents of a {what} batch as overloaded after the bulk retries "
+            f"(first: {first.id}, {first}); the batch is retried later",
+            status=first.status,
+            type=first.type,
+            reason=first.reason,
         )
     result.written += report.written
     result.failed.extend(report.failed)
@@ -298,7 +295,7 @@ def index_batch(
 
     report = write_overlapped(client, action_chunks())
     _split_failures(report, result, "index_posts")
-    failed = {i for i, _ in result.failed}
+    failed = {f.id for f in result.failed}
     by_id = {p.id: p for p in posts}
     result.payloads = {k: v for k, v in result.payloads.items() if k in failed}
     for pid in failed - result.payloads.keys():
@@ -340,13 +337,13 @@ def _bulk_or_split(client: OpenSearch, actions: list[dict[str, Any]]) -> BulkRep
     alone and fails by itself, so the rest of the batch is written."""
     try:
         return bulk_write(client, actions, total=len(actions), chunk_size=len(actions))
-    except os_exc.TransportError as exc:
-        if exc.status_code not in _REFUSED_WHOLE:
+    except OpenSearchRefused as exc:
+        if exc.status not in _REFUSED_WHOLE:
             raise
         if len(actions) == 1:
-            error = f"{type(exc).__name__}({exc.status_code}): {exc.error}: {str(exc.info)[:300]}"
-            logger.warning("bulk request of %s refused: %s", actions[0]["_id"], error[:200])
-            return BulkReport(failed=[(str(actions[0]["_id"]), error)])
+            failure = ItemFailure.of_error(str(actions[0]["_id"]), exc)
+            logger.warning("bulk request of %s refused: %s", failure.id, str(failure)[:200])
+            return BulkReport(failed=[failure])
         half = len(actions) // 2
         return _bulk_or_split(client, actions[:half]).merge(_bulk_or_split(client, actions[half:]))
 
@@ -354,14 +351,7 @@ def _bulk_or_split(client: OpenSearch, actions: list[dict[str, Any]]) -> BulkRep
 def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
     """The posts of an index semdup created, from its (cleaned) ``title`` and ``body``."""
     title_field, body_field = _OWN_FIELDS.title, _OWN_FIELDS.body
-    try:
-        docs = client.mget(
-            index=index,
-            body={"ids": list(ids)},
-            _source_includes=[title_field, body_field],
-        )["docs"]
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading {len(ids)} posts of {index!r}") from exc
+    docs = client.mget(index=index, body={"ids": list(ids)}, _source_includes=[title_field, body_field])["docs"]
     posts = []
     for doc in docs:
         if not doc.get("found"):
@@ -372,7 +362,7 @@ def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: Bat
         try:
             check_post(post)
         except PostError as exc:
-            result.failed.append((post.id, f"PostError: {exc}"))
+            result.failed.append(ItemFailure.of_error(post.id, exc))
             continue
         posts.append(post)
     return posts
@@ -429,8 +419,8 @@ def delete_batch(client: OpenSearch, index: str, ids: Sequence[str]) -> BatchRes
     result.written += len(ids) - len(valid)  # an id OpenSearch refuses as _id names no document: nothing to delete
     actions = [{"_op_type": "delete", "_index": index, "_id": i} for i in valid]
     report = _bulk_or_split(client, actions) if actions else BulkReport()
-    gone = [(i, e) for i, e in report.failed if "not_found" in e or "'result': 'not_found'" in e]
-    report.failed = [f for f in report.failed if f not in gone]
+    gone = [f for f in report.failed if f.missing]
+    report.failed = [f for f in report.failed if not f.missing]
     report.written += len(gone)
     _split_failures(report, result, "delete")
     return result

@@ -21,7 +21,7 @@ queued on the broker; README.md in this folder):
   long. It must exceed what a message can spend unacknowledged in a live worker: the task's run time (bounded
   by :data:`TASK_SOFT_TIME_LIMIT`, 120 s) plus the longest retry countdown it holds before running
   (:class:`~semdup.indexer.retry.RetryPolicy` caps it at a fifth of the visibility timeout, 60 s at most),
-  else a held message is handed out twice. Hence :data:`DEFAULT_VISIBILITY_TIMEOUT` = 300 s (120 + 75 with
+  else a held message is handed out twice. Hence :data:`DEFAULT_VISIBILITY_TIMEOUT` = 300 s (120 + 60 with
   room to spare), not an hour; tests lower it with ``SEMDUP_VISIBILITY_TIMEOUT`` (the settings tree). RabbitMQ
   ignores it (it redelivers on a closed channel).
 * RabbitMQ (``amqp://``): the broker itself tracks what it delivered, so a consumer whose connection closes
@@ -34,7 +34,7 @@ queued on the broker; README.md in this folder):
   redeliveries, a batch that keeps killing its worker included), ``worker_prefetch_multiplier=1`` and heartbeats
   (``broker_heartbeat``, 60 s: a worker cut off without its socket closing is noticed within two of them). The
   broker's ``consumer_timeout`` (30 minutes by default) must exceed what a message can spend unacknowledged in a
-  live worker: a task (:data:`TASK_SOFT_TIME_LIMIT`) plus its longest retry countdown, 195 s here.
+  live worker: a task (:data:`TASK_SOFT_TIME_LIMIT`) plus its longest retry countdown, 180 s here.
 * JSON only (``accept_content=["json"]``): a broker message can never run code (pickle could).
 """
 

@@ -19,11 +19,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import OpenSearchRefused, SearchIndexError
 from semdup.core.index_names import check_index_name
+from semdup.core.opensearch import OpenSearch
 from semdup.index_format.companion import (
     SOURCE_META_KEY,
     SourceFields,
@@ -111,13 +109,10 @@ def enable_index(
     check_site_index(client, index, title_field, body_field)
     source = SourceFields(index, title_field, body_field)
     ensure_templates(client)  # the reranker's candidate searches of the companion need them
-    try:
-        existing = companion_of(client, index)
-        if existing is None:
-            return _create(client, index, version, dimension, wanted, source)
-        return _complete(client, existing[0], version, dimension, wanted, source)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while enabling {index!r}: {exc}") from exc
+    existing = companion_of(client, index)
+    if existing is None:
+        return _create(client, index, version, dimension, wanted, source)
+    return _complete(client, existing[0], version, dimension, wanted, source)
 
 
 def _create(
@@ -129,9 +124,9 @@ def _create(
     body["aliases"] = {alias: {"is_write_index": True}}
     try:
         client.indices.create(index=concrete, body=body)
-    except os_exc.RequestError as exc:
-        if "resource_already_exists_exception" not in str(exc):
-            raise SearchIndexError(f"OpenSearch refused the companion index {concrete!r}: {exc.info or exc}") from exc
+    except OpenSearchRefused as exc:
+        if exc.type != "resource_already_exists_exception":
+            raise
         # a concurrent enable, or an earlier one stopped before the alias: put the alias, then complete it
         client.indices.put_alias(index=concrete, name=alias)
         return _complete(client, alias, version, dimension, wanted, source)

@@ -39,12 +39,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from celery import Celery
-from opensearchpy import OpenSearch
 
+from semdup.core.bulk import chunked
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.core.logs import scrub
+from semdup.core.opensearch import OpenSearch
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
 from semdup.core.settings import redact_url
@@ -53,7 +54,6 @@ from semdup.index_format.mapping import common_fields, semdup_props
 from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import ledger
-from semdup.indexer.bulk import chunked
 from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT, app, configure_app
 from semdup.indexer.ledger import TaskCall
 from semdup.indexer.lexical_index import create_index

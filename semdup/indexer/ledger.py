@@ -31,12 +31,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import BulkIndexError, bulk, scan
-
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
-from semdup.indexer.bulk import chunked
+from semdup.core.bulk import bulk_write, chunked
+from semdup.core.errors import OpenSearchMissing, OpenSearchRefused, OpenSearchUnavailable
+from semdup.core.opensearch import OpenSearch, scan
 from semdup.indexer.outcomes import JOBS_INDEX, Job, ensure_jobs_index
 
 __all__ = [
@@ -58,7 +55,6 @@ logger = logging.getLogger(__name__)
 CHUNK = 100  # batches per ledger bulk request (at most ~100 x 64 posts of text) and per `sent` update
 _BULK_TIMEOUT = 60.0  # a ledger chunk is up to 100 batches of posts' text (20 MB): more than a small request
 _MAX_BULK_BYTES = 20 * 1024 * 1024
-_TRANSIENT = (os_exc.ConnectionError, os_exc.ConnectionTimeout)
 
 
 def task_id(job: str, batch: str) -> str:
@@ -112,13 +108,18 @@ class SentMark:
 
 
 def _bulk(client: OpenSearch, actions: list[dict[str, Any]], what: str) -> None:
-    try:
-        bulk(client, actions, max_chunk_bytes=_MAX_BULK_BYTES, request_timeout=_BULK_TIMEOUT, refresh=False)
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while {what}: {exc}") from exc
-    except BulkIndexError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        raise SearchIndexError(f"{JOBS_INDEX} refused {len(exc.errors)} records while {what}; first: {first}") from exc
+    report = bulk_write(
+        client, actions, chunk_size=len(actions), max_chunk_bytes=_MAX_BULK_BYTES, request_timeout=_BULK_TIMEOUT
+    )
+    if report.failed:  # nothing of the chunk is published: the producer fails, and sending again is harmless
+        first = report.failed[0]
+        refused = OpenSearchUnavailable if first.transient else OpenSearchRefused
+        raise refused(
+            f"{JOBS_INDEX} refused {len(report.failed)} records while {what}; first: {first.id}: {first}",
+            status=first.status,
+            type=first.type,
+            reason=first.reason,
+        )
 
 
 def _record(client: OpenSearch, job: Job, calls: Sequence[TaskCall], first_seq: int) -> None:
@@ -146,15 +147,12 @@ def _record(client: OpenSearch, job: Job, calls: Sequence[TaskCall], first_seq: 
 
 
 def _mark_sent(client: OpenSearch, job: Job, sent: int) -> None:
-    try:
-        client.update(
-            index=JOBS_INDEX,
-            id=f"job/{job.id}",
-            body={"doc": {"sent": sent, "sent_at": int(time.time())}},
-            retry_on_conflict=3,
-        )
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while marking job {job.id}'s batches sent") from exc
+    client.update(
+        index=JOBS_INDEX,
+        id=f"job/{job.id}",
+        body={"doc": {"sent": sent, "sent_at": int(time.time())}},
+        retry_on_conflict=3,
+    )
 
 
 def publish(
@@ -190,20 +188,15 @@ def publish(
 
 def _scan(client: OpenSearch, job_id: str, kind: str, fields: list[str]) -> Iterable[dict[str, Any]]:
     query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": kind}}]}}
-    try:
-        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
-        yield from scan(
-            client,
-            index=JOBS_INDEX,
-            query={"query": query, "_source": fields},
-            size=2000,
-            scroll="2m",
-            ignore_unavailable=True,
-        )
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}'s {kind}s") from exc
-    except os_exc.NotFoundError:
-        return
+    client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
+    yield from scan(
+        client,
+        index=JOBS_INDEX,
+        query={"query": query, "_source": fields},
+        size=2000,
+        scroll="2m",
+        ignore_unavailable=True,
+    )
 
 
 def ledger_entries(client: OpenSearch, job_id: str) -> dict[str, LedgerEntry]:
@@ -236,10 +229,7 @@ def read_calls(client: OpenSearch, job_id: str, keys: Sequence[str]) -> list[tup
     """
     if not keys:
         return []
-    try:
-        found = client.mget(index=JOBS_INDEX, body={"ids": [f"batch/{job_id}/{k}" for k in keys]})
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}'s batches") from exc
+    found = client.mget(index=JOBS_INDEX, body={"ids": [f"batch/{job_id}/{k}" for k in keys]})
     out = []
     for doc in found.get("docs", []):
         if doc.get("found"):
@@ -256,10 +246,8 @@ def sent_mark(client: OpenSearch, job_id: str) -> SentMark | None:
     """
     try:
         doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}")["_source"]
-    except os_exc.NotFoundError:
+    except OpenSearchMissing:
         return None
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}") from exc
     if "sent" not in doc:
         return None
     return SentMark(int(doc["sent"]), float(doc.get("sent_at") or doc.get("at") or 0))
@@ -272,13 +260,5 @@ def forget_batches(client: OpenSearch, job_id: str) -> int:
         OpenSearchUnavailable: the cluster did not answer.
     """
     query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "batch"}}]}}
-    try:
-        out = client.delete_by_query(
-            index=JOBS_INDEX,
-            body={"query": query},
-            conflicts="proceed",
-            ignore_unavailable=True,
-        )
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while forgetting job {job_id}'s batches") from exc
+    out = client.delete_by_query(index=JOBS_INDEX, body={"query": query}, conflicts="proceed", ignore_unavailable=True)
     return int(out.get("deleted", 0))

@@ -5,16 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.clients import opensearch_errors
-from semdup.core.errors import BulkWriteError, PostError, SemdupError
+from semdup.core.bulk import BulkReport, bulk_write
+from semdup.core.errors import BulkWriteError, PostError
+from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings
 from semdup.index_format.documents import index_action
 from semdup.index_format.schema import CandidateFields, index_body
-from semdup.indexer.bulk import BulkReport, bulk_write
 from semdup.search_templates import ensure_templates
 
 __all__ = ["create_index", "load_posts", "delete_index"]
@@ -36,15 +33,14 @@ def create_index(
     ``knn`` / ``sparse`` add the search structures of the reranker's k-NN / learned-sparse candidate paths
     (:class:`~semdup.index_format.schema.CandidateFields`); without them the index holds the packed fields the
     fusion reads, and semantic indexing costs much less.
+
+    Raises:
+        OpenSearchRefused: OpenSearch refused the index (its name, or it exists already), with its status and type.
     """
-    try:
-        with opensearch_errors(f"creating {index!r}"):
-            if recreate:
-                client.indices.delete(index=index, ignore_unavailable=True)
-            fields = CandidateFields(sparse=sparse, knn=knn)
-            client.indices.create(index=index, body=index_body(dimension=dimension, fields=fields))
-    except os_exc.RequestError as exc:
-        raise SemdupError(f"cannot create index {index!r}: {exc.error}: {exc.info}") from exc
+    if recreate:
+        client.indices.delete(index=index, ignore_unavailable=True)
+    fields = CandidateFields(sparse=sparse, knn=knn)
+    client.indices.create(index=index, body=index_body(dimension=dimension, fields=fields))
     ensure_templates(client)  # the reranker's candidate searches of this index need them
 
 
@@ -63,14 +59,14 @@ def load_posts(
     Raises:
         BulkWriteError: with ``strict``, when any post failed (all failures listed on the error).
     """
-    skipped: list[tuple[str, str]] = []
+    skipped: list[ItemFailure] = []
 
     def actions():
         for p in posts:
             try:
                 yield index_action(index, p, settings)
             except PostError as exc:
-                skipped.append((p.id, str(exc)))
+                skipped.append(ItemFailure.of_error(p.id, exc))
 
     report = bulk_write(client, actions(), total=len(posts), progress=progress, description=f"indexing {index}")
     report.failed.extend(skipped)
@@ -79,7 +75,7 @@ def load_posts(
     if report.failed:
         logger.warning("%d of %d posts were not indexed into %s", len(report.failed), len(posts), index)
         if strict:
-            first = "; ".join(f"{i}: {e}" for i, e in report.failed[:3])
+            first = "; ".join(f"{f.id}: {f}" for f in report.failed[:3])
             message = f"{len(report.failed)} posts were not indexed into {index!r} ({first})"
             raise BulkWriteError(message, report.failed)
     return report

@@ -30,10 +30,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import OpenSearchMissing, SearchIndexError
+from semdup.core.opensearch import OpenSearch
 from semdup.index_format.system_indices import JOBS, ensure
 
 __all__ = [
@@ -52,7 +50,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 JOBS_INDEX = JOBS.name  # semdup-jobs, declared in semdup.index_format.system_indices
-_TRANSIENT = (os_exc.ConnectionError, os_exc.ConnectionTimeout)
 
 
 @dataclass(frozen=True)
@@ -90,15 +87,12 @@ def ensure_jobs_index(client: OpenSearch) -> None:
 def record_job(client: OpenSearch, job: Job) -> None:
     """Write (or update: a backfill knows its total only once it has listed every post) the job's record."""
     body = {"kind": "job", "job": job.id, "index": job.index, "model_version": job.model_version}
-    try:
-        ensure(client, JOBS)
-        client.update(  # an update, so the ledger's count of published batches (``sent``) is kept
-            index=JOBS_INDEX,
-            id=f"job/{job.id}",
-            body={"doc": {**body, "total": job.total, "at": int(time.time())}, "doc_as_upsert": True},
-        )
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while recording job {job.id}: {exc}") from exc
+    ensure(client, JOBS)
+    client.update(  # an update, so the ledger's count of published batches (``sent``) is kept
+        index=JOBS_INDEX,
+        id=f"job/{job.id}",
+        body={"doc": {**body, "total": job.total, "at": int(time.time())}, "doc_as_upsert": True},
+    )
 
 
 def read_job(client: OpenSearch, job_id: str) -> Job:
@@ -109,13 +103,11 @@ def read_job(client: OpenSearch, job_id: str) -> Job:
     """
     try:
         doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}")["_source"]
-    except os_exc.NotFoundError as exc:
+    except OpenSearchMissing as exc:
         raise SearchIndexError(
             f"no index job {job_id!r} in {JOBS_INDEX!r}; use the job id `semdup index-posts` printed when it "
             "enqueued the posts"
         ) from exc
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading job {job_id}: {exc}") from exc
     return Job(id=job_id, index=doc["index"], model_version=doc["model_version"], total=int(doc["total"]))
 
 
@@ -152,36 +144,20 @@ def record_outcome(
         "skipped": skipped,
         "at": int(time.time()),
     }
-    try:
-        ensure(client, JOBS)
-        client.index(index=JOBS_INDEX, id=outcome_id(job_id, batch), body=body)
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch did not answer while recording batch {batch} of job {job_id}: {exc}"
-        ) from exc
+    ensure(client, JOBS)
+    client.index(index=JOBS_INDEX, id=outcome_id(job_id, batch), body=body)
 
 
 def job_counts(client: OpenSearch, job_id: str) -> JobCounts:
     """The sum of the outcomes recorded so far for ``job_id`` (zeros before the first one).
 
     Raises:
-        OpenSearchUnavailable: the cluster did not answer.
+        OpenSearchUnavailable: the cluster did not answer, or answered 429 / 502 / 503 / 504 (recovering: shards
+            not allocated yet, or overloaded; a wait goes on, as for one down).
     """
     query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "outcome"}}]}}
     aggs = {k: {"sum": {"field": k}} for k in ("written", "parked", "skipped")}
-    try:
-        client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
-        out = client.search(
-            index=JOBS_INDEX,
-            body={"query": query, "size": 0, "aggs": aggs},
-            ignore_unavailable=True,
-        )
-    except _TRANSIENT as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while counting job {job_id}: {exc}") from exc
-    except os_exc.TransportError as exc:
-        if exc.status_code not in (429, 502, 503, 504):
-            raise
-        # a cluster recovering (shards not allocated yet) or overloaded: the wait goes on, as for one down
-        raise OpenSearchUnavailable(f"OpenSearch answered HTTP {exc.status_code} while counting job {job_id}") from exc
+    client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
+    out = client.search(index=JOBS_INDEX, body={"query": query, "size": 0, "aggs": aggs}, ignore_unavailable=True)
     sums = out.get("aggregations") or {}
     return JobCounts(**{k: int((sums.get(k) or {}).get("value") or 0) for k in ("written", "parked", "skipped")})

@@ -25,13 +25,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import OpenSearchUnavailable
+from semdup.core.bulk import bulk_write
+from semdup.core.errors import OpenSearchRefused, OpenSearchUnavailable
 from semdup.core.logs import scrub
+from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.index_format.system_indices import PARKED, ensure
-from semdup.indexer.bulk import bulk_write
 
 __all__ = [
     "PARKED_INDEX",
@@ -70,23 +68,21 @@ def parked_id(index: str, post_id: str) -> str:
     return "p-" + hashlib.sha256(f"{index}\x00{post_id}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
-def _ensure_index(client: OpenSearch) -> None:
-    ensure(client, PARKED)
-
-
 def park(
     client: OpenSearch,
     index: str,
-    failures: list[tuple[str, str]],
+    failures: list[ItemFailure],
     *,
     task: str,
     model_version: str,
     payloads: dict[str, dict[str, Any]] | None = None,
 ) -> int:
-    """Keep ``(post id, error)`` failures in ``semdup-parked``; returns how many records were written.
+    """Keep the posts of ``failures`` in ``semdup-parked``, each with its error; returns how many records were
+    written.
 
     Raises:
-        OpenSearchUnavailable: the cluster did not answer (the caller's task is retried, nothing is lost).
+        OpenSearchUnavailable: the cluster did not answer, or the store refused a record (the caller's task is
+            retried, nothing is lost).
     """
     if not failures:
         return 0
@@ -96,33 +92,34 @@ def park(
         {
             "_op_type": "index",
             "_index": PARKED_INDEX,
-            "_id": parked_id(index, post_id),
+            "_id": parked_id(index, f.id),
             "_source": {
                 "index": index,
-                "post_id": post_id,
+                "post_id": f.id,
                 "task": task,
-                "error": scrub(error)[:2000],  # shown by --list-parked and kept: never a credential
+                "error": scrub(str(f))[:2000],  # shown by --list-parked and kept: never a credential
                 "model_version": model_version,
-                "payload": payloads.get(post_id),
+                "payload": payloads.get(f.id),
                 "parked_at": now,
             },
         }
-        for post_id, error in failures
+        for f in failures
     ]
-    try:
-        _ensure_index(client)
-        report = bulk_write(client, actions)
-        client.indices.refresh(index=PARKED_INDEX)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while parking {len(failures)} posts: {exc}") from exc
+    ensure(client, PARKED)
+    report = bulk_write(client, actions)
+    client.indices.refresh(index=PARKED_INDEX)
     if report.failed:
         # The park store itself refused them: raise so the task is retried rather than losing the posts.
+        first = report.failed[0]
         raise OpenSearchUnavailable(
-            f"could not park {len(report.failed)} posts in {PARKED_INDEX!r} ({report.failed[0][1][:200]}); "
-            "check the cluster's health and disk space"
+            f"could not park {len(report.failed)} posts in {PARKED_INDEX!r} ({str(first)[:200]}); "
+            "check the cluster's health and disk space",
+            status=first.status,
+            type=first.type,
+            reason=first.reason,
         )
-    for post_id, error in failures:
-        logger.warning("parked post %s of index %s (%s): %s", post_id, index, task, error[:200])
+    for f in failures:
+        logger.warning("parked post %s of index %s (%s): %s", f.id, index, task, str(f)[:200])
     return report.written
 
 
@@ -137,18 +134,15 @@ def unpark(client: OpenSearch, index: str, post_ids: list[str]) -> int:
     if not post_ids:
         return 0
     query = {"bool": {"filter": [_query(index), {"terms": {"post_id": post_ids}}]}}
-    try:
-        hits = client.search(
-            index=PARKED_INDEX,
-            body={"query": query, "_source": False, "size": len(post_ids)},
-            ignore_unavailable=True,
-        )["hits"]["hits"]
-        if not hits:
-            return 0
-        bulk_write(client, [{"_op_type": "delete", "_index": PARKED_INDEX, "_id": h["_id"]} for h in hits])
-        client.indices.refresh(index=PARKED_INDEX)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while clearing parked posts: {exc}") from exc
+    hits = client.search(
+        index=PARKED_INDEX,
+        body={"query": query, "_source": False, "size": len(post_ids)},
+        ignore_unavailable=True,
+    )["hits"]["hits"]
+    if not hits:
+        return 0
+    bulk_write(client, [{"_op_type": "delete", "_index": PARKED_INDEX, "_id": h["_id"]} for h in hits])
+    client.indices.refresh(index=PARKED_INDEX)
     logger.info("forgot %d parked records of %s: the posts are written now", len(hits), index)
     return len(hits)
 
@@ -159,53 +153,47 @@ def _query(index: str | None) -> dict[str, Any]:
 
 def count_parked(client: OpenSearch, index: str | None = None, ids: list[str] | None = None) -> int:
     """Parked records of ``index`` (all when None), optionally only those of ``ids``."""
-    try:
-        if not client.indices.exists(index=PARKED_INDEX):
-            return 0
-        query: dict[str, Any] = _query(index)
-        if ids is not None:
-            query = {"bool": {"filter": [query, {"terms": {"post_id": ids}}]}}
-        return int(client.count(index=PARKED_INDEX, body={"query": query})["count"])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while counting parked posts: {exc}") from exc
+    if not client.indices.exists(index=PARKED_INDEX):
+        return 0
+    query: dict[str, Any] = _query(index)
+    if ids is not None:
+        query = {"bool": {"filter": [query, {"terms": {"post_id": ids}}]}}
+    return int(client.count(index=PARKED_INDEX, body={"query": query})["count"])
 
 
 def iter_parked(client: OpenSearch, index: str | None = None, page: int = 500) -> Iterator[ParkedPost]:
     """Every parked record of ``index`` (all indices when None), oldest first."""
-    try:
-        if not client.indices.exists(index=PARKED_INDEX):
+    if not client.indices.exists(index=PARKED_INDEX):
+        return
+    client.indices.refresh(index=PARKED_INDEX)
+    after: list[Any] | None = None
+    while True:
+        body: dict[str, Any] = {
+            "query": _query(index),
+            "size": page,
+            "sort": [{"parked_at": "asc"}, {"post_id": "asc"}],
+            "seq_no_primary_term": True,
+        }
+        if after:
+            body["search_after"] = after
+        hits = client.search(index=PARKED_INDEX, body=body)["hits"]["hits"]
+        if not hits:
             return
-        client.indices.refresh(index=PARKED_INDEX)
-        after: list[Any] | None = None
-        while True:
-            body: dict[str, Any] = {
-                "query": _query(index),
-                "size": page,
-                "sort": [{"parked_at": "asc"}, {"post_id": "asc"}],
-                "seq_no_primary_term": True,
-            }
-            if after:
-                body["search_after"] = after
-            hits = client.search(index=PARKED_INDEX, body=body)["hits"]["hits"]
-            if not hits:
-                return
-            for hit in hits:
-                s = hit["_source"]
-                yield ParkedPost(
-                    index=s["index"],
-                    post_id=s["post_id"],
-                    task=s["task"],
-                    error=s["error"],
-                    model_version=s["model_version"],
-                    payload=s.get("payload"),
-                    parked_at=int(s["parked_at"]),
-                    seq_no=hit.get("_seq_no", -1),
-                    primary_term=hit.get("_primary_term", -1),
-                    record_id=hit["_id"],
-                )
-            after = hits[-1]["sort"]
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading parked posts: {exc}") from exc
+        for hit in hits:
+            s = hit["_source"]
+            yield ParkedPost(
+                index=s["index"],
+                post_id=s["post_id"],
+                task=s["task"],
+                error=s["error"],
+                model_version=s["model_version"],
+                payload=s.get("payload"),
+                parked_at=int(s["parked_at"]),
+                seq_no=hit.get("_seq_no", -1),
+                primary_term=hit.get("_primary_term", -1),
+                record_id=hit["_id"],
+            )
+        after = hits[-1]["sort"]
 
 
 def forget_parked(client: OpenSearch, records: list[ParkedPost]) -> int:
@@ -220,9 +208,9 @@ def forget_parked(client: OpenSearch, records: list[ParkedPost]) -> int:
                 if_primary_term=r.primary_term,
             )
             deleted += 1
-        except (os_exc.ConflictError, os_exc.NotFoundError):
-            continue  # parked again meanwhile, or already gone: keep the newer record
-        except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-            raise OpenSearchUnavailable(f"OpenSearch did not answer while clearing parked posts: {exc}") from exc
+        except OpenSearchRefused as exc:
+            if exc.status not in (404, 409):
+                raise
+            continue  # parked again meanwhile (409), or already gone (404): keep the newer record
     client.indices.refresh(index=PARKED_INDEX)
     return deleted

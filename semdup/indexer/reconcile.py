@@ -19,16 +19,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import scan
-
+from semdup.core.bulk import chunked
 from semdup.core.errors import OpenSearchUnavailable
+from semdup.core.opensearch import OpenSearch, scan
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import candidate_fields
-from semdup.indexer.bulk import chunked
 from semdup.indexer.ledger import TaskCall, forget_batches, publish
 from semdup.indexer.outcomes import Job, job_counts, new_job, record_job
 from semdup.indexer.sweeper import Sweeper, SweepSettings
@@ -59,10 +56,10 @@ class SyncPlan:
 def _scan(client: OpenSearch, index: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
     try:
         yield from scan(client, index=index, query=body, size=_PAGE, scroll=_SCROLL, request_timeout=_SCROLL_TIMEOUT)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch stopped answering while reading {what}; run it again when it is back (nothing is lost: "
-            "it resumes from what the indices hold)"
+    except OpenSearchUnavailable as exc:
+        raise exc.advising(
+            f"while reading {what}: run it again when it is back (nothing is lost: it resumes from what the indices "
+            "hold)"
         ) from exc
 
 

@@ -23,11 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import scan
-
-from semdup.core.errors import DataError, OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import DataError, OpenSearchMissing, OpenSearchUnavailable, SearchIndexError
+from semdup.core.opensearch import OpenSearch, scan
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump
 from semdup.data.supervision import SourceReport, Supervision
@@ -79,10 +76,10 @@ def site_supervision(client: OpenSearch, index: str, duplicate_field: str, title
             ids, n_bad = _ids(value)
             bad += n_bad
             named.extend((post["id"], target) for target in ids)
-    except os_exc.NotFoundError as exc:
+    except OpenSearchMissing as exc:
         raise SearchIndexError(f"no index or alias {index!r} to read duplicate links from") from exc
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch stopped answering while reading {index!r}; run it again") from exc
+    except OpenSearchUnavailable as exc:
+        raise exc.advising(f"while reading the duplicate links of {index!r}: run it again") from exc
     links: dict[tuple[str, str], None] = {}
     missing = self_links = 0
     for a, b in named:

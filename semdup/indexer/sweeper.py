@@ -43,9 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from celery import Celery
-from opensearchpy import OpenSearch
 
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.opensearch import OpenSearch
 from semdup.indexer import ledger
 from semdup.indexer.backlog import check_broker, queued_task_ids
 from semdup.indexer.outcomes import Job

@@ -17,10 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import SearchIndexError
+from semdup.core.opensearch import OpenSearch
 from semdup.index_format.companion import SourceFields, pinned_companion, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import mappings
@@ -63,12 +61,7 @@ def read_source_posts(
         return {}
     concrete = concrete if concrete is not None else site_indices(client, source)
     docs = [{"_index": name, "_id": str(i)} for name in concrete for i in ids]
-    try:
-        resp = client.mget(body={"docs": docs}, _source_includes=[source.title, source.body])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch did not answer while reading {len(ids)} posts of {source.index!r}"
-        ) from exc
+    resp = client.mget(body={"docs": docs}, _source_includes=[source.title, source.body])
     out: dict[str, dict[str, str]] = {}
     for doc in resp["docs"]:
         if doc.get("found") and str(doc["_id"]) not in out:
@@ -109,7 +102,7 @@ def sync_batch(
             break
         part = index_batch(client, companion, list(current.values()), bundle, search=search)
         result.written += part.written
-        failed = {i for i, _ in part.failed}
+        failed = {f.id for f in part.failed}
         result.failed.extend(part.failed)
         result.payloads.update(part.payloads)
         if failed:

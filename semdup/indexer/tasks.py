@@ -5,20 +5,21 @@ with the reason), or **still queued** (its message still on the broker). Never a
 
 * Posts that cannot be written for good (no text, binary, an id OpenSearch refuses, refused by the mapping or
   a write block, an index holding another model) are parked; the batch's other posts are written.
-* Transient errors (cluster unreachable, 429 / 502 / 503 / 504, a task past its soft time limit, a batch for
-  another bundle than this worker's: :class:`OtherBundle`) are retried
-  with the backoff of :class:`~semdup.indexer.retry.RetryPolicy`: for at least its budget
+* Transient errors (:data:`~semdup.indexer.retry.TRANSIENT_ERRORS`: the cluster unreachable or overloaded, a task
+  past its soft time limit, a batch for another bundle than this worker's) are retried by Celery
+  (``autoretry_for``, ``retry_backoff``: :class:`~semdup.indexer.retry.RetryingTask`) for at least the retry budget
   (``SEMDUP_RETRY_BUDGET``, 30 minutes by default), then the batch is parked whole. Any other error parks it
   whole at once, with the error.
-* If parking fails too (the store is on the same unreachable cluster), the task is sent again with the longest
-  wait, as often as it takes: each later attempt tries to write the batch first, then to park it. A retry that
-  cannot be sent hands the message back to the broker instead (``Reject(requeue=True)``).
+* If parking fails too (the store is on the same unreachable cluster), or the worker cannot load its bundle, the
+  batch is kept queued (:class:`~semdup.indexer.retry.StillQueued`) and retried with the longest wait, as often as
+  it takes: each later attempt tries to write the batch first, then to park it. A retry that cannot be sent hands
+  the message back to the broker instead (``Reject(requeue=True)``).
 
 Arguments are JSON-native (index name, small batches of posts or ids, the bundle version id, the job id). Every
 write has a deterministic ``_id`` and content, so a task delivered twice writes the same thing (``acks_late`` is
-safe, see ``celery_app``). A task of a job records its outcome (:mod:`semdup.indexer.outcomes`) as its last step.
+safe, see ``celery_app``). A task of a job records its outcome (:mod:`semdup.ingest.outcomes`) as its last step.
 
-Example (the CLI does this for you, :mod:`semdup.indexer.jobs`)::
+Example (the producers do this for you, :func:`semdup.ingest.submit`)::
 
     from semdup.indexer.tasks import index_posts
     index_posts.delay("travel", [{"id": "1", "title": "Visa?", "body": "..."}], bundle.version, job="9f2c...")
@@ -31,23 +32,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task
-from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.log import get_task_logger
-from opensearchpy import exceptions as os_exc
 
 from semdup.core import task_names
-from semdup.core.errors import OpenSearchUnavailable, SearchIndexError, SemdupError
+from semdup.core.errors import OpenSearchError, SearchIndexError
+from semdup.core.opensearch import ItemFailure
 from semdup.indexer import batch_writer, outcomes, parking, sync, worker_metrics
 from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
-from semdup.indexer.retry import MAX_RETRY_WAIT
+from semdup.indexer.retry import TRANSIENT_ERRORS, OtherBundle, RetryingTask, StillQueued
 
 __all__ = [
     "index_posts",
     "backfill_batch",
     "sync_posts",
     "delete_posts",
-    "TRANSIENT_ERRORS",
-    "is_transient",
     "Batch",
     "Outcome",
     "OtherBundle",
@@ -56,25 +54,8 @@ __all__ = [
 logger = get_task_logger(__name__)
 worker_metrics.connect_signals()  # Prometheus counts from Celery task signals; off unless the worker app turns them on
 
-
-class OtherBundle(SemdupError):
-    """The batch was enqueued for another model than this worker's bundle. Transient: during a rolling upgrade
-    (`semdup upgrade`) workers of both bundles share the queue, so the batch is sent back to it and a worker with its
-    bundle takes it; past the retry budget (no such worker) it is parked with this reason, never dropped."""
-
-
-TRANSIENT_ERRORS = (
-    OpenSearchUnavailable,
-    os_exc.ConnectionError,
-    os_exc.ConnectionTimeout,
-    SoftTimeLimitExceeded,
-    OtherBundle,
-)
-_TRANSIENT_STATUS = (429, 502, 503, 504)
-
 _TASK_OPTIONS: dict[str, Any] = {
     "bind": True,
-    "max_retries": None,  # the retry budget is counted by RetryPolicy, and a batch that cannot park never runs out
     "ignore_result": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
@@ -82,16 +63,10 @@ _TASK_OPTIONS: dict[str, Any] = {
 }
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: the cluster did not answer, was overloaded or unavailable, or the task ran too long."""
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return True
-    return isinstance(exc, os_exc.TransportError) and exc.status_code in _TRANSIENT_STATUS
-
-
-class IndexerTask(Task):
-    """Logs what reaches Celery as a failure: a lost worker process (its message is requeued) or a bug in the
-    guard itself; every error of the work is handled in :func:`_deliver`."""
+class IndexerTask(RetryingTask):
+    """Retries as :class:`~semdup.indexer.retry.RetryingTask`, and logs what reaches Celery as a failure: a lost
+    worker process (its message is requeued) or a bug in the guard itself; every error of the work is handled in
+    :func:`_deliver`."""
 
     def on_failure(self, exc: BaseException, task_id: str, args: tuple, kwargs: dict, einfo: Any) -> None:
         batch = Batch.of(self.name, args, kwargs)
@@ -169,29 +144,17 @@ def _check_version(rt: WorkerRuntime, model_version: str) -> None:
         )
 
 
-def _park_whole(rt: WorkerRuntime, batch: Batch, reason: str) -> Outcome:
-    """Park every post of the batch with ``reason`` (raises OpenSearchUnavailable when the store does not answer)."""
-    ids = batch.ids
+def _park_whole(rt: WorkerRuntime, batch: Batch, exc: BaseException, why: str = "") -> Outcome:
+    """Park every post of the batch with ``exc`` as its error (``why``: said before it), keeping OpenSearch's status
+    and error type when it answered one."""
+    status = exc.status if isinstance(exc, OpenSearchError) else None
+    kind = (exc.type if isinstance(exc, OpenSearchError) else None) or type(exc).__name__
+    failures = [ItemFailure(i, status, kind, f"{why}{exc}") for i in batch.ids]
     parking.park(
-        rt.client,
-        batch.index,
-        [(i, reason) for i in ids],
-        task=batch.task,
-        model_version=batch.model_version,
-        payloads=batch.payloads,
+        rt.client, batch.index, failures, task=batch.task, model_version=batch.model_version, payloads=batch.payloads
     )
-    logger.error("parked all %d posts of a %s batch of %s: %s", len(ids), batch.task, batch.index, reason[:300])
-    return Outcome(parked=len(ids))
-
-
-def _retry(task: Task, exc: BaseException, countdown: float) -> BaseException:
-    """The exception that retries ``task`` in ``countdown`` s; if the retry message cannot be sent (Celery would
-    then reject the message for good), one that hands the message back to the broker instead."""
-    try:
-        return task.retry(exc=exc, countdown=countdown, throw=False)
-    except Reject as rejected:
-        logger.error("could not send the retry of task %s (%s); its message is requeued", task.request.id, rejected)
-        return Reject(rejected.reason, requeue=True)
+    logger.error("parked all %d posts of a %s batch of %s: %s", len(failures), batch.task, batch.index, failures[0])
+    return Outcome(parked=len(failures))
 
 
 def _finish(rt: WorkerRuntime, task: Task, batch: Batch, outcome: Outcome) -> dict[str, int]:
@@ -212,60 +175,39 @@ def _finish(rt: WorkerRuntime, task: Task, batch: Batch, outcome: Outcome) -> di
 
 
 def _deliver(task: Task, batch: Batch, work: Callable[[WorkerRuntime], Outcome]) -> dict[str, int]:
-    """Run ``work`` so that every post of the batch ends written, parked or still queued (the module doc)."""
+    """Run ``work`` so that every post of the batch ends written, parked or still queued (the module doc).
+
+    A transient error within the retry budget propagates: Celery's autoretry sends the batch again after its
+    backoff. Once the budget is spent, or for any other error, the batch is parked; when even that fails the
+    batch is kept queued (:class:`StillQueued`, retried like a transient error, without a limit).
+    """
     try:
         rt = runtime()
     except Exception as exc:  # no bundle or client in this process: nothing can be written or parked here
-        logger.error("this worker cannot load its bundle or client (%s); the batch stays on the broker", exc)
-        raise _retry(task, exc, MAX_RETRY_WAIT) from exc
+        raise StillQueued(f"this worker cannot load its bundle or client ({exc}); the batch stays queued") from exc
     retries = int(task.request.retries or 0)
+    failed: BaseException | None = None
+    why = ""
     try:
-        try:
-            outcome = work(rt)
-        except (Retry, Reject):
-            raise
-        except SearchIndexError as exc:  # refused before any write (wrong model): park it whole, with the reason
-            outcome = _park_whole(rt, batch, f"SearchIndexError: {exc}")
-        except Exception as exc:
-            if not is_transient(exc):
-                logger.exception("a %s batch of %s failed for good", batch.task, batch.index)
-                outcome = _park_whole(rt, batch, f"{type(exc).__name__}: {exc}")
-            elif retries < rt.retry.max_retries:
-                wait = rt.retry.countdown(retries)
-                logger.warning(
-                    "%s batch of %s (%d posts): %s; retry %d of %d in %.0f s",
-                    batch.task,
-                    batch.index,
-                    len(batch.items),
-                    exc,
-                    retries + 1,
-                    rt.retry.max_retries,
-                    wait,
-                )
-                raise _retry(task, exc, wait) from exc
-            else:
-                outcome = _park_whole(
-                    rt,
-                    batch,
-                    f"{type(exc).__name__} after {retries} retries over at least {rt.retry.budget_s:.0f} s (the "
-                    f"retry budget, SEMDUP_RETRY_BUDGET): {exc}",
-                )
+        outcome = work(rt)
+    except SearchIndexError as exc:  # refused before any write (wrong model, no index): park it whole
+        failed = exc
+    except TRANSIENT_ERRORS as exc:
+        if retries < rt.retry.max_retries:
+            raise  # Celery's autoretry sends the batch again after its backoff
+        failed, why = exc, f"after {retries} retries over at least {rt.retry.budget_s:.0f} s (SEMDUP_RETRY_BUDGET): "
+    except Exception as exc:
+        logger.exception("a %s batch of %s failed for good", batch.task, batch.index)
+        failed = exc
+    try:
+        if failed is not None:
+            outcome = _park_whole(rt, batch, failed, why)
         return _finish(rt, task, batch, outcome)
-    except (Retry, Reject):
-        raise
     except Exception as exc:  # parking or recording failed too: keep the batch on the broker, never drop it
-        wait = rt.retry.countdown(10**6)
-        logger.error(
-            "%s batch of %s (%d posts) could neither be written nor parked (%s: %s); it stays on the broker and "
-            "is tried again in %.0f s",
-            batch.task,
-            batch.index,
-            len(batch.items),
-            type(exc).__name__,
-            exc,
-            wait,
-        )
-        raise _retry(task, exc, wait) from exc
+        raise StillQueued(
+            f"a {batch.task} batch of {batch.index} ({len(batch.items)} posts) could neither be written nor parked "
+            f"({type(exc).__name__}: {exc}); it stays on the broker and is tried again"
+        ) from exc
 
 
 @app.task(name=task_names.INDEX_POSTS, base=IndexerTask, **_TASK_OPTIONS)
@@ -287,7 +229,7 @@ def index_posts(
         parking.park(
             rt.client, index, result.failed, task="index_posts", model_version=model_version, payloads=result.payloads
         )
-        failed = {i for i, _ in result.failed}
+        failed = {f.id for f in result.failed}
         logger.info("index_posts %s: %d written, %d parked", index, result.written, len(result.failed))
         written_ids = [i for i in dict.fromkeys(current.ids) if i not in failed]
         _flag_later(rt, index, written_ids, model_version)
@@ -310,7 +252,7 @@ def sync_posts(
         search = batch_writer.ensure_index_model(rt.client, companion, model_version)
         result = sync.sync_batch(rt.client, companion, source, ids, rt.bundle, search=search)
         parking.park(rt.client, index, result.failed, task="sync_posts", model_version=model_version)
-        done = {i for i, _ in result.failed} | set(result.missing)
+        done = {f.id for f in result.failed} | set(result.missing)
         removed = len(result.missing)
         logger.info("sync %s: %d written, %d parked, %d removed", index, result.written, len(result.failed), removed)
         written_ids = [i for i in dict.fromkeys(current.ids) if i not in done]
@@ -347,7 +289,7 @@ def backfill_batch(
         parking.park(rt.client, index, result.failed, task="backfill_batch", model_version=model_version)
         gone = len(result.missing)
         logger.info("backfill %s: %d written, %d parked, %d gone", index, result.written, len(result.failed), gone)
-        done = {i for i, _ in result.failed} | set(result.missing)
+        done = {f.id for f in result.failed} | set(result.missing)
         return Outcome(
             written=result.written,
             parked=len(result.failed),

@@ -23,12 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-
+from semdup.core.bulk import chunked
 from semdup.core.clients import knn_available
-from semdup.core.errors import ConfigError, OpenSearchUnavailable, SearchIndexError
+from semdup.core.errors import ConfigError, OpenSearchMissing, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
+from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import (
     SOURCE_META_KEY,
@@ -40,7 +39,6 @@ from semdup.index_format.companion import (
 from semdup.index_format.mapping import MODEL_META_KEY, common_fields
 from semdup.index_format.schema import CandidateFields, index_body
 from semdup.indexer.batch_writer import DocumentEncoder
-from semdup.indexer.bulk import chunked
 from semdup.indexer.reconcile import plan_sync
 from semdup.indexer.sync import sync_batch
 
@@ -68,7 +66,7 @@ class UpgradeResult:
         switched: the alias now points at ``new_index`` (False: stopped after ``max_rounds`` before switching).
         created: ``new_index`` was created by this run (False: an earlier run's, resumed).
         stale: posts still to sync when it stopped without switching.
-        unencodable: ``(id, error)`` of posts the new model cannot encode (no text); left out of the new companion.
+        unencodable: posts the new model cannot encode (no text), each an ItemFailure; left out of the new companion.
     """
 
     index: str
@@ -85,7 +83,7 @@ class UpgradeResult:
     written: int = 0
     removed: int = 0
     stale: int = 0
-    unencodable: list[tuple[str, str]] = field(default_factory=list)
+    unencodable: list[ItemFailure] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -95,10 +93,6 @@ class Removed:
     alias: str
     current: list[str]
     deleted: list[str]
-
-
-def _unavailable(index: str, exc: BaseException) -> OpenSearchUnavailable:
-    return OpenSearchUnavailable(f"OpenSearch stopped answering during the upgrade of {index!r} ({exc}); {_RESUME}")
 
 
 def upgrade(
@@ -128,12 +122,8 @@ def upgrade(
     check_index_name(index)
     try:
         return _upgrade(client, index, bundle, fields, batch_size, progress, max_rounds, settle)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(index, exc) from exc
     except OpenSearchUnavailable as exc:
-        if _RESUME in str(exc):
-            raise
-        raise _unavailable(index, exc) from exc
+        raise exc.advising(f"during the upgrade of {index!r}: {_RESUME}") from exc
 
 
 def _concrete(client: OpenSearch, pattern: str) -> dict[str, dict[str, Any]]:
@@ -273,10 +263,7 @@ def _new_companion(
         SOURCE_META_KEY: source.as_meta(),
         UPGRADE_META_KEY: {"from": ",".join(sorted(str(_meta(m).get(MODEL_META_KEY)) for m in behind.values()))},
     }
-    try:
-        client.indices.create(index=new, body=body)
-    except os_exc.RequestError as exc:
-        raise SearchIndexError(f"OpenSearch refused the new companion index {new!r}: {exc.info or exc}") from exc
+    client.indices.create(index=new, body=body)
     logger.info("upgrade of %s: created %s for model %s (%s)", index, new, bundle.version, wanted.describe())
     return wanted, True
 
@@ -294,7 +281,7 @@ def _catch_up(
     """One round: sync every post of the site that the new companion lacks or holds stale; how many it synced."""
     index = result.index
     plan = plan_sync(client, index, bundle.version, companion=result.new_index)
-    skip = {i for i, _ in result.unencodable}
+    skip = {f.id for f in result.unencodable}
     todo = [i for i in plan.stale if i not in skip] + plan.deleted
     result.rounds += 1
     what = "catch-up after switch" if final else f"round {result.rounds}"
@@ -304,7 +291,7 @@ def _catch_up(
             done = sync_batch(client, result.new_index, source, chunk, bundle, search=result.fields)
             result.written += done.written
             result.removed += len(done.missing)
-            result.unencodable.extend(f for f in done.failed if f[0] not in skip)
+            result.unencodable.extend(f for f in done.failed if f.id not in skip)
             bar.update(len(chunk))
     client.indices.refresh(index=result.new_index)
     return len(todo)
@@ -339,18 +326,15 @@ def remove_old(client: OpenSearch, index: str, *, dry_run: bool = False) -> Remo
     alias = companion_alias(index)
     try:
         behind = _concrete(client, alias)
-    except os_exc.NotFoundError:
-        behind = {}
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading the companion of {index!r}") from exc
-    if not behind:
-        raise SearchIndexError(f"index {index!r} has no companion alias {alias!r}; nothing to remove")
-    try:
+        if not behind:
+            raise SearchIndexError(f"index {index!r} has no companion alias {alias!r}; nothing to remove")
         every = _concrete(client, f"{alias}-*")
         old = sorted(n for n in every if n not in behind)
         if old and not dry_run:
             client.indices.delete(index=",".join(old))
             logger.info("removed old companions of %s: %s", index, ", ".join(old))
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while removing old companions of {index!r}") from exc
+    except OpenSearchMissing as exc:
+        raise SearchIndexError(f"index {index!r} has no companion alias {alias!r}; nothing to remove") from exc
+    except OpenSearchUnavailable as exc:
+        raise exc.advising(f"while removing the old companions of {index!r}") from exc
     return Removed(alias, sorted(behind), old)

@@ -7,8 +7,8 @@ The HTTP service's features are the routers of :mod:`semdup.reranker.routers`, c
 
 from __future__ import annotations
 
+from semdup.core.errors import SearchTimeout
 from semdup.reranker.calibration import Calibration, fit_platt, load_calibration, save_calibration
-from semdup.reranker.calls import SearchTimeout
 from semdup.reranker.reranker import Candidate, ModelMismatch, Reranker
 from semdup.reranker.settings import RerankerSettings, ServiceSettings
 

@@ -26,7 +26,6 @@ from semdup.core.index_names import check_index_name
 from semdup.index_format.companion import search_target
 from semdup.index_format.mapping import MODEL_META_KEY, common_fields, mappings
 from semdup.index_format.schema import CandidateFields
-from semdup.reranker.calls import call_opensearch
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import ensure_templates
 
@@ -68,7 +67,7 @@ class IndexResolver:
     """Resolves index names for one bundle version and client, once each; thread-safe.
 
     Args:
-        client: an ``opensearchpy.OpenSearch`` client.
+        client: an OpenSearch client (:func:`semdup.core.clients.connect`).
         version: the bundle version the reranker serves.
         dense: the bundle has a dense encoder (k-NN candidates are then on by default where the index maps them).
 
@@ -146,10 +145,9 @@ class IndexResolver:
         """
         target = self.resolve(name, settings).target
         params = {"request_timeout": settings.search_timeout}
-        count = self.client.count  # type: ignore[attr-defined]
-        ours = int(call_opensearch(count, f"counting the posts of {target!r}", index=target, params=params)["count"])
+        ours = int(self.client.count(index=target, params=params)["count"])  # type: ignore[attr-defined]
         if target != name and ours == 0:
-            theirs = int(call_opensearch(count, f"counting the posts of {name!r}", index=name, params=params)["count"])
+            theirs = int(self.client.count(index=name, params=params)["count"])  # type: ignore[attr-defined]
             if theirs:
                 raise NothingIndexed(
                     f"index {name!r} holds {theirs} posts but semdup has encoded none of them yet; run "

@@ -54,8 +54,8 @@ from semdup.reranker.fusion import compute_components, compute_fused
 from semdup.reranker.index import IndexResolver, ModelMismatch, NothingIndexed, ResolvedIndex
 from semdup.reranker.settings import RerankerSettings
 from semdup.reranker.sources import (
-    CandidateSource,
     Candidates,
+    CandidateSource,
     KnnSource,
     NamedScoresUnsupported,
     SourceQuery,
@@ -125,7 +125,7 @@ class Reranker:
 
     Args:
         bundle: a loaded :class:`~semdup.bundle.bundle.Bundle`.
-        client: an ``opensearchpy.OpenSearch`` client.
+        client: an OpenSearch client (:func:`semdup.core.clients.connect`: its errors are semdup's).
         index: the index (or alias) to search.
         settings: candidate paths, sizes and timeouts.
         calibration: Platt scaling and threshold fitted on held-out pairs (overrides the bundle's threshold).

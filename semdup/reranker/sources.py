@@ -34,9 +34,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from semdup.core.clients import error_reason
-from semdup.core.errors import SearchIndexError, SemdupError
-from semdup.reranker.calls import call_opensearch
+from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
+from semdup.core.opensearch import error_reason
 from semdup.reranker.stored_fields import DOCVALUE_FIELDS, hit_fields
 from semdup.search_templates import template_id, template_params
 
@@ -288,8 +287,8 @@ def search(
 
     Raises:
         NamedScoresUnsupported: ``lexical_field`` on a cluster without ``include_named_queries_score``.
-        SearchTimeout / OpenSearchUnavailable / SearchIndexError / SemdupError: from the call
-            (:func:`~semdup.reranker.calls.call_opensearch`).
+        SearchTimeout / OpenSearchUnavailable / OpenSearchMissing / OpenSearchRefused: from the client
+            (:mod:`semdup.core.opensearch`).
     """
     asked = [(s, r) for s in sources if (r := s.request(query)) is not None]
     if not asked:
@@ -306,11 +305,11 @@ def search(
         call = client.msearch_template if asked[0][0].template else client.msearch
         args = {"body": [line for _, request in asked for line in ({"index": index}, request)]}
     try:
-        resp = call_opensearch(call, f"searching candidates in {index!r}", params=params, **args)
-    except SemdupError as exc:
-        if named and "include_named_queries_score" in str(exc):
+        resp = call(params=params, **args)
+    except OpenSearchRefused as exc:
+        if named and exc.status == 400 and "include_named_queries_score" in exc.reason:
             raise NamedScoresUnsupported(f"the cluster behind {index!r} has no include_named_queries_score") from exc
-        if "no requests added" in str(exc):  # a template request whose stored script is missing is dropped
+        if exc.status == 400 and "no requests added" in exc.reason:  # a template whose stored script is missing
             raise SemdupError(
                 f"the cluster lacks the stored search templates {', '.join(r['id'] for _, r in asked)}; store them "
                 "once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker itself when its "

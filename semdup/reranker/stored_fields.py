@@ -28,7 +28,6 @@ import numpy as np
 from semdup.core.errors import SearchIndexError, SemdupError
 from semdup.index_format.packed_fields import unpack_semdup_value
 from semdup.index_format.schema import PACKED_FIELD
-from semdup.reranker.calls import call_opensearch
 
 __all__ = ["DOCVALUE_FIELDS", "UUID_TTL_S", "FieldCache", "StoredFields", "hit_fields", "stored_semdup_fields"]
 
@@ -141,7 +140,7 @@ class StoredFields:
     ``cache_entries`` documents (0: no cache, every read is one plain ``mget``).
 
     Args:
-        client: an ``opensearchpy.OpenSearch`` client.
+        client: an OpenSearch client (:func:`semdup.core.clients.connect`).
         cache_entries: documents kept (``RerankerSettings.field_cache``).
     """
 
@@ -156,20 +155,18 @@ class StoredFields:
         None when the post is gone); ``timeout``: seconds allowed for each call."""
         if not ids:
             return {}
-        what, params = f"reading {len(ids)} candidates of {index!r}", {"request_timeout": timeout}
+        params = {"request_timeout": timeout}
         if self.cache is None:
             # The whole _source, unfiltered: OpenSearch copies stored bytes as they are, while source filtering
             # parses and re-serialises every float of every vector (measured: 100 Travel posts, 40 ms vs 108-130 ms).
-            resp = call_opensearch(self.client.mget, what, index=index, body={"ids": list(ids)}, params=params)
+            resp = self.client.mget(index=index, body={"ids": list(ids)}, params=params)
             out: dict[str, dict[str, Any] | None] = {}
             for doc in resp["docs"]:
                 _doc_error(doc, index)
                 out[str(doc["_id"])] = _source_fields(doc)
             return out
         uuids = self._index_uuids(index, timeout)
-        heads = call_opensearch(
-            self.client.mget, what, index=index, body={"ids": list(ids)}, params={**params, "_source": "false"}
-        )["docs"]
+        heads = self.client.mget(index=index, body={"ids": list(ids)}, params={**params, "_source": "false"})["docs"]
         out = {}
         missing: dict[str, tuple[Key, Stamp]] = {}
         for doc in heads:
@@ -186,7 +183,7 @@ class StoredFields:
             else:
                 out[doc_id] = fields
         if missing:
-            resp = call_opensearch(self.client.mget, what, index=index, body={"ids": list(missing)}, params=params)
+            resp = self.client.mget(index=index, body={"ids": list(missing)}, params=params)
             for doc in resp["docs"]:
                 _doc_error(doc, index)
                 doc_id = str(doc["_id"])
@@ -202,11 +199,8 @@ class StoredFields:
         cached = self._uuids.get(name)
         if cached is not None and now - cached[0] < UUID_TTL_S:
             return cached[1]
-        resp = call_opensearch(
-            self.client.indices.get_settings,
-            f"reading the settings of {name!r}",
-            index=name,
-            params={"filter_path": "*.settings.index.uuid", "request_timeout": timeout},
+        resp = self.client.indices.get_settings(
+            index=name, params={"filter_path": "*.settings.index.uuid", "request_timeout": timeout}
         )
         uuids = {k: v["settings"]["index"]["uuid"] for k, v in resp.items()}
         with self._lock:

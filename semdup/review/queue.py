@@ -14,10 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from opensearchpy import exceptions as os_exc
-
 from semdup.alerts.store import FLAGS_INDEX, Flag
-from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
+from semdup.core.errors import ConfigError
 
 __all__ = ["FlagPage", "flag_page", "MAX_PAGE_SIZE", "MAX_DEPTH"]
 
@@ -73,12 +71,7 @@ def flag_page(
         "size": size,
         "track_total_hits": True,
     }
-    try:
-        if not client.indices.exists(index=store):
-            return FlagPage([], 0, page, size)
-        hits = client.search(index=store, body=body)["hits"]
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while reading flags ({type(exc).__name__})") from exc
-    except os_exc.TransportError as exc:
-        raise SemdupError(f"OpenSearch refused reading the flags (HTTP {exc.status_code})") from exc
+    if not client.indices.exists(index=store):
+        return FlagPage([], 0, page, size)
+    hits = client.search(index=store, body=body)["hits"]
     return FlagPage([Flag.from_json(h["_source"]) for h in hits["hits"]], int(hits["total"]["value"]), page, size)

@@ -31,13 +31,10 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from semdup.core.errors import OpenSearchUnavailable
 from semdup.index_format.system_indices import SESSIONS, ensure
 
 __all__ = ["SessionStore", "Session", "key_id", "new_token", "same_token", "safe_next", "REVIEW_ROOT"]
@@ -110,9 +107,8 @@ class SessionStore:
         at = int(time.time() if now is None else now)
         sid, session = new_token(), Session(kid, new_token(), at, at)
         body = {"kid": kid, "who": who, "csrf": session.csrf, "created": at, "seen": at}
-        with _unavailable("storing a review session"):
-            ensure(self.client, SESSIONS, self.index)
-            self.client.index(index=self.index, id=self._doc_id(sid), body=body)
+        ensure(self.client, SESSIONS, self.index)
+        self.client.index(index=self.index, id=self._doc_id(sid), body=body)
         self._purge(at)
         return sid, session
 
@@ -127,22 +123,21 @@ class SessionStore:
             return None
         at = int(time.time() if now is None else now)
         doc_id = self._doc_id(sid)
-        with _unavailable("reading a review session"):
-            # 404: no such session, or none was ever stored (ignored: the client would log each as a warning)
-            found = self.client.get(index=self.index, id=doc_id, ignore=[404])
-            if not found.get("found"):
-                return None
-            src = found.get("_source") or {}
-            try:
-                session = Session(str(src["kid"]), str(src["csrf"]), int(src["created"]), int(src["seen"]))
-            except (KeyError, TypeError, ValueError):
-                return None
-            if at - session.created > self.max_age or at - session.seen > self.idle or session.created > at + 60:
-                self.client.delete(index=self.index, id=doc_id, ignore=[404])
-                return None
-            if at - session.seen >= min(_TOUCH_EVERY_S, self.idle // 10):
-                self.client.update(index=self.index, id=doc_id, body={"doc": {"seen": at}}, ignore=[404, 409])
-                session = Session(session.kid, session.csrf, session.created, at)
+        # 404: no such session, or none was ever stored (ignored: the client would log each as a warning)
+        found = self.client.get(index=self.index, id=doc_id, ignore=[404])
+        if not found.get("found"):
+            return None
+        src = found.get("_source") or {}
+        try:
+            session = Session(str(src["kid"]), str(src["csrf"]), int(src["created"]), int(src["seen"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if at - session.created > self.max_age or at - session.seen > self.idle or session.created > at + 60:
+            self.client.delete(index=self.index, id=doc_id, ignore=[404])
+            return None
+        if at - session.seen >= min(_TOUCH_EVERY_S, self.idle // 10):
+            self.client.update(index=self.index, id=doc_id, body={"doc": {"seen": at}}, ignore=[404, 409])
+            session = Session(session.kid, session.csrf, session.created, at)
         return session
 
     def end(self, sid: str | None) -> None:
@@ -153,8 +148,7 @@ class SessionStore:
         """
         if not sid or not _SID.fullmatch(sid):
             return
-        with _unavailable("ending a review session"):
-            self.client.delete(index=self.index, id=self._doc_id(sid), ignore=[404])
+        self.client.delete(index=self.index, id=self._doc_id(sid), ignore=[404])
 
     def _purge(self, now: int) -> None:
         """Remove the expired sessions (at each login: logins are rare, and the index stays small)."""
@@ -172,17 +166,6 @@ class SessionStore:
             self.client.delete_by_query(index=self.index, body=query, conflicts="proceed")
         except Exception as exc:  # the login itself worked: the next one tries again
             logger.warning("could not remove expired review sessions from %s: %s", self.index, exc)
-
-
-@contextmanager
-def _unavailable(what: str) -> Iterator[None]:
-    """The cluster's connection errors as :class:`OpenSearchUnavailable` (503), saying what was being done."""
-    from opensearchpy import exceptions as os_exc
-
-    try:
-        yield
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(f"OpenSearch did not answer while {what} ({type(exc).__name__})") from exc
 
 
 def safe_next(value: str | None) -> str:

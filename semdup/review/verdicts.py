@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from opensearchpy import exceptions as os_exc
-
 from semdup.alerts.store import FLAGS_INDEX, Flag, flag_id
-from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
+from semdup.core.errors import ConfigError, OpenSearchMissing, OpenSearchRefused, SemdupError
 from semdup.core.index_names import check_index_name
 from semdup.index_format.system_indices import VERDICTS as VERDICTS_STORE
 from semdup.index_format.system_indices import ensure
@@ -124,10 +122,6 @@ def verdict_id(index: str, post_id: str, candidate_id: str, who: str) -> str:
     return "v-" + hashlib.sha256(joined).hexdigest()[:40]
 
 
-def _unavailable(what: str, exc: BaseException) -> OpenSearchUnavailable:
-    return OpenSearchUnavailable(f"OpenSearch did not answer while {what} ({type(exc).__name__}); {exc}")
-
-
 def ensure_verdicts_index(client: Any, store: str = VERDICTS_INDEX) -> None:
     """Create the store with its strict mapping unless it exists (another service process may create it first)."""
     ensure(client, VERDICTS_STORE, store)
@@ -138,10 +132,8 @@ def get_flag(client: Any, index: str, post_id: str, candidate_id: str, store: st
     check_index_name(index)
     try:
         doc = client.get(index=store, id=flag_id(index, post_id, candidate_id))
-    except os_exc.NotFoundError:  # no such flag, or no flag store yet
+    except OpenSearchMissing:  # no such flag, or no flag store yet
         return None
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"reading a flag of {index!r}", exc) from exc
     flag = Flag.from_json(doc["_source"])
     if (flag.index, flag.post_id, flag.candidate_id) != (index, post_id, candidate_id):  # a hashed _id's collision
         return None
@@ -167,57 +159,51 @@ def record_verdict(
         raise ConfigError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     ensure_verdicts_index(client, store)
     doc_id = verdict_id(flag.index, flag.post_id, flag.candidate_id, who)
-    try:
-        for _ in range(3):  # two requests racing on one (pair, reviewer): the loser re-reads and compares
-            try:
-                found = client.get(index=store, id=doc_id)
-            except os_exc.NotFoundError:
-                found = None
-            if found is not None:
-                old = Verdict.from_json(found["_source"])
-                if (old.verdict, old.model, old.score) == (verdict, flag.model, flag.score):
-                    return Recorded(old, changed=False)
-            new = Verdict(
-                flag.index,
-                flag.post_id,
-                flag.candidate_id,
-                verdict,
-                who,
-                now or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                flag.model,
-                flag.score,
-                flag.probability,
-            )
-            kwargs: dict[str, Any] = (
-                {"op_type": "create"}
-                if found is None
-                else {"if_seq_no": found["_seq_no"], "if_primary_term": found["_primary_term"]}
-            )
-            try:
-                client.index(index=store, id=doc_id, body=new.to_json(), refresh="true", **kwargs)
-            except os_exc.ConflictError:
-                continue
-            return Recorded(new, changed=True)
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(f"recording a verdict on a flag of {flag.index!r}", exc) from exc
+    for _ in range(3):  # two requests racing on one (pair, reviewer): the loser re-reads and compares
+        try:
+            found = client.get(index=store, id=doc_id)
+        except OpenSearchMissing:
+            found = None
+        if found is not None:
+            old = Verdict.from_json(found["_source"])
+            if (old.verdict, old.model, old.score) == (verdict, flag.model, flag.score):
+                return Recorded(old, changed=False)
+        new = Verdict(
+            flag.index,
+            flag.post_id,
+            flag.candidate_id,
+            verdict,
+            who,
+            now or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            flag.model,
+            flag.score,
+            flag.probability,
+        )
+        kwargs: dict[str, Any] = (
+            {"op_type": "create"}
+            if found is None
+            else {"if_seq_no": found["_seq_no"], "if_primary_term": found["_primary_term"]}
+        )
+        try:
+            client.index(index=store, id=doc_id, body=new.to_json(), refresh="true", **kwargs)
+        except OpenSearchRefused as exc:
+            if exc.status != 409:
+                raise
+            continue
+        return Recorded(new, changed=True)
     raise SemdupError(f"the verdict on pair {flag.post_id} / {flag.candidate_id} kept changing under this write")
 
 
-def _search(client: Any, store: str, body: dict[str, Any], what: str) -> Iterator[dict[str, Any]]:
+def _search(client: Any, store: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every hit of ``body`` (sorted, with a unique last key), page by page with ``search_after``."""
-    try:
-        if not client.indices.exists(index=store):
+    if not client.indices.exists(index=store):
+        return
+    while True:
+        hits = client.search(index=store, body=body)["hits"]["hits"]
+        yield from hits
+        if len(hits) < body["size"]:
             return
-        while True:
-            hits = client.search(index=store, body=body)["hits"]["hits"]
-            yield from hits
-            if len(hits) < body["size"]:
-                return
-            body["search_after"] = hits[-1]["sort"]
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise _unavailable(what, exc) from exc
-    except os_exc.TransportError as exc:
-        raise SemdupError(f"OpenSearch refused {what} (HTTP {exc.status_code})") from exc
+        body["search_after"] = hits[-1]["sort"]
 
 
 def iter_verdicts(
@@ -229,7 +215,7 @@ def iter_verdicts(
     if who is not None:
         filters.append({"term": {"who": who}})
     body = {"query": {"bool": {"filter": filters}}, "sort": [{"pair": "asc"}, {"who": "asc"}], "size": _PAGE}
-    for hit in _search(client, store, body, f"reading the verdicts of {index!r}"):
+    for hit in _search(client, store, body):
         yield Verdict.from_json(hit["_source"])
 
 
@@ -243,7 +229,7 @@ def verdicts_of_pairs(client: Any, pairs: Sequence[str], store: str = VERDICTS_I
         "sort": [{"pair": "asc"}, {"who": "asc"}],
         "size": _PAGE,
     }
-    for hit in _search(client, store, body, f"reading the verdicts of {len(pairs)} flags"):
+    for hit in _search(client, store, body):
         v = Verdict.from_json(hit["_source"])
         out.setdefault(v.pair, []).append(v)
     return out

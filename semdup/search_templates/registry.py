@@ -8,11 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import regex
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
 
-from semdup.core.clients import error_reason, opensearch_errors
-from semdup.core.errors import SearchIndexError, SemdupError
+from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
+from semdup.core.opensearch import OpenSearch, error_reason
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 
@@ -69,7 +67,7 @@ def register_templates(client: OpenSearch) -> list[str]:
     """Store every template (idempotent: the same id is overwritten with the same source)."""
     ids = []
     for tid, source in all_templates().items():
-        _call(client.put_script, id=tid, body={"script": {"lang": "mustache", "source": source}})
+        client.put_script(id=tid, body={"script": {"lang": "mustache", "source": source}})
         ids.append(tid)
     logger.info("registered %d search templates", len(ids))
     return ids
@@ -97,23 +95,20 @@ def ensure_templates(
     for model, variant in dict.fromkeys(wanted):
         tid, source = template_id(model, variant), template_source(model, variant)
         try:
-            with opensearch_errors(f"reading the stored search template {tid}"):
-                found = client.get_script(id=tid, params={"request_timeout": timeout})
+            found = client.get_script(id=tid, params={"request_timeout": timeout})
             if (found.get("script") or {}).get("source") == source:
                 continue
-        except os_exc.NotFoundError:
-            pass
-        except os_exc.AuthorizationException:
-            pass  # may read no scripts; storing may still be allowed
+        except OpenSearchRefused as exc:
+            if exc.status not in (403, 404):  # 403: may read no scripts; storing may still be allowed
+                raise
         try:
-            with opensearch_errors(f"storing the search template {tid}"):
-                client.put_script(
-                    id=tid,
-                    body={"script": {"lang": "mustache", "source": source}},
-                    params={"request_timeout": timeout},
-                )
+            client.put_script(
+                id=tid, body={"script": {"lang": "mustache", "source": source}}, params={"request_timeout": timeout}
+            )
             logger.info("stored search template %s", tid)
-        except os_exc.AuthorizationException:
+        except OpenSearchRefused as exc:
+            if exc.status != 403:
+                raise
             logger.warning(
                 "not allowed to store the search template %s; if the cluster lacks it, candidate searches fail: "
                 "run `semdup enable` (or grant cluster:admin/script/put) once as a user who may",
@@ -125,7 +120,7 @@ def ensure_templates(
 
 def render_template(client: OpenSearch, template_id: str, params: dict[str, Any]) -> dict[str, Any]:
     """The query a stored template produces (``_render/template``): for tests and for operators' eyes."""
-    out = _call(client.render_search_template, id=template_id, body={"params": params})
+    out = client.render_search_template(id=template_id, body={"params": params})
     return out["template_output"]
 
 
@@ -143,7 +138,7 @@ def msearch_templates(
         for tid, params in requests[start : start + batch]:
             body.append({"index": index})
             body.append({"id": tid, "params": params})
-        resp = _call(client.msearch_template, body=body)
+        resp = client.msearch_template(body=body)
         for r in resp["responses"]:
             if "error" in r:
                 err = r["error"]
@@ -152,11 +147,3 @@ def msearch_templates(
                 raise SemdupError(f"search template request failed: {error_reason(err)}")
             results.append([Hit(h["_id"], float(h["_score"])) for h in r["hits"]["hits"]])
     return results
-
-
-def _call(fn, **kwargs):
-    try:
-        with opensearch_errors(f"running {fn.__name__}"):
-            return fn(**kwargs)
-    except os_exc.NotFoundError as exc:
-        raise SearchIndexError(f"not found: {exc.info if hasattr(exc, 'info') else exc}") from exc

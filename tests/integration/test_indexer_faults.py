@@ -145,7 +145,7 @@ def test_a_bad_id_is_parked_alone_and_the_rest_of_its_batch_written(
         for i in ("split-1", long_id, "split-2")
     ]
     report = _bulk_or_split(opensearch_client, actions)
-    assert report.written == 2 and [i for i, _ in report.failed] == [long_id]
+    assert report.written == 2 and [f.id for f in report.failed] == [long_id] and report.failed[0].status == 400
 
 
 def test_a_write_blocked_index_parks_every_post_and_the_cli_exits_1(

@@ -51,6 +51,6 @@ def test_a_markup_only_post_is_reported_for_parking_not_indexed_as_a_zero_vector
 
     bundle, index = served
     result = index_batch(opensearch_client, index, [{"id": "blank-1", "title": " ", "body": "<p> </p>"}], bundle)
-    assert result.written == 0 and [pid for pid, _ in result.failed] == ["blank-1"]
-    assert "no visible text" in result.failed[0][1]
+    assert result.written == 0 and [f.id for f in result.failed] == ["blank-1"]
+    assert "no visible text" in result.failed[0].reason and result.failed[0].type == "PostError"
     assert not opensearch_client.exists(index=index, id="blank-1")

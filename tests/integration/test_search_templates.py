@@ -93,6 +93,6 @@ def test_a_post_with_neither_title_nor_body_is_reported_not_dropped(opensearch_c
     create_index(opensearch_client, unique_index)
     with pytest.raises(BulkWriteError) as err:
         load_posts(opensearch_client, unique_index, [POSTS[0], Post("empty", "", "  ")], progress=False)
-    assert err.value.failures[0][0] == "empty" and "neither title nor body" in err.value.failures[0][1]
+    assert err.value.failures[0].id == "empty" and "neither title nor body" in err.value.failures[0].reason
     opensearch_client.indices.refresh(index=unique_index)
     assert opensearch_client.count(index=unique_index)["count"] == 1  # the good post is written

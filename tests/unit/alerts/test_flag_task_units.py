@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from celery.exceptions import Reject, Retry
+from celery_retries import Sent, run_as_worker
 
 from semdup.alerts import tasks
 from semdup.alerts.settings import AlertSettings
@@ -18,19 +19,16 @@ from semdup.indexer.celery_app import WorkerRuntime, app
 from semdup.indexer.retry import RetryPolicy
 
 POLICY = RetryPolicy(budget_s=10, first_s=2, cap_s=4)
-RUN = type(tasks.flag_duplicates_task._get_current_object()).run  # the task body, to call with a fake `self`
 
 
-class FakeTask:
-    def __init__(self, retries: int = 0, publish_fails: bool = False) -> None:
-        self.request = SimpleNamespace(retries=retries, id="task-1", called_directly=False)
-        self.publish_fails, self.countdowns = publish_fails, []
+def task() -> Any:
+    """The registered task (its waits: the worker app's annotations when it was finalized, else the defaults)."""
+    return app.tasks[FLAG_DUPLICATES]
 
-    def retry(self, exc: BaseException, countdown: float, throw: bool) -> Retry:
-        if self.publish_fails:
-            raise Reject(exc, requeue=False)
-        self.countdowns.append(countdown)
-        return Retry(exc=exc, when=countdown)
+
+def RUN(monkeypatch, *args: Any, retries: int = 0, sent: Sent | None = None) -> Any:
+    """The task as a worker runs it (Celery's autoretry included), as its ``retries``-th retry."""
+    return run_as_worker(monkeypatch, task(), *args, retries=retries, sent=sent)
 
 
 @pytest.fixture
@@ -62,35 +60,36 @@ def test_the_task_is_registered_on_the_indexer_app_under_the_shared_name() -> No
     assert task.acks_late and task.reject_on_worker_lost
 
 
-def test_posts_are_read_again_and_flagged_and_deleted_ones_lose_their_flags(worker) -> None:
+def test_posts_are_read_again_and_flagged_and_deleted_ones_lose_their_flags(worker, monkeypatch) -> None:
     worker["missing"] = ["2"]
-    assert RUN(FakeTask(), "travel", ["1", "2", "1"], "m-1") == {"posts": 1, "flagged": 1, "missing": 1, "failed": 0}
+    done = RUN(monkeypatch, "travel", ["1", "2", "1"], "m-1")
+    assert done == {"posts": 1, "flagged": 1, "missing": 1, "failed": 0}
     assert worker["flagged"] == [(["1"], 3)] and worker["deleted"] == [["2"]]
 
 
-def test_a_transient_error_is_retried_within_the_budget(worker) -> None:
+def test_a_transient_error_is_retried_within_the_budget(worker, monkeypatch) -> None:
     worker["error"] = OpenSearchUnavailable("connection refused")
-    task = FakeTask(retries=1)
+    sent = Sent()
     with pytest.raises(Retry):
-        RUN(task, "travel", ["1"], "m-1")
-    assert 4 <= task.countdowns[0] <= 5
+        RUN(monkeypatch, "travel", ["1"], "m-1", retries=1, sent=sent)
+    assert sent.countdowns == [min(task().retry_backoff_max, 2 * task().retry_backoff)]  # Celery's retry_backoff
     with pytest.raises(Reject) as caught:  # a retry that cannot be sent hands the message back
-        RUN(FakeTask(publish_fails=True), "travel", ["1"], "m-1")
+        RUN(monkeypatch, "travel", ["1"], "m-1", sent=Sent(fails=True))
     assert caught.value.requeue is True
 
 
-def test_a_spent_budget_or_a_permanent_error_is_logged_and_acknowledged(worker, caplog) -> None:
+def test_a_spent_budget_or_a_permanent_error_is_logged_and_acknowledged(worker, caplog, monkeypatch) -> None:
     worker["error"] = OpenSearchUnavailable("connection refused")
-    task = FakeTask(retries=POLICY.max_retries)
-    assert RUN(task, "travel", ["1", "2"], "m-1")["failed"] == 2 and task.countdowns == []
+    sent = Sent()
+    assert RUN(monkeypatch, "travel", ["1", "2"], "m-1", retries=POLICY.max_retries, sent=sent)["failed"] == 2
+    assert sent.countdowns == []
     worker["error"] = ConfigError("bundle m-1 has no duplicate threshold")
-    task = FakeTask()
-    assert RUN(task, "travel", ["1"], "m-1")["failed"] == 1 and task.countdowns == []
+    assert RUN(monkeypatch, "travel", ["1"], "m-1", sent=sent)["failed"] == 1 and sent.countdowns == []
     assert "failed for good" in caplog.text and "ids: 1" in caplog.text
 
 
-def test_posts_written_by_another_model_are_not_flagged(worker, caplog) -> None:
-    assert RUN(FakeTask(), "travel", ["1"], "m-0")["failed"] == 1
+def test_posts_written_by_another_model_are_not_flagged(worker, caplog, monkeypatch) -> None:
+    assert RUN(monkeypatch, "travel", ["1"], "m-0")["failed"] == 1
     assert worker["flagged"] == [] and "sent for model m-0 but this worker runs bundle m-1" in caplog.text
 
 
@@ -99,10 +98,10 @@ def test_a_worker_without_its_runtime_keeps_the_task(monkeypatch) -> None:
         raise ConfigError("no model bundle for the worker")
 
     monkeypatch.setattr(tasks, "runtime", broken)
-    task = FakeTask()
+    sent = Sent()
     with pytest.raises(Retry):
-        RUN(task, "travel", ["1"], "m-1")
-    assert task.countdowns == [60]
+        RUN(monkeypatch, "travel", ["1"], "m-1", sent=sent)
+    assert sent.countdowns == [task().retry_backoff_max]  # the longest wait, from the first retry on
 
 
 def test_one_reranker_per_process_rebuilt_only_for_another_bundle(monkeypatch, tmp_path) -> None:

@@ -1,5 +1,5 @@
 """The CLI's last line on failure: one scrubbed ``Error:`` line (a JSON record in JSON mode), never a traceback for
-an OpenSearch error that no semdup layer translated."""
+an OpenSearch error that no semdup layer expected."""
 
 from __future__ import annotations
 
@@ -26,13 +26,28 @@ def restored_root() -> None:
     logging.captureWarnings(False)
 
 
-def test_untranslated_opensearch_errors_become_one_line() -> None:
-    refused = cli._untranslated(os_exc.RequestError(400, "invalid_index_name_exception", "must not start with '_'"))
-    assert refused.startswith("OpenSearch refused the request (HTTP 400: invalid_index_name_exception: must not")
-    bare = cli._untranslated(os_exc.TransportError(405, None, None))
-    assert bare.startswith("OpenSearch refused the request (HTTP 405); check")
-    assert "did not answer" in cli._untranslated(os_exc.ConnectionError("N/A", "refused", None))
-    assert cli._untranslated(ValueError("a bug")) is None  # not OpenSearch's: the traceback stays
+def test_an_opensearch_error_is_one_error_line(monkeypatch, capsys, restored_root: None) -> None:
+    """The client raises semdup's errors (its transport maps opensearch-py's), so a refusal no layer expected still
+    ends as one ``Error:`` line with its status and type, exit 1, no traceback."""
+    import click
+
+    from semdup.core.opensearch import client_error
+
+    body = {"error": {"type": "invalid_index_name_exception", "reason": "must not start with '_'"}}
+    refused = os_exc.RequestError(400, "invalid_index_name_exception", body)
+
+    @click.command()
+    def create() -> None:
+        raise client_error(refused, "PUT", "/_travel")
+
+    monkeypatch.setattr(cli, "cli", create)
+    with pytest.raises(SystemExit) as done:
+        cli.main([])
+    assert done.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "Error: OpenSearch refused PUT /_travel (HTTP 400: invalid_index_name_exception: must not start with '_')"
+    ], err
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from semdup.apps.settings import load_settings
-from semdup.core.clients import aws_auth, check_broker, connect, error_reason
+from semdup.core.clients import aws_auth, check_broker, connect
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
 from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, redact_url
 from semdup.devstack.local_process import any_free_port
@@ -241,12 +241,3 @@ def test_an_auto_boolean_is_none_unless_set_and_else_a_boolean() -> None:
     assert [parse_auto_bool("knn", v) for v in ("true", "0", True, "off")] == [True, False, True, False]
     with pytest.raises(ConfigError, match="knn must be true or false"):
         parse_auto_bool("knn", "maybe")
-
-
-def test_an_opensearch_error_body_says_its_root_cause() -> None:
-    body = {"type": "action_request_validation_exception", "reason": "Validation Failed", "root_cause": []}
-    assert error_reason(body) == "Validation Failed"
-    assert error_reason({**body, "root_cause": [{"reason": "Validation Failed: 1: no requests added;"}]}).endswith(
-        "no requests added;"
-    )
-    assert error_reason("index_not_found_exception") == "index_not_found_exception"

@@ -13,13 +13,13 @@ import pytest
 from tiny_onnx import WORDS, tiny_wordpiece_bundle
 
 from semdup.bundle.bundle import Bundle
+from semdup.core.bulk import BulkReport
 from semdup.core.errors import PostError
 from semdup.core.posts import Post
 from semdup.index_format.documents import lexical_document
 from semdup.index_format.packed_fields import unpack_semdup_fields
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import batch_writer
-from semdup.indexer.bulk import BulkReport
 
 SEARCH = CandidateFields(sparse=False, knn=True)
 
@@ -147,7 +147,7 @@ def test_a_post_the_encoder_refuses_fails_alone_and_the_rest_keep_their_order(
     result = batch_writer.index_batch(
         None, "idx", payloads, bundle, search=SEARCH, chunk_size=8  # type: ignore[arg-type]
     )
-    assert [i for i, _ in result.failed] == ["bad"] and result.payloads["bad"]["body"] == "usb"
+    assert [f.id for f in result.failed] == ["bad"] and result.payloads["bad"]["body"] == "usb"
     written = [a["_id"] for request in recorder.requests for a in request]
     assert written == [p["id"] for p in payloads if p["id"] != "bad"]
     assert all(name.startswith("semdup-prepare") for name in bundle.prepared_on)

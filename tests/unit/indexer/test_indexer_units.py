@@ -7,12 +7,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from semdup.core.bulk import BulkReport
 from semdup.core.errors import OpenSearchUnavailable, PostError
+from semdup.core.opensearch import ItemFailure
 from semdup.core.posts import Post
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields, semdup_fields_mapping
 from semdup.indexer import batch_writer
-from semdup.indexer.bulk import BulkReport
 from semdup.indexer.celery_app import celery_config
 
 
@@ -57,20 +58,29 @@ def test_each_broker_gets_its_own_transport_options_and_rabbitmq_what_redelivery
 
 
 def test_tasks_are_namespaced_and_keep_their_message_until_written_or_parked() -> None:
-    from semdup.indexer import tasks
+    from opensearchpy import exceptions as os_exc
 
-    for task in (tasks.index_posts, tasks.backfill_batch, tasks.delete_posts):
+    from semdup.core.opensearch import client_error
+    from semdup.indexer import retry, tasks
+
+    for task in (tasks.index_posts, tasks.backfill_batch, tasks.sync_posts, tasks.delete_posts):
         assert task.name.startswith("semdup.indexer.")
         assert task.ignore_result is True and task.acks_late is True and task.reject_on_worker_lost is True
         assert task.max_retries is None  # the retry budget is RetryPolicy's; a batch that cannot park never runs out
-        assert not getattr(task, "autoretry_for", ())  # retries go through tasks._deliver, which parks or keeps
-    assert PostError not in tasks.TRANSIENT_ERRORS
-    from opensearchpy import exceptions as os_exc
+        assert task.autoretry_for == retry.TRANSIENT_ERRORS  # Celery retries them, with retry_backoff
+        assert task.retry_backoff and task.retry_jitter is False
+    assert PostError not in retry.TRANSIENT_ERRORS
 
-    assert tasks.is_transient(os_exc.TransportError(503, "unavailable", {}))
-    assert tasks.is_transient(os_exc.ConnectionTimeout("TIMEOUT", "read timed out", None))
-    assert not tasks.is_transient(os_exc.RequestError(400, "mapper_parsing_exception", {}))
-    assert not tasks.is_transient(PostError("no text"))
+    def transient(exc: Exception) -> bool:  # as the client raises it (its transport maps it)
+        return isinstance(client_error(exc, "POST", "/_bulk"), retry.TRANSIENT_ERRORS)
+
+    assert transient(os_exc.TransportError(503, "unavailable", {}))
+    assert transient(os_exc.TransportError(429, "too_many_requests", {}))
+    assert transient(os_exc.ConnectionTimeout("TIMEOUT", "read timed out", None))
+    assert transient(os_exc.ConnectionError("N/A", "connection refused", None))
+    assert not transient(os_exc.RequestError(400, "mapper_parsing_exception", {}))
+    assert not transient(os_exc.NotFoundError(404, "index_not_found_exception", {}))
+    assert not isinstance(PostError("no text"), retry.TRANSIENT_ERRORS)
 
 
 def test_bad_posts_are_returned_for_parking_with_their_payload() -> None:
@@ -83,7 +93,8 @@ def test_bad_posts_are_returned_for_parking_with_their_payload() -> None:
     ]
     posts = batch_writer._parse_posts(batch, result)
     assert [p.id for p in posts] == ["1"]
-    ids = [i for i, _ in result.failed]
+    ids = [f.id for f in result.failed]
+    assert result.failed[0].type == "PostError" and result.failed[0].status is None  # refused before any request
     assert ids[0] == "2" and all(i.startswith("malformed-") for i in ids[1:])
     assert result.payloads["2"] == {"id": "2", "title": "", "body": " "}
 
@@ -93,19 +104,33 @@ def test_a_post_the_encoder_refuses_fails_alone() -> None:
     posts = [Post("1", "fine"), Post("2", "BOOM"), Post("3", "also fine")]
     encoded = batch_writer._encode(FakeBundle(), posts, result)
     assert [p.id for p, _ in encoded] == ["1", "3"]
-    assert [i for i, _ in result.failed] == ["2"]
+    assert [f.id for f in result.failed] == ["2"] and result.failed[0].type == "PostError"
 
 
 def test_rejections_left_after_bulk_retries_are_transient() -> None:
-    report = BulkReport(written=3, failed=[("9", "{'type': 'es_rejected_execution_exception', 'status': 429}")])
-    with pytest.raises(OpenSearchUnavailable, match="429"):
+    rejected = {
+        "_id": "9",
+        "status": 429,
+        "error": {"type": "es_rejected_execution_exception", "reason": "queue full"},
+    }
+    report = BulkReport(written=3, failed=[ItemFailure.of_item(rejected)])
+    with pytest.raises(OpenSearchUnavailable, match="429") as caught:
         batch_writer._split_failures(report, batch_writer.BatchResult(), "index_posts")
+    assert caught.value.status == 429 and caught.value.type == "es_rejected_execution_exception"
+    # an overload known by its error type alone is transient too
+    tripped = ItemFailure("9", None, "circuit_breaking_exception", "[parent] Data too large")
+    with pytest.raises(OpenSearchUnavailable):
+        batch_writer._split_failures(BulkReport(failed=[tripped]), batch_writer.BatchResult(), "index_posts")
 
 
 def test_mapping_failures_are_kept_for_parking() -> None:
     result = batch_writer.BatchResult()
-    batch_writer._split_failures(BulkReport(written=2, failed=[("7", "mapper_parsing_exception")]), result, "x")
-    assert result.written == 2 and result.failed == [("7", "mapper_parsing_exception")]
+    refused = ItemFailure.of_item(
+        {"_id": "7", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "failed to parse"}}
+    )
+    assert refused == ItemFailure("7", 400, "mapper_parsing_exception", "failed to parse") and not refused.transient
+    batch_writer._split_failures(BulkReport(written=2, failed=[refused]), result, "x")
+    assert result.written == 2 and result.failed == [refused]
 
 
 def test_semdup_source_omits_a_missing_vector() -> None:
@@ -165,16 +190,13 @@ def test_task_args_are_read_from_positional_and_keyword_forms() -> None:
 
 def test_a_refusal_that_only_mentions_429_in_a_name_is_parked_not_retried() -> None:
     """A write-blocked index whose name holds "429" (a test's random suffix did): its refusals are not overload."""
-    blocked = (
-        "{'status': 403, 'type': 'cluster_block_exception', 'reason': 'index [t-429549b3] blocked by: [FORBIDDEN/8]'}"
+    reason = "index [t-429549b3] blocked by: [FORBIDDEN/8/index write (api)]; 429 in the text"
+    blocked = ItemFailure.of_item(
+        {"_id": "429", "status": 403, "error": {"type": "cluster_block_exception", "reason": reason}}
     )
     result = batch_writer.BatchResult()
-    batch_writer._split_failures(BulkReport(written=0, failed=[("429", blocked)]), result, "index_posts")
-    assert result.failed == [("429", blocked)]
+    batch_writer._split_failures(BulkReport(written=0, failed=[blocked]), result, "index_posts")
+    assert result.failed == [blocked] and not blocked.transient
+    overloaded = ItemFailure.of_item({"_id": "1", "status": 429, "error": {"type": "rejected_execution_exception"}})
     with pytest.raises(OpenSearchUnavailable, match="429"):
-        batch_writer._split_failures(
-            BulkReport(written=0, failed=[("1", "{'status': 429, 'type': 'rejected_execution_exception'}")]),
-            batch_writer.BatchResult(),
-            "index_posts",
-        )
-
+        batch_writer._split_failures(BulkReport(written=0, failed=[overloaded]), batch_writer.BatchResult(), "x")

@@ -21,14 +21,15 @@ import numpy as np
 import pytest
 
 from semdup.bundle.bundle import Bundle
+from semdup.core.bulk import BulkReport, bulk_lines
 from semdup.core.inputs import build_inputs
+from semdup.core.opensearch import ItemFailure
 from semdup.core.posts import Post
 from semdup.export.parity import sample_posts
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import unpack_semdup_fields
 from semdup.index_format.schema import CandidateFields, feature_name
 from semdup.indexer import batch_writer
-from semdup.indexer.bulk import BulkReport, bulk_lines
 
 TRAVEL_BUNDLE = Path(__file__).resolve().parents[3] / "artifacts" / "bundles" / "bow-cnn-travel"
 
@@ -155,13 +156,14 @@ def test_write_overlapped_writes_every_chunk_in_order(monkeypatch: pytest.Monkey
     def fake_bulk_write(client: Any, actions: list[dict[str, Any]], **_: Any) -> BulkReport:
         threads.add(threading.current_thread().name)
         written.append([a["_id"] for a in actions])
-        return BulkReport(written=len(actions), failed=[(a["_id"], "x") for a in actions if a["_id"] == "bad"])
+        failed = [ItemFailure(a["_id"], 400, "x", "refused") for a in actions if a["_id"] == "bad"]
+        return BulkReport(written=len(actions), failed=failed)
 
     monkeypatch.setattr(batch_writer, "bulk_write", fake_bulk_write)
     chunks = [[{"_id": "1"}, {"_id": "2"}], [], [{"_id": "bad"}], [{"_id": "4"}]]
     report = batch_writer.write_overlapped(None, iter(chunks))  # type: ignore[arg-type]
     assert written == [["1", "2"], ["bad"], ["4"]]
-    assert report.written == 4 and report.failed == [("bad", "x")]
+    assert report.written == 4 and report.failed == [ItemFailure("bad", 400, "x", "refused")]
     assert all(name.startswith("semdup-bulk") for name in threads)
 
 

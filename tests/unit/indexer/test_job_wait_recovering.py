@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from opensearchpy import exceptions as os_exc
 
+from semdup.core.errors import OpenSearchRefused
+from semdup.core.opensearch import client_error
 from semdup.indexer import jobs
 from semdup.indexer.outcomes import new_job
 
@@ -24,8 +26,8 @@ class RecoveringCluster:
 
     def search(self, **_: Any) -> dict[str, Any]:
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, Exception):
-            raise answer
+        if isinstance(answer, Exception):  # as the client raises it (its transport maps opensearch-py's errors)
+            raise client_error(answer, "POST", "/semdup-jobs/_search") from answer
         return {"aggregations": {k: {"value": v} for k, v in answer.items()}}
 
 
@@ -43,5 +45,6 @@ def test_a_503_while_the_cluster_recovers_is_waited_out() -> None:
 
 def test_other_refusals_still_raise() -> None:
     cluster = RecoveringCluster([os_exc.TransportError(400, "parsing_exception", "bad query")])
-    with pytest.raises(os_exc.TransportError):
+    with pytest.raises(OpenSearchRefused) as caught:
         list(jobs.poll(cluster, new_job("travel", "bow-cnn-0123456789ab", total=1), timeout=60, interval=0))
+    assert caught.value.status == 400 and caught.value.type is None

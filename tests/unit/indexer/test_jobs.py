@@ -9,6 +9,7 @@ import pytest
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import ConfigError
+from semdup.core.opensearch import client_error
 from semdup.core.posts import Post
 from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS
 from semdup.index_format.schema import CandidateFields
@@ -86,8 +87,8 @@ class FakeCluster:
     def search(self, index: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         assert index == JOBS_INDEX and body["size"] == 0
         answer = self.sums.pop(0) if len(self.sums) > 1 else self.sums[0]
-        if isinstance(answer, Exception):
-            raise answer
+        if isinstance(answer, Exception):  # as the client raises it (its transport maps opensearch-py's errors)
+            raise client_error(answer, "POST", f"/{JOBS_INDEX}/_search") from answer
         written, parked = answer
         return {"aggregations": {"written": {"value": written}, "parked": {"value": parked}, "skipped": {"value": 0}}}
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 from celery.exceptions import Reject, Retry
+from celery_retries import Sent, run_as_worker
 from opensearchpy import exceptions as os_exc
 
 from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, PostError
+from semdup.core.opensearch import ItemFailure, client_error
 from semdup.indexer import batch_writer, tasks
 from semdup.indexer.backlog import decode_message
 from semdup.indexer.celery_app import WorkerRuntime
@@ -33,24 +35,29 @@ def test_the_retry_budget_is_a_floor_on_the_nominal_waits(budget: float) -> None
     assert all(w <= policy.cap_s for w in waits)
 
 
-def test_jitter_only_adds_to_the_nominal_wait() -> None:
+def test_the_waits_are_celerys_retry_backoff_without_jitter() -> None:
+    from celery.utils.time import get_exponential_backoff_interval
+
+    from semdup.indexer.retry import annotations
+
     policy = RetryPolicy(budget_s=60, first_s=2, cap_s=60)
     assert [policy.delay(k) for k in range(7)] == [2, 4, 8, 16, 32, 60, 60]
-    assert policy.countdown(3, rand=lambda: 0.0) == 16
-    assert policy.countdown(3, rand=lambda: 1.0) == 20
-    assert policy.delay(10**6) == 60 and policy.longest_wait == 75
+    assert policy.delay(10**6) == 60
+    for k in range(40):  # what Celery's autoretry waits, with the annotations the worker puts on its tasks
+        assert get_exponential_backoff_interval(2, k, 60, full_jitter=False) == policy.delay(k)
+    assert annotations(policy) == {"*": {"retry_backoff": 2, "retry_backoff_max": 60}}
 
 
 def test_retry_waits_fit_the_visibility_timeout() -> None:
     short = load_settings(env={"SEMDUP_RETRY_BUDGET": "4", "SEMDUP_VISIBILITY_TIMEOUT": "10"}).retry_policy()
-    assert short.budget_s == 4 and short.cap_s == 2 and short.longest_wait < 10
+    assert short.budget_s == 4 and short.cap_s == 2 and short.cap_s <= 10 / 5
     default = load_settings(env={}).retry_policy()
     assert default.budget_s == 1800 and default.cap_s == 60
     with pytest.raises(ConfigError, match="SEMDUP_RETRY_BUDGET must be seconds"):
         load_settings(env={"SEMDUP_RETRY_BUDGET": "soon"})
     with pytest.raises(ConfigError, match="SEMDUP_RETRY_BUDGET must be seconds >= 0"):
         RetryPolicy.within(-1, visibility_timeout=300)
-    with pytest.raises(ValueError, match="0 < first_s <= cap_s"):
+    with pytest.raises(ValueError, match="1 <= first_s <= cap_s"):
         RetryPolicy(budget_s=10, first_s=5, cap_s=1)
 
 
@@ -70,8 +77,8 @@ def test_a_bad_id_is_parked_and_the_rest_of_the_batch_kept() -> None:
     batch = [{"id": "1", "title": "ok"}, {"id": long_id, "title": "fine text"}, {"id": "", "title": "t"}]
     posts = batch_writer._parse_posts(batch, result)
     assert [p.id for p in posts] == ["1"]
-    assert [i for i, _ in result.failed] == [long_id, ""]
-    assert "600 bytes" in result.failed[0][1] and result.payloads[long_id]["title"] == "fine text"
+    assert [f.id for f in result.failed] == [long_id, ""]
+    assert "600 bytes" in result.failed[0].reason and result.payloads[long_id]["title"] == "fine text"
 
 
 def test_parked_record_ids_fit_opensearch_and_keep_index_and_post_apart() -> None:
@@ -98,7 +105,10 @@ class RefusingBulk:
         ids = [next(iter(h.values()))["_id"] for h in heads]
         self.requests.append(ids)
         if "bad" in ids:
-            raise os_exc.RequestError(400, "action_request_validation_exception", {"error": "id is too long"})
+            refused = {"error": {"type": "action_request_validation_exception", "reason": "id is too long"}}
+            raise client_error(
+                os_exc.RequestError(400, "action_request_validation_exception", refused), "POST", "/_bulk"
+            )
         return {"errors": False, "items": [{"index": {"_id": i, "status": 201}} for i in ids]}
 
 
@@ -108,41 +118,44 @@ def test_a_request_refused_whole_is_split_until_the_refused_document_stands_alon
     actions.insert(5, {"_op_type": "index", "_index": "t", "_id": "bad", "_source": {}})
     report = batch_writer._bulk_or_split(client, actions)
     assert report.written == 7
-    assert [i for i, _ in report.failed] == ["bad"] and "action_request_validation_exception" in report.failed[0][1]
+    assert [f.id for f in report.failed] == ["bad"]
+    assert report.failed[0].status == 400 and report.failed[0].type == "action_request_validation_exception"
     assert ["bad"] in client.requests
 
 
 # --- the task guard -------------------------------------------------------------------------------------------
-class FakeRequest:
-    def __init__(self, retries: int) -> None:
-        self.retries, self.id, self.called_directly = retries, "task-1", False
+POLICY = RetryPolicy(budget_s=10, first_s=2, cap_s=4)
 
 
-class FakeTask:
-    """Records the retries asked for; ``publish_fails`` makes ``retry`` raise like Celery when it cannot send."""
+def deliver(monkeypatch, work: Any, retries: int = 0, sent: Sent | None = None) -> dict[str, int]:
+    """``tasks._deliver(work)`` inside a real task of the worker's kind (:class:`tasks.IndexerTask`, with the
+    policy's waits as the worker's annotations give them), run as the worker runs it (Celery's autoretry)."""
+    from celery import Celery
 
-    def __init__(self, retries: int = 0, publish_fails: bool = False) -> None:
-        self.request, self.publish_fails = FakeRequest(retries), publish_fails
-        self.countdowns: list[float] = []
+    from semdup.indexer.retry import annotations
 
-    def retry(self, exc: BaseException, countdown: float, throw: bool) -> Retry:
-        if self.publish_fails:
-            raise Reject(exc, requeue=False)
-        self.countdowns.append(countdown)
-        return Retry(exc=exc, when=countdown)
+    app = Celery("test-guard", set_as_current=False)
+    app.conf.task_annotations = annotations(POLICY)
+
+    @app.task(name="test.deliver", base=tasks.IndexerTask, bind=True, max_retries=None, shared=False)
+    def run(self: Any) -> dict[str, int]:
+        return tasks._deliver(self, BATCH, work)
+
+    return run_as_worker(monkeypatch, app.tasks["test.deliver"], retries=retries, sent=sent)
 
 
 @pytest.fixture
 def store(monkeypatch) -> dict[str, list[Any]]:
     """The worker's runtime with a 10 s budget, and parking / outcomes that record what they are asked."""
     seen: dict[str, list[Any]] = {"parked": [], "outcomes": [], "unparked": []}
-    rt = WorkerRuntime(bundle=None, client=object(), retry=RetryPolicy(budget_s=10, first_s=2, cap_s=4))
+    rt = WorkerRuntime(bundle=None, client=object(), retry=POLICY)
     monkeypatch.setattr(tasks, "runtime", lambda: rt)
 
     def park(client, index, failures, **kw):
         if seen.get("park_fails"):
             raise OpenSearchUnavailable("parking: connection refused")
-        seen["parked"] += [i for i, _ in failures]
+        seen["parked"] += [f.id for f in failures]
+        seen.setdefault("errors", []).extend(failures)
 
     monkeypatch.setattr(tasks.parking, "park", park)
     monkeypatch.setattr(tasks.parking, "unpark", lambda client, index, ids: seen["unparked"].extend(ids))
@@ -157,40 +170,45 @@ def _down(rt: Any) -> tasks.Outcome:
     raise OpenSearchUnavailable("connection refused")
 
 
-def test_a_transient_error_is_retried_within_the_budget(store) -> None:
-    task = FakeTask(retries=1)
+def test_a_transient_error_is_retried_within_the_budget(store, monkeypatch) -> None:
+    sent = Sent()
     with pytest.raises(Retry):
-        tasks._deliver(task, BATCH, _down)
-    assert 4 <= task.countdowns[0] <= 5 and store["parked"] == [] and store["outcomes"] == []
+        deliver(monkeypatch, _down, retries=1, sent=sent)
+    assert sent.countdowns == [4] and store["parked"] == [] and store["outcomes"] == []  # retry_backoff: 2 s, 4 s
 
 
-def test_a_batch_whose_budget_is_spent_is_parked_and_counted(store) -> None:
-    task = FakeTask(retries=RetryPolicy(budget_s=10, first_s=2, cap_s=4).max_retries)
-    assert tasks._deliver(task, BATCH, _down) == {"written": 0, "parked": 2, "skipped": 0}
-    assert store["parked"] == ["1", "2"] and store["outcomes"][0]["parked"] == 2 and task.countdowns == []
+def test_a_batch_whose_budget_is_spent_is_parked_and_counted(store, monkeypatch) -> None:
+    sent = Sent()
+    assert deliver(monkeypatch, _down, retries=POLICY.max_retries, sent=sent) == {
+        "written": 0,
+        "parked": 2,
+        "skipped": 0,
+    }
+    assert store["parked"] == ["1", "2"] and store["outcomes"][0]["parked"] == 2 and sent.countdowns == []
+    assert store["errors"][0].type == "OpenSearchUnavailable" and "SEMDUP_RETRY_BUDGET" in store["errors"][0].reason
 
 
-def test_a_batch_that_cannot_park_stays_on_the_broker(store) -> None:
+def test_a_batch_that_cannot_park_stays_on_the_broker(store, monkeypatch) -> None:
     store["park_fails"] = [True]
-    task = FakeTask(retries=50)
+    sent = Sent()
     with pytest.raises(Retry):
-        tasks._deliver(task, BATCH, _down)
-    assert 4 <= task.countdowns[0] <= 5 and store["outcomes"] == []  # the longest wait, again and again
+        deliver(monkeypatch, _down, retries=50, sent=sent)
+    assert sent.countdowns == [4] and store["outcomes"] == []  # the longest wait, again and again
     with pytest.raises(Reject) as caught:  # and if even the retry cannot be sent, the message is handed back
-        tasks._deliver(FakeTask(retries=50, publish_fails=True), BATCH, _down)
+        deliver(monkeypatch, _down, retries=50, sent=Sent(fails=True))
     assert caught.value.requeue is True
 
 
-def test_an_unexpected_error_parks_the_batch_at_once(store) -> None:
+def test_an_unexpected_error_parks_the_batch_at_once(store, monkeypatch) -> None:
     def bug(rt: Any) -> tasks.Outcome:
         raise KeyError("semdup")
 
-    assert tasks._deliver(FakeTask(), BATCH, bug)["parked"] == 2
-    assert store["parked"] == ["1", "2"]
+    assert deliver(monkeypatch, bug)["parked"] == 2
+    assert store["parked"] == ["1", "2"] and store["errors"][0].type == "KeyError"
 
 
-def test_written_posts_forget_their_parked_records_and_the_outcome_is_recorded(store) -> None:
-    done = tasks._deliver(FakeTask(), BATCH, lambda rt: tasks.Outcome(written=2, written_ids=["1", "2"]))
+def test_written_posts_forget_their_parked_records_and_the_outcome_is_recorded(store, monkeypatch) -> None:
+    done = deliver(monkeypatch, lambda rt: tasks.Outcome(written=2, written_ids=["1", "2"]))
     assert done == {"written": 2, "parked": 0, "skipped": 0}
     assert store["unparked"] == ["1", "2"] and store["outcomes"] == [{"written": 2, "parked": 0, "skipped": 0}]
 
@@ -200,10 +218,10 @@ def test_a_worker_without_its_runtime_keeps_the_batch(monkeypatch) -> None:
         raise ConfigError("no model bundle for the worker")
 
     monkeypatch.setattr(tasks, "runtime", broken)
-    task = FakeTask()
+    sent = Sent()
     with pytest.raises(Retry):
-        tasks._deliver(task, BATCH, _down)
-    assert task.countdowns == [60]
+        deliver(monkeypatch, _down, sent=sent)
+    assert sent.countdowns == [POLICY.cap_s]  # the longest wait, from the first retry on
 
 
 # --- queued messages ------------------------------------------------------------------------------------------
@@ -237,13 +255,14 @@ def test_a_parked_error_keeps_no_credential(monkeypatch) -> None:
     monkeypatch.setattr(parking, "ensure", lambda client, decl: None)
     monkeypatch.setattr(parking, "bulk_write", lambda client, actions: written.extend(actions) or _ok(len(actions)))
     client = type("C", (), {"indices": type("I", (), {"refresh": staticmethod(lambda **_: None)})()})()
-    error = "ConnectionError: http://admin:s3cret@db:9200/_bulk refused (api_key=abc123)"
-    parking.park(client, "travel", [("1", error)], task="index_posts", model_version="v")
+    error = "http://admin:s3cret@db:9200/_bulk refused (api_key=abc123)"
+    failure = ItemFailure("1", None, "ConnectionError", error)
+    parking.park(client, "travel", [failure], task="index_posts", model_version="v")
     stored = written[0]["_source"]["error"]
     assert "s3cret" not in stored and "abc123" not in stored and "db:9200" in stored
 
 
 def _ok(n: int) -> Any:
-    from semdup.indexer.bulk import BulkReport
+    from semdup.core.bulk import BulkReport
 
     return BulkReport(written=n)

@@ -174,8 +174,11 @@ class OldCluster(FakeCluster):
     def search(self, index: str, body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         from opensearchpy.exceptions import TransportError
 
+        from semdup.core.opensearch import client_error
+
         reason = "request [/posts/_search] contains unrecognized parameter: [include_named_queries_score]"
-        raise TransportError(400, "illegal_argument_exception", {"error": {"type": "x", "reason": reason}})
+        refused = TransportError(400, "illegal_argument_exception", {"error": {"type": "x", "reason": reason}})
+        raise client_error(refused, "POST", f"/{index}/_search")  # as the client raises it
 
 
 def test_a_cluster_without_named_scores_gets_the_second_request_and_the_same_ranking(caplog: Any) -> None:

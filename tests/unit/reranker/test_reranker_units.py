@@ -20,11 +20,11 @@ from semdup.core.errors import (
     OpenSearchUnavailable,
     PostError,
     SearchIndexError,
+    SearchTimeout,
     SemdupError,
 )
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
-from semdup.reranker.calls import SearchTimeout
 from semdup.reranker.sources import MAX_SPARSE_TERMS, Hit, SourceQuery, knn_query, merge, sparse_query
 from semdup.reranker.fusion import compute_components, compute_fused, sparse_dot
 from semdup.reranker.reranker import ModelMismatch

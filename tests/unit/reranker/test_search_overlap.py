@@ -52,7 +52,10 @@ class MeetingCluster:
         if self.down:
             from opensearchpy.exceptions import ConnectionError as ClientConnectionError
 
-            raise ClientConnectionError("N/A", "connection refused", None)
+            from semdup.core.opensearch import client_error
+
+            refused = ClientConnectionError("N/A", "connection refused", None)
+            raise client_error(refused, "POST", "/_msearch/template")  # as the client raises it
         return {"responses": [{"hits": {"hits": [{"_id": "7", "_score": 3.5}]}}]}
 
 

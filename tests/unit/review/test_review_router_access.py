@@ -17,6 +17,7 @@ from opensearchpy import exceptions as os_exc
 from session_cluster import DictCluster
 from settings_tree import service_settings
 
+from semdup.core.opensearch import client_error
 from semdup.core.settings import OpenSearchSettings
 from semdup.review.context import review_context
 from semdup.review.router import LOGIN_COOKIE, SESSION_COOKIE, router
@@ -35,7 +36,7 @@ class EmptyCluster:
 
     def get(self, index: str, id: str, **_: Any) -> dict[str, Any]:
         self.gets.append(id)
-        raise os_exc.NotFoundError(404, "not_found", {"found": False})
+        raise client_error(os_exc.NotFoundError(404, "not_found", {"found": False}), "GET", f"/{index}/_doc/{id}")
 
 
 def make_app(

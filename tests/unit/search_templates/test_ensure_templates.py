@@ -7,6 +7,7 @@ from typing import Any
 
 from opensearchpy import exceptions as os_exc
 
+from semdup.core.opensearch import client_error
 from semdup.search_templates import ensure_templates, template_id, template_source
 
 
@@ -20,12 +21,13 @@ class FakeScripts:
 
     def get_script(self, id: str, params: Any = None) -> dict[str, Any]:  # noqa: A002 (opensearch-py's name)
         if id not in self.held:
-            raise os_exc.NotFoundError(404, "resource_not_found_exception", {"found": False})
+            missing = os_exc.NotFoundError(404, "resource_not_found_exception", {"found": False})
+            raise client_error(missing, "GET", f"/_scripts/{id}")  # as the client raises it
         return {"_id": id, "found": True, "script": {"lang": "mustache", "source": self.held[id]}}
 
     def put_script(self, id: str, body: dict[str, Any], params: Any = None) -> dict[str, Any]:  # noqa: A002
         if not self.may_put:
-            raise os_exc.AuthorizationException(403, "security_exception", {})
+            raise client_error(os_exc.AuthorizationException(403, "security_exception", {}), "PUT", f"/_scripts/{id}")
         self.puts.append(id)
         self.held[id] = body["script"]["source"]
         return {"acknowledged": True}

@@ -1,14 +1,16 @@
-"""Bulk writes that report every document's fate: written, retried, or failed with its error.
+"""Bulk writes that report every document's fate: written, retried, or failed with its
+:class:`~semdup.core.opensearch.ItemFailure` (id, status, type, reason).
 
-Built on ``opensearchpy.helpers.streaming_bulk`` with ``raise_on_error=False`` and ``max_retries`` set, because
-with the default ``raise_on_error=True`` an item rejected with 429 raises instead of being retried
-(opensearch-py#964). Chunks close by count or by bytes, whichever comes first.
+Built on opensearch-py's ``streaming_bulk`` (through :mod:`semdup.core.opensearch`) with ``raise_on_error=False``
+and ``max_retries`` set, because with the default ``raise_on_error=True`` an item rejected with 429 raises instead
+of being retried (opensearch-py#964). Chunks close by count or by bytes, whichever comes first. A request that
+fails as a whole raises the boundary's error (a 429 for the whole request: ``OpenSearchUnavailable``, retried by
+the caller's task rather than here).
 
 Bulk lines are serialised with orjson instead of the client's stdlib ``json`` (it was the largest Python cost
 of semantic indexing: 400 floats per post). numpy arrays are written natively: a float32 vector (what
-``index_format.mapping.semdup_source`` puts under ``semdup.vector``) as each
- value's shortest float32 round-trip decimal,
-so OpenSearch parses back exactly the same float32 values from about half the bytes. A body orjson cannot
+``index_format.mapping.semdup_source`` puts under ``semdup.vector``) as each value's shortest float32 round-trip
+decimal, so OpenSearch parses back exactly the same float32 values from about half the bytes. A body orjson cannot
 write (say a non-string dict key) is left to the client's serializer, as before.
 """
 
@@ -20,11 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from opensearchpy import OpenSearch
-from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import expand_action, streaming_bulk
 
 from semdup.core.errors import OpenSearchUnavailable
+from semdup.core.opensearch import ItemFailure, OpenSearch, expand_action, streaming_bulk
 from semdup.core.progress import progress as progress_bar
 
 __all__ = ["BulkReport", "bulk_write", "chunked", "bulk_lines"]
@@ -36,10 +36,10 @@ _ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 @dataclass
 class BulkReport:
-    """What happened to each document of a bulk write; failures keep the id and the server's error."""
+    """What happened to each document of a bulk write; each failure keeps its id, status, type and reason."""
 
     written: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[ItemFailure] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -71,7 +71,8 @@ def bulk_write(
         max_retries: retries of items rejected with 429, with back-off doubling from ``initial_backoff`` seconds.
 
     Raises:
-        OpenSearchUnavailable: the cluster stopped answering (nothing of the failed chunk is marked written).
+        OpenSearchUnavailable: the cluster stopped answering or refused the whole request as overloaded (nothing of
+            the failed chunk is marked written). OpenSearchRefused: a request refused whole (400, 413).
     """
     report = BulkReport()
     bar = progress_bar(total=total, desc=description, unit="doc", enabled=progress)
@@ -95,15 +96,13 @@ def bulk_write(
             if ok:
                 report.written += 1
             else:
-                error = result.get("error", result)
-                if isinstance(error, dict) and "status" in result and "status" not in error:
-                    error = {"status": result["status"], **error}  # first, so the 500-character cut keeps it
-                report.failed.append((str(result.get("_id")), str(error)[:500]))
-                logger.warning("bulk %s of %s failed: %s", op, result.get("_id"), str(error)[:200])
-    except (os_exc.ConnectionError, os_exc.ConnectionTimeout) as exc:
-        raise OpenSearchUnavailable(
-            f"OpenSearch stopped answering during a bulk write after {report.written} documents: {exc}; "
-            "nothing unconfirmed is counted as written - run the same job again (writes are idempotent)"
+                failure = ItemFailure.of_item(result)
+                report.failed.append(failure)
+                logger.warning("bulk %s of %s failed: %s", op, failure.id, str(failure)[:200])
+    except OpenSearchUnavailable as exc:
+        raise exc.advising(
+            f"stopped after {report.written} documents of a bulk write, nothing unconfirmed is counted as written - "
+            "run the same job again (writes are idempotent)"
         ) from exc
     finally:
         bar.close()

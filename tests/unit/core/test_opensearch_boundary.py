@@ -1,0 +1,121 @@
+"""The one OpenSearch boundary (semdup.core.opensearch): what each client error becomes, bulk items as
+ItemFailures, and a real client's transport raising semdup's errors. Decisions read status and type, never text."""
+
+from __future__ import annotations
+
+import pytest
+from opensearchpy import exceptions as os_exc
+
+from semdup.core.clients import connect
+from semdup.core.errors import (
+    OpenSearchError,
+    OpenSearchMissing,
+    OpenSearchRefused,
+    OpenSearchUnavailable,
+    SearchIndexError,
+    SearchTimeout,
+)
+from semdup.core.opensearch import ItemFailure, MappedTransport, OpenSearch, client_error, error_reason, is_transient
+from semdup.core.settings import OpenSearchSettings
+from semdup.devstack.local_process import any_free_port
+
+
+def _body(kind: str, reason: str) -> dict:
+    return {"error": {"type": kind, "reason": reason, "root_cause": [{"type": kind, "reason": reason}]}, "status": 0}
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_overload_and_a_node_down_are_transient_with_their_status(status: int) -> None:
+    got = client_error(os_exc.TransportError(status, "x", _body("x", "busy")), "POST", "/travel/_search")
+    assert type(got) is OpenSearchUnavailable and got.status == status and got.type == "x" and got.reason == "busy"
+    assert f"HTTP {status}" in str(got) and "POST /travel/_search" in str(got)
+
+
+def test_no_answer_is_transient_and_a_timeout_says_which() -> None:
+    refused = client_error(os_exc.ConnectionError("N/A", "refused", ConnectionRefusedError()), "GET", "/")
+    assert type(refused) is OpenSearchUnavailable and refused.status is None and refused.type == "ConnectionError"
+    assert "SEMDUP_OPENSEARCH_URL" in str(refused)  # how to start one
+    slow = client_error(os_exc.ConnectionTimeout("TIMEOUT", "read timed out", None), "POST", "/_msearch", 2.5)
+    assert isinstance(slow, SearchTimeout) and isinstance(slow, OpenSearchUnavailable) and "within 2.5 s" in str(slow)
+
+
+def test_refusals_keep_status_type_and_reason_and_404_is_missing() -> None:
+    blocked = client_error(
+        os_exc.AuthorizationException(
+            403, "cluster_block_exception", _body("cluster_block_exception", "index [t-429] blocked")
+        ),
+        "PUT",
+        "/t-429/_doc/1",
+    )
+    assert type(blocked) is OpenSearchRefused and blocked.status == 403 and blocked.type == "cluster_block_exception"
+    assert not isinstance(blocked, OpenSearchUnavailable)  # a "429" in the text is no overload
+    gone = client_error(
+        os_exc.NotFoundError(
+            404, "index_not_found_exception", _body("index_not_found_exception", "no such index [x]")
+        ),
+        "GET",
+        "/x",
+    )
+    assert isinstance(gone, OpenSearchMissing) and isinstance(gone, OpenSearchRefused)
+    assert isinstance(gone, SearchIndexError) and gone.status == 404 and gone.reason == "no such index [x]"
+    bad = client_error(os_exc.SerializationError("cannot serialize"), "POST", "/x/_doc")
+    assert type(bad) is OpenSearchRefused and bad.status is None and bad.type == "SerializationError"
+    assert str(bad).startswith("OpenSearch client error SerializationError: cannot serialize")  # the words of before
+    long = client_error(os_exc.TransportError(400, "x", {}), "POST", "/" + "i" * 1000)
+    assert len(str(long)) < 400  # a long path is cut in the message
+
+
+def test_advising_keeps_the_class_and_the_fields() -> None:
+    err = client_error(os_exc.TransportError(503, "x", _body("x", "busy")), "POST", "/_bulk")
+    more = err.advising("run it again")
+    assert type(more) is type(err) and (more.status, more.type, more.reason) == (503, "x", "busy")
+    assert str(more).endswith("; run it again")
+
+
+def test_bulk_items_keep_status_and_type() -> None:
+    rejected = ItemFailure.of_item(
+        {"_id": "1", "status": 429, "error": {"type": "es_rejected_execution_exception", "reason": "queue full"}}
+    )
+    assert rejected == ItemFailure("1", 429, "es_rejected_execution_exception", "queue full") and rejected.transient
+    assert str(rejected) == "HTTP 429 es_rejected_execution_exception: queue full"
+    tripped = ItemFailure.of_item({"_id": "2", "status": 500, "error": {"type": "circuit_breaking_exception"}})
+    assert tripped.transient  # overload known by its type
+    name = ItemFailure.of_item(
+        {"_id": "429", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "429"}}
+    )
+    assert not name.transient and not name.missing
+    gone = ItemFailure.of_item({"_id": "3", "status": 404, "result": "not_found"})  # a delete of nothing
+    assert gone.missing and gone.type == "not_found" and not gone.transient
+    refused = ItemFailure.of_error("4", client_error(os_exc.RequestError(413, "x", {}), "POST", "/_bulk"))
+    assert (refused.id, refused.status) == ("4", 413)
+    assert is_transient(None, "too_many_requests") and not is_transient(None) and not is_transient(500, "x")
+
+
+def test_an_error_body_says_its_root_cause() -> None:
+    body = {"type": "action_request_validation_exception", "reason": "Validation Failed", "root_cause": []}
+    assert error_reason(body) == "Validation Failed"
+    assert error_reason({**body, "root_cause": [{"reason": "Validation Failed: 1: no requests added;"}]}).endswith(
+        "no requests added;"
+    )
+    assert error_reason("index_not_found_exception") == "index_not_found_exception"
+
+
+def test_a_real_client_raises_semdups_errors() -> None:
+    """The client ``connect`` builds, and any client built with the transport, raise semdup's errors."""
+    url = f"http://127.0.0.1:{any_free_port()}"
+    client = connect(OpenSearchSettings(url=url, timeout=2, max_retries=0), check=False)
+    assert isinstance(client.transport, MappedTransport)
+    with pytest.raises(OpenSearchUnavailable) as caught:
+        client.search(index="travel", body={"query": {"match_all": {}}}, request_timeout=2)
+    assert caught.value.status is None and isinstance(caught.value.__cause__, os_exc.ConnectionError)
+    own = OpenSearch(hosts=[url], max_retries=0, timeout=2, transport_class=MappedTransport)
+    with pytest.raises(OpenSearchError):
+        own.indices.exists(index="travel")
+
+
+def test_a_scroll_that_some_shards_failed_is_transient() -> None:
+    from opensearchpy.helpers import ScanError
+
+    failed = ScanError("scroll-1", "Scroll request has only succeeded on 3 (+0 skipped) shards out of 5.")
+    got = client_error(failed, "GET", "/travel/_search?scroll")
+    assert type(got) is OpenSearchUnavailable and got.type == "ScanError" and "3 (+0 skipped)" in got.reason
