@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from semdup.core.bulk import bulk_write
-from semdup.core.errors import ConfigError, OpenSearchUnavailable
+from semdup.core.errors import ConfigError
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_ID_BYTES
 from semdup.index_format.system_indices import FLAGS, ensure
@@ -121,12 +121,9 @@ def replace_flags(
         report = bulk_write(client, actions)
         if report.failed:
             first = report.failed[0]
-            raise OpenSearchUnavailable(
+            raise first.error(
                 f"could not write {len(report.failed)} flags to {store!r} ({str(first)[:200]}); "
-                "check the cluster's health and disk space",
-                status=first.status,
-                type=first.type,
-                reason=first.reason,
+                "check the cluster's health and disk space"
             )
     client.indices.refresh(index=store)
     keep = [a["_id"] for a in actions]

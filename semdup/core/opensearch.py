@@ -221,6 +221,11 @@ class ItemFailure:
         head = f"HTTP {self.status} " if self.status is not None else ""
         return f"{head}{self.type or 'error'}: {self.reason}"
 
+    def error(self, message: str, kind: type[OpenSearchError] = OpenSearchUnavailable) -> OpenSearchError:
+        """``kind(message)`` carrying this failure's status, type and reason: how a write that must not be lost
+        says which document stopped it (the caller raises it)."""
+        return kind(message, status=self.status, type=self.type, reason=self.reason)
+
     @classmethod
     def of_item(cls, item: dict[str, Any]) -> ItemFailure:
         """From one item of a bulk answer (``{"_id", "status", "error": {...}}``; a delete of a document that is not

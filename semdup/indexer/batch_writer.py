@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from semdup.core.bulk import BulkReport, bulk_write, chunked
-from semdup.core.errors import OpenSearchRefused, OpenSearchUnavailable, PostError, SearchIndexError
+from semdup.core.errors import OpenSearchRefused, PostError, SearchIndexError
 from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.post_rules import check_post_input, opensearch_id_problem
 from semdup.core.posts import Post
@@ -206,12 +206,9 @@ def _split_failures(report: BulkReport, result: BatchResult, what: str) -> None:
     rejected = [f for f in report.failed if f.transient]
     if rejected:
         first = rejected[0]
-        raise OpenSearchUnavailable(
+        raise first.error(
             f"OpenSearch rejected {len(rejected)} documents of a {what} batch as overloaded after the bulk retries "
-            f"(first: {first.id}, {first}); the batch is retried later",
-            status=first.status,
-            type=first.type,
-            reason=first.reason,
+            f"(first: {first.id}, {first}); the batch is retried later"
         )
     result.written += report.written
     result.failed.extend(report.failed)

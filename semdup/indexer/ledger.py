@@ -113,12 +113,9 @@ def _bulk(client: OpenSearch, actions: list[dict[str, Any]], what: str) -> None:
     )
     if report.failed:  # nothing of the chunk is published: the producer fails, and sending again is harmless
         first = report.failed[0]
-        refused = OpenSearchUnavailable if first.transient else OpenSearchRefused
-        raise refused(
+        raise first.error(
             f"{JOBS_INDEX} refused {len(report.failed)} records while {what}; first: {first.id}: {first}",
-            status=first.status,
-            type=first.type,
-            reason=first.reason,
+            OpenSearchUnavailable if first.transient else OpenSearchRefused,
         )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from semdup.core.bulk import bulk_write
-from semdup.core.errors import OpenSearchRefused, OpenSearchUnavailable
+from semdup.core.errors import OpenSearchRefused
 from semdup.core.logs import scrub
 from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.index_format.system_indices import PARKED, ensure
@@ -111,12 +111,9 @@ def park(
     if report.failed:
         # The park store itself refused them: raise so the task is retried rather than losing the posts.
         first = report.failed[0]
-        raise OpenSearchUnavailable(
+        raise first.error(
             f"could not park {len(report.failed)} posts in {PARKED_INDEX!r} ({str(first)[:200]}); "
-            "check the cluster's health and disk space",
-            status=first.status,
-            type=first.type,
-            reason=first.reason,
+            "check the cluster's health and disk space"
         )
     for f in failures:
         logger.warning("parked post %s of index %s (%s): %s", f.id, index, task, str(f)[:200])

@@ -91,6 +91,15 @@ def test_bulk_items_keep_status_and_type() -> None:
     assert is_transient(None, "too_many_requests") and not is_transient(None) and not is_transient(500, "x")
 
 
+def test_a_failure_becomes_an_error_that_keeps_its_fields() -> None:
+    failure = ItemFailure("7", 507, "disk_full", "no space")
+    err = failure.error("could not park 1 post")
+    assert type(err) is OpenSearchUnavailable and str(err) == "could not park 1 post"
+    assert (err.status, err.type, err.reason) == (507, "disk_full", "no space")
+    refused = failure.error("refused", OpenSearchRefused)
+    assert type(refused) is OpenSearchRefused and (refused.status, refused.type) == (507, "disk_full")
+
+
 def test_an_error_body_says_its_root_cause() -> None:
     body = {"type": "action_request_validation_exception", "reason": "Validation Failed", "root_cause": []}
     assert error_reason(body) == "Validation Failed"
