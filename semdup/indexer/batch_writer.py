@@ -269,8 +269,8 @@ def index_batch(
     """Write full documents (lexical + semdup fields) for a batch of posts given as JSON objects.
 
     The batch is encoded and written in chunks of ``chunk_size`` posts (default :func:`chunk_size_for` the
-    bundle's device and encoder), in three overlapping stages: the next chunk is prepared (cleaned, tokenised) on one helper
-    thread while this one is encoded, and the previous one's bulk request is in flight on another (see
+    bundle's device and encoder), in three overlapping stages: the next chunk is prepared (cleaned, tokenised) on
+    one helper thread while this one is encoded, and the previous one's bulk request is in flight on another (see
     :func:`write_overlapped`). Documents go out in the batch's order, the same as in one request.
     ``search``: the index's search structures (what :func:`ensure_index_model` returned); None reads the mapping.
     """
