@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks.indexing import _hardware, _versions
-from benchmarks.report import format_table, human_bytes, ratio, summary
+from benchmarks.report import elapsed_ms, format_table, human_bytes, ratio, summary
 from semdup.core.posts import Post
 from semdup.evaluation.site_index import SITE_MAPPING, bulk_or_raise, make_site_index, site_posts
 
@@ -149,11 +149,6 @@ def packed_readable(client: Any, index: str) -> tuple[int, int]:
     readable = sum(1 for h in resp["hits"]["hits"] if (h.get("fields") or {}).get("semdup.packed"))
     return in_source, readable
 
-
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for post in queries:
                 for name, make in methods.items():
-                    times[name].append(_timed(make(post)))
+                    times[name].append(elapsed_ms(make(post)))
         lat = {name: summary(t) for name, t in times.items()}
         answers_before = {q.id: [c.id for c in rr_companion.rank(q, k=10)] for q in queries[:20]}
 

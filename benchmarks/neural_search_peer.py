@@ -54,6 +54,7 @@ import numpy as np
 
 from benchmarks.indexing import _hardware, _versions
 from benchmarks.peer_report import build_report, format_report, ingest_side, quiet_enough
+from benchmarks.report import elapsed_ms
 from semdup.core.errors import SemdupError
 from semdup.core.posts import Post
 
@@ -221,11 +222,6 @@ class _WorkerPool:
         self._pool.join()
 
 
-def _timed_ms(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
-
 
 def _rotating(calls: dict[str, Callable[[], Any]], turn: int) -> list[tuple[str, Callable[[], Any]]]:
     names = list(calls)
@@ -386,9 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for post in queries:
                 for name, fn in _rotating(query_calls, turn):
-                    query_ms[name].append(_timed_ms(lambda fn=fn: fn(post)))
+                    query_ms[name].append(elapsed_ms(lambda fn=fn: fn(post)))
                 for name, fn in _rotating(encode_calls, turn):
-                    encode_ms[name].append(_timed_ms(lambda fn=fn: fn(post)))
+                    encode_ms[name].append(elapsed_ms(lambda fn=fn: fn(post)))
                 turn += 1
         loads["end"] = _load()
     finally:

@@ -1,15 +1,25 @@
-"""Small pure helpers the footprint and freshness benchmarks print with: percentiles, byte sizes, a text table.
+"""Small pure helpers the benchmarks time and print with: one call's milliseconds, percentiles, byte sizes, a text
+table.
 
 Kept apart from the benchmarks (which need OpenSearch, a bundle and a worker) so they can be unit-tested alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["summary", "human_bytes", "format_table", "ratio"]
+__all__ = ["elapsed_ms", "summary", "human_bytes", "format_table", "ratio"]
+
+
+def elapsed_ms(fn: Callable[[], Any]) -> float:
+    """Milliseconds one call of ``fn`` takes (its result is dropped)."""
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000.0
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.indexing import _hardware, _versions
+from benchmarks.report import elapsed_ms
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +61,6 @@ def _percentiles(ms: Sequence[float]) -> dict[str, float]:
     }
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000.0
-
 
 def _concurrent(calls: Sequence[Callable[[], Any]], threads: int) -> float:
     """Calls per second with ``threads`` concurrent callers over the given bounded list of calls."""
@@ -79,7 +75,7 @@ def _under_load(calls: Sequence[Callable[[], Any]], callers: int) -> dict[str, f
     times: list[float] = []
 
     def one(call: Callable[[], Any]) -> None:
-        times.append(_timed(call))  # list.append is atomic under the GIL
+        times.append(elapsed_ms(call))  # list.append is atomic under the GIL
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=callers) as pool:
@@ -277,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for post in queries:
                 for name, make in methods.items():  # interleaved: drift hits every method alike
-                    times[name].append(_timed(make(post)))
+                    times[name].append(elapsed_ms(make(post)))
         for post in queries[:50]:
             n_candidates.append(len(rr.retrieve(post, exclude_id=post.id)[0].ids))
         stats = {name: _percentiles(t) for name, t in times.items()}

@@ -29,7 +29,6 @@ import logging
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 from benchmarks import run_main
 from benchmarks.bench_stack import serve_process
 from benchmarks.indexing import _hardware, _versions
-from benchmarks.report import format_table, ratio, summary
+from benchmarks.report import elapsed_ms, format_table, ratio, summary
 from semdup.devstack.local_opensearch import own_opensearch
 
 logger = logging.getLogger(__name__)
@@ -51,11 +50,6 @@ def serving(bundle: str, index: str, url: str, log: Path) -> contextlib.Abstract
     env.pop("SEMDUP_API_KEYS", None)
     return serve_process(bundle, index, url, env, log)
 
-
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 for title in titles:
                     for name, make in methods.items():
-                        times[name].append(_timed(make(title)))
+                        times[name].append(elapsed_ms(make(title)))
                 print(f"round {r + 1}: load average {os.getloadavg()[0]:.2f}", flush=True)
             http.close()
             stats = {m: summary(x) for m, x in times.items()}
