@@ -3,9 +3,9 @@
 Over the Travel posts indexed with the bundle's semdup fields and a k-NN vector (``index_batch``), for real Travel
 test queries, the default reranker call (BM25 ∪ k-NN, 100 candidates each, fusion, top 10):
 
-* its steps one after the other, each timed (median ms): the BM25 ``_msearch/template``, the encoding of the body
-  and of the title, the k-NN ``_search`` whose hits carry their BM25 score (a named query), the merge and the
-  fusion; beside them the call itself (``Reranker.rank``: the BM25 search in flight while the query is encoded);
+* its steps one after the other, each timed (median ms): the encoding of the body and of the title, the one
+  ``_msearch/template`` of every source (hits carrying the cluster's fusion components, the k-NN hits their BM25
+  score by a rescore), the merge and the fusion; beside them the call itself (``Reranker.rank``);
 * the call with the bundle's onnxruntime session on each of ``--onnx-threads`` (default 1,2: the service's query
   encoder before and after issue #28's thread policy), alternating query by query (the order turning each round):
   p50 / p99 of each, their ratio to the first, whether their rankings are equal (to the bit), and the load
@@ -26,7 +26,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,31 +62,28 @@ def _cluster(url: str | None) -> Iterator[str]:
 def _steps(rr: Any, post: Any) -> dict[str, float]:
     """The call's steps one after the other, each timed, through the reranker's own pieces."""
     from semdup.index_format.schema import lexical_field
-    from semdup.reranker.fusion import compute_components, compute_fused
+    from semdup.reranker.fusion import compute_fused, merge_components
     from semdup.reranker.sources import SourceQuery, merge, search
     from semdup.search_templates import query_text
+    from semdup.search_templates.components import components_params
 
     s = rr.settings
     resolved = rr.indices.resolve(rr.index, s)
-    sources = rr.sources(resolved)
-    query = SourceQuery(query_text(post.title, post.body), s.k_candidates, post.id)
     steps: dict[str, float] = {}
-    lexical = [x for x in sources if not x.needs_encoding]
-    steps["BM25 _msearch"], found = _ms(lambda: search(rr.client, resolved.target, lexical, query, s.search_timeout))
     steps["encode body"], (vector, terms) = _ms(lambda: rr.bundle.encode_query(post))
     steps["encode title"], titles = _ms(lambda: rr.bundle.encode_titles([post]))
-    query = replace(query, vector=vector, terms=terms)
-    vectors = [x for x in sources if x.needs_encoding]
-    named = lexical_field(s.templates[0], s.variant)
-    steps["k-NN _search + named BM25"], more = _ms(
-        lambda: search(rr.client, resolved.target, vectors, query, s.search_timeout, lexical_field=named)
+    query = SourceQuery(query_text(post.title, post.body), s.k_candidates, post.id, vector=vector, terms=terms,
+                        components=components_params(rr.version, vector, terms, titles[0]),
+                        lexical_field=lexical_field(s.templates[0], s.variant), shards=resolved.shards)  # fmt: skip
+    steps["one _msearch/template"], found = _ms(
+        lambda: search(rr.client, resolved.target, rr.sources(resolved), query, s.search_timeout)
     )
-    steps["merge"], cands = _ms(lambda: merge([*found, *more], primary=s.templates[0]))
-    ids = [i for i in cands.ids if i in cands.fields]
+    steps["merge"], cands = _ms(lambda: merge(found, primary=s.templates[0]))
+    ids = [i for i in cands.ids if i in cands.components]
     steps["fusion"], _ = _ms(
         lambda: compute_fused(
-            compute_components(vector, terms, [cands.fields[i] for i in ids], [cands.lexical.get(i, 0.0) for i in ids],
-                               titles[0]),  # fmt: skip
+            merge_components(vector, terms, titles[0], [cands.components[i] for i in ids], {},
+                             [cands.lexical.get(i, 0.0) for i in ids]),  # fmt: skip
             rr.fusion,
         )
     )

@@ -28,7 +28,7 @@ from semdup.core.errors import SemdupError
 from semdup.core.scoring import TITLE_WEIGHT, check_fusion, cosine_rows, fused_scores, minmax_normalise
 from semdup.index_format.packed_fields import PackedTerms
 
-__all__ = ["compute_components", "compute_fused", "sparse_dot"]
+__all__ = ["compute_components", "compute_fused", "merge_components", "sparse_dot"]
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +144,41 @@ def compute_components(
         "lexnorm": minmax_normalise(lex),
         "cos_title": cos_title,
     }
+
+
+def merge_components(
+    query_vector: np.ndarray | None,
+    query_terms: Mapping[str, float] | None,
+    query_title: np.ndarray | None,
+    cluster: Sequence[Sequence[float] | None],
+    stored: Mapping[int, Mapping[str, Any]],
+    lexical: Sequence[float],
+) -> dict[str, np.ndarray]:
+    """Per-candidate components as :func:`compute_components` gives them, from the cosines the cluster computed
+    (``cluster[i]`` = ``[cos_bow, cos_dense, cos_title, same_model]``, :mod:`semdup.search_templates.components`)
+    and, for the candidates whose hits carried none (``cluster[i]`` None), from their stored fields
+    (``stored[i]``, read from ``_source``: posts written before the packed format 2). A path the query lacks is
+    NaN (the model has none), its title term 0 without a query title; lexnorm is over every candidate.
+    """
+    n = len(cluster)
+    cos_bow, cos_dense, cos_title = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
+    at = [i for i, c in enumerate(cluster) if c is not None]
+    if at:
+        rows = np.asarray([cluster[i] for i in at], dtype=np.float64)
+        if query_terms is not None:
+            cos_bow[at] = rows[:, 0]
+        if query_vector is not None:
+            cos_dense[at] = rows[:, 1]
+        if query_title is not None:
+            cos_title[at] = rows[:, 2]
+    local = [i for i, c in enumerate(cluster) if c is None]
+    if local:
+        here = compute_components(query_vector, query_terms, [stored.get(i) or {} for i in local],
+                                  [0.0] * len(local), query_title)  # fmt: skip
+        cos_bow[local], cos_dense[local], cos_title[local] = here["cos_bow"], here["cos_dense"], here["cos_title"]
+    lex = np.asarray(lexical, dtype=np.float64)
+    return {"cos_bow": cos_bow, "cos_dense": cos_dense, "lexical": lex, "lexnorm": minmax_normalise(lex),
+            "cos_title": cos_title}  # fmt: skip
 
 
 def compute_fused(components: Mapping[str, np.ndarray], fusion: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:

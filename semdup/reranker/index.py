@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from semdup.core.errors import SearchIndexError
 from semdup.core.index_names import check_index_name
-from semdup.index_format.companion import search_target
+from semdup.index_format.companion import companion_of, search_target
 from semdup.index_format.mapping import MODEL_META_KEY, common_fields, mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.reranker.settings import RerankerSettings
@@ -51,16 +52,26 @@ class ResolvedIndex:
         name: the index (or alias) asked for; the answer's ids are its ids.
         target: the index searched: ``name`` itself when semdup created it, else its companion.
         fields: the hybrid candidate paths wanted and served there (learned-sparse, k-NN).
+        shards: the primary shards behind ``target`` (a k-NN search finds its ``k`` in each).
+        text_fields: the fields of ``name`` that hold a post's title and body (the site's own, for a companion).
     """
 
     name: str
     target: str
     fields: CandidateFields = CandidateFields()
+    shards: int = 1
+    text_fields: tuple[str, str] = ("title", "body")
 
     @property
     def companion(self) -> bool:
         """True for a site's index connected with ``semdup enable``: its posts are searched in the companion."""
         return self.target != self.name
+
+
+def _primary_shards(client: Any, target: str) -> int:
+    """The primary shards of every concrete index behind ``target`` (an alias may point at several)."""
+    got = client.indices.get_settings(index=target, name="index.number_of_shards")
+    return max(1, sum(int(v["settings"]["index"]["number_of_shards"]) for v in got.values()))
 
 
 class IndexResolver:
@@ -70,22 +81,17 @@ class IndexResolver:
         client: an OpenSearch client (:func:`semdup.core.clients.connect`).
         version: the bundle version the reranker serves.
         dense: the bundle has a dense encoder (k-NN candidates are then on by default where the index maps them).
-
-    Attributes:
-        named_scores: the cluster returns the scores of named queries (OpenSearch >= 2.13); set False by the
-            first search it refused.
     """
 
     def __init__(self, client: object, version: str, *, dense: bool) -> None:
         self.client = client
         self.version = version
         self.dense = dense
-        self._mapped: dict[str, tuple[str, CandidateFields]] = {}  # name -> (target, its search structures)
+        # name -> (target, its search structures, its shards, the title and body fields of name)
+        self._mapped: dict[str, tuple[str, CandidateFields, int, tuple[str, str]]] = {}
         self._stored: set[tuple[str, str]] = set()  # (template model, variant) stored in the cluster
         self._warned: set[tuple[str, str]] = set()  # (target, path) a warning was logged for
         self._lock = threading.Lock()
-        # sparse / k-NN hits can carry their lexical score as a named query (False: the cluster is older than 2.13)
-        self.named_scores = True
 
     def resolve(self, name: str, settings: RerankerSettings) -> ResolvedIndex:
         """``name`` as searched with ``settings`` (module doc).
@@ -109,7 +115,11 @@ class IndexResolver:
                     f"{self.version}; serve bundle {other}, or index the posts with {self.version} into a new index "
                     "and point an alias"
                 )
-            mapped = (target, common_fields(behind))
+            text = ("title", "body")
+            if target != name:
+                found = companion_of(self.client, name)  # type: ignore[arg-type]
+                text = (found[1].title, found[1].body) if found is not None else text
+            mapped = (target, common_fields(behind), _primary_shards(self.client, target), text)
         missing = {(m, settings.variant) for m in settings.templates} - self._stored
         with self._lock:
             self._mapped[name] = mapped
@@ -117,13 +127,13 @@ class IndexResolver:
                 ensure_templates(self.client, [m for m, _ in sorted(missing)], [settings.variant],
                                  settings.search_timeout)  # fmt: skip
                 self._stored.update(missing)
-        target, held = mapped
+        target, held, shards, text = mapped
         auto_knn = settings.knn is None and self.dense
         wanted = CandidateFields(settings.sparse, bool(settings.knn) or auto_knn)
         for path, flag in (("learned-sparse", "sparse"), ("k-NN", "knn")):
             if getattr(wanted, flag) and not getattr(held, flag) and not (flag == "knn" and auto_knn):
                 self._warn_once(target, path, flag)
-        return ResolvedIndex(name, target, wanted & held)
+        return ResolvedIndex(name, target, wanted & held, shards, text)
 
     def _warn_once(self, target: str, path: str, flag: str) -> None:
         """Say once per index that a wanted candidate path is off (the index was created or enabled without

@@ -5,26 +5,26 @@
         print(c.id, c.score, c.components, c.probability, c.is_duplicate)
 
 A reranker is candidate sources, fusion and calibration (pyserini's hybrid searcher: searchers, then fusion). One
-call, on one path whose critical path is the query's encoding:
+call, one round trip to the cluster after the query's encoding:
 
 1. the index is resolved (:class:`~semdup.reranker.index.ResolvedIndex`: the index searched, the candidate paths
-   it serves; once per index);
-2. the sources that need no encoding (the lexical templates, :mod:`semdup.reranker.sources`) are asked on a pool
-   thread while the calling thread encodes the query (:class:`~semdup.reranker.encoding.QueryEncoder`):
-   onnxruntime and the wait for OpenSearch both release the GIL;
-3. once the encoding is there, the k-NN (or learned-sparse) source is asked; a lone one as a ``_search`` whose hits
-   carry their lexical score as a named query, so the candidates only it found need no second request;
-4. the hits are merged (round-robin, without duplicates); every hit carries the candidate's packed vectors and term
-   weights, so the fusion (:mod:`semdup.reranker.fusion`) needs no fetch. Only candidates whose hits carried none
-   (written before ``semdup.packed`` existed) take one ``mget`` of their ``_source``
+   it serves, its shards; once per index);
+2. the query is encoded (:class:`~semdup.reranker.encoding.QueryEncoder`: dense vector, BOW weights, title vector);
+3. every source (the lexical templates, k-NN, learned-sparse, the posts a caller restricts to;
+   :mod:`semdup.reranker.sources`) is asked in one ``_msearch/template``. The scores are computed where the data
+   is: each hit carries the fusion's three cosines, computed on the data node by the stored components script
+   (:mod:`semdup.search_templates.components`) from the candidate's packed vectors and term weights, and the vector
+   sources' hits carry the first template's score (a rescore with its ``match``). Ids and a few floats per hit
+   cross the wire, not the packed fields;
+4. the hits are merged (round-robin, without duplicates) and fused (:mod:`semdup.reranker.fusion`: lexnorm is a
+   min-max over the whole candidate list, so the sum is taken here). Only candidates whose hits carried no
+   components (written before the packed format 2) take one ``mget`` of their ``_source``
    (:class:`~semdup.reranker.stored_fields.StoredFields`);
 5. the fused scores are calibrated (:class:`~semdup.reranker.calibration.Calibration`) and the top k returned.
 
-Scores equal ``BundleScorer.score`` on the same candidates; the steps one after the other (encode, one search of
-every source, a second request for the lexical scores of the candidates the templates did not find, fuse) give the
-same answers to the bit (``tests/unit/reranker/test_query_overlap.py``, ``tests/integration/test_reranker_parity.py``,
-against the reference in ``tests/reranker_reference.py``). ``python -m benchmarks.query_profile``
-times the call step by step.
+Scores equal ``BundleScorer.score`` on the same candidates, and the fusion over the candidates' decoded packed
+fields to ~1e-15 (``tests/integration/test_reranker_parity.py``, against the reference in
+``tests/reranker_reference.py``). ``python -m benchmarks.query_profile`` times the call step by step.
 
 A candidate stored by another model version is refused (:class:`ModelMismatch`); a candidate the workers
 have not reached yet is kept, scored with what it has, ranked after the complete ones and flagged
@@ -50,24 +50,24 @@ from semdup.core.text_pipeline import check_post
 from semdup.index_format.schema import lexical_field
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration
 from semdup.reranker.encoding import QueryEncoder, QueryEncoding
-from semdup.reranker.fusion import compute_components, compute_fused
+from semdup.reranker.fusion import compute_fused, merge_components
 from semdup.reranker.index import IndexResolver, ModelMismatch, NothingIndexed, ResolvedIndex
 from semdup.reranker.settings import RerankerSettings
 from semdup.reranker.sources import (
     Candidates,
     CandidateSource,
     KnnSource,
-    NamedScoresUnsupported,
+    RestrictSource,
     SourceQuery,
     SparseSource,
     TemplateSource,
     lexical_scores,
     merge,
     search,
-    search_in_background,
 )
 from semdup.reranker.stored_fields import FieldCache, StoredFields
 from semdup.search_templates import query_text
+from semdup.search_templates.components import components_params
 
 __all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed", "QueryEncoding"]
 
@@ -218,13 +218,14 @@ class Reranker:
 
     def sources(self, resolved: ResolvedIndex) -> tuple[CandidateSource, ...]:
         """The candidate sources of this reranker's settings that ``resolved`` serves: each lexical template, then
-        learned-sparse and k-NN where the index holds their structures."""
+        learned-sparse and k-NN where the index holds their structures, and the posts a caller restricts to."""
         s = self.settings
         out: list[CandidateSource] = [TemplateSource(m, s.variant) for m in s.templates]
         if resolved.fields.sparse:
             out.append(SparseSource())
         if resolved.fields.knn:
             out.append(KnnSource())
+        out.append(RestrictSource())  # asks only when the caller restricts the candidates
         return tuple(out)
 
     # --- one query ---------------------------------------------------------------------------
@@ -251,35 +252,22 @@ class Reranker:
         check_post(post)
         s = self.settings
         resolved = self.indices.resolve(index or self.index, s)
-        sources = self.sources(resolved)
-        lexical_sources = [x for x in sources if not x.needs_encoding]
         ids = None if restrict_ids is None else tuple(map(str, restrict_ids))
-        size = s.k_candidates if ids is None else max(len(ids), 1)
-        text = query_text(post.title, post.body if s.variant == "text" else "")
-        query = SourceQuery(text, size, None if exclude_id is None else str(exclude_id), ids)
-        target, timeout = resolved.target, s.search_timeout
-        pending = search_in_background(self.client, target, lexical_sources, query, timeout)
-        try:
-            encoding = self.encoder.encode_post(post)
-            query = replace(query, vector=encoding.vector, terms=encoding.terms)
-            vector_sources = [x for x in sources if x.needs_encoding]
-            named = self.indices.named_scores and bool(self.fusion.get("alpha"))
-            lex = lexical_field(s.templates[0], s.variant) if named else None
-            try:
-                found = search(self.client, target, vector_sources, query, timeout, lexical_field=lex)
-            except NamedScoresUnsupported as exc:
-                logger.warning("%s; sparse / k-NN candidates' lexical scores take a second request", exc)
-                self.indices.named_scores = False
-                found = search(self.client, target, vector_sources, query, timeout)
-        finally:
-            lexical = pending.result()  # its error first: the cluster's state matters more than the text's
-        cands = merge([*lexical, *found], primary=s.templates[0])
-        if ids is not None:  # rank exactly these: ones no source found join with lexical score 0
-            for rid in ids:
-                if rid not in cands.sources and rid != query.exclude_id:
-                    cands.ids.append(rid)
-                    cands.sources[rid] = ["restrict"]
-        return resolved, cands, encoding
+        encoding = self.encoder.encode_post(post)
+        params = components_params(self.version, encoding.vector, encoding.terms, encoding.title)
+        query = SourceQuery(
+            text=query_text(post.title, post.body if s.variant == "text" else ""),
+            size=s.k_candidates if ids is None else max(len(ids), 1),
+            exclude_id=None if exclude_id is None else str(exclude_id),
+            restrict_ids=ids,
+            vector=encoding.vector,
+            terms=encoding.terms,
+            components=params,
+            lexical_field=lexical_field(s.templates[0], s.variant),
+            shards=resolved.shards,
+        )
+        found = search(self.client, resolved.target, self.sources(resolved), query, s.search_timeout)
+        return resolved, merge(found, primary=s.templates[0]), encoding
 
     def rank(
         self,
@@ -303,26 +291,21 @@ class Reranker:
         s, target = self.settings, resolved.target
         unscored = [i for i in cands.ids if i not in cands.lexical]
         if unscored and self.fusion.get("alpha", 0.0) != 0.0:
-            # found by sparse / k-NN / restrict only, without a named score: ask the first template for theirs
+            # found by another template only: ask the first template for their scores
             text = query_text(post.title, post.body if s.variant == "text" else "")
             cands.lexical.update(lexical_scores(self.client, target, text, unscored, model=s.templates[0],
                                                 variant=s.variant, timeout=s.search_timeout))  # fmt: skip
-        stored: dict[str, dict[str, Any] | None] = dict(cands.fields)
-        unread = [i for i in cands.ids if i not in stored]  # hits that carried no packed fields
-        if unread:
-            stored.update(self.stored.fetch(target, unread, s.search_timeout))
-        ids = [i for i in cands.ids if stored.get(i) is not None]  # None = deleted since the search
-        docs = [stored[i] for i in ids]
-        wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
-        if wrong:
-            raise ModelMismatch(
-                f"candidates in {target!r} were indexed by model {', '.join(wrong)}, but the reranker serves bundle "
-                f"{self.version}; serve the index's bundle, or re-index the posts with this one"
-            )
+        unread = [i for i in cands.ids if i not in cands.components]  # written before the packed format 2
+        stored = self.stored.fetch(target, unread, s.search_timeout) if unread else {}
+        ids = [i for i in cands.ids if i in cands.components or stored.get(i) is not None]  # None: deleted since
+        cluster = [cands.components.get(i) for i in ids]
+        self.check_models(target, cands, stored)
+        local = {n: stored[i] for n, i in enumerate(ids) if cluster[n] is None}
         lexical = [cands.lexical.get(i, 0.0) for i in ids]
-        comps = compute_components(query.vector, query.terms, docs, lexical, query.title)
+        comps = merge_components(query.vector, query.terms, query.title, cluster, local, lexical)
         scores, complete = compute_fused(comps, self.fusion)
-        complete &= np.asarray([d.get("model") is not None for d in docs], dtype=bool)
+        indexed = [c[3] >= 0 if c is not None else local[n].get("model") is not None for n, c in enumerate(cluster)]
+        complete &= np.asarray(indexed, dtype=bool)
         prob = self.calibration.probability(scores) if self.calibration is not None else None
         threshold = self.threshold
         # complete candidates first, each group by score; ties broken by id for a stable answer
@@ -356,6 +339,17 @@ class Reranker:
             )
             for i in order
         ]
+
+    def check_models(self, target: str, cands: Candidates, stored: dict[str, dict[str, Any] | None]) -> None:
+        """Refuse candidates indexed by another model (ModelMismatch naming it), as the cluster's components script
+        or the stored fields of those read from ``_source`` say."""
+        wrong = set(cands.other_models.values())
+        wrong |= {(d or {}).get("model") for d in stored.values()} - {None, self.version}
+        if wrong:
+            raise ModelMismatch(
+                f"candidates in {target!r} were indexed by model {', '.join(sorted(map(str, wrong)))}, but the "
+                f"reranker serves bundle {self.version}; serve the index's bundle, or re-index the posts with this one"
+            )
 
     def rank_batch(
         self,

@@ -8,15 +8,15 @@ One call costs one title encoding and one ``_msearch``, nothing else (a keystrok
 
 * the title is encoded once (``Bundle.encode_query`` of a title-only post): its dense vector is the title vector
   the indexer stores for every post (``encode_titles``), and its BOW weights come from the same tokenisation;
-* one ``_msearch`` with two plain search bodies: BM25 on the ``title`` field (the query of the stored template
+* one ``_msearch/template`` with two search bodies: BM25 on the ``title`` field (the query of the stored template
   ``semdup-bm25-title``, :func:`title_query`) and, where the index maps ``semdup.vector`` as a ``knn_vector``,
-  k-NN with the title vector (:class:`semdup.reranker.sources.KnnSource`). Each hit carries its ``semdup.packed``
-  doc value (dense vector, term weights and title vector, :mod:`semdup.index_format.packed_fields`) and its
-  cleaned ``title`` from ``_source`` (what the asker reads);
-* the candidates are fused by :func:`semdup.reranker.fusion.compute_components` with the query's title vector as
-  both its dense vector and its title vector: s = β_title·cos(title, title) + β_dense·cos(title, post)
-  + β_bow·cos_bow + α·lexnorm, with :data:`SIMILAR_FUSION` (chosen on Travel dev,
-  ``python -m semdup.evaluation.similar_eval``).
+  k-NN with the title vector (:class:`semdup.reranker.sources.KnnSource`). Each hit carries the fusion's cosines,
+  computed in the cluster from its packed fields (:mod:`semdup.search_templates.components`, the query's title
+  vector standing for both its dense vector and its title vector), and its cleaned ``title`` from ``_source``
+  (what the asker reads);
+* the candidates are fused (:func:`semdup.reranker.fusion.merge_components`):
+  s = β_title·cos(title, title) + β_dense·cos(title, post) + β_bow·cos_bow + α·lexnorm, with
+  :data:`SIMILAR_FUSION` (chosen on Travel dev, ``python -m semdup.evaluation.similar_eval``).
 
 A candidate without packed fields (not encoded yet) is scored with what it has and ranked after the others; no
 second request reads it. Candidates of another model version are refused (:class:`ModelMismatch`), as in a rerank.
@@ -36,11 +36,21 @@ from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.core.text_pipeline import check_post
 from semdup.index_format.schema import lexical_field
-from semdup.reranker.fusion import compute_components, compute_fused
-from semdup.reranker.reranker import ModelMismatch, Reranker
-from semdup.reranker.sources import CandidateSource, Hit, KnnSource, SourceQuery, merge, parse_hits, search
-from semdup.reranker.stored_fields import DOCVALUE_FIELDS
+from semdup.reranker.fusion import compute_fused, merge_components
+from semdup.reranker.reranker import Reranker
+from semdup.reranker.sources import (
+    CandidateSource,
+    Components,
+    Hit,
+    KnnSource,
+    SourceQuery,
+    merge,
+    parse_hits,
+    search,
+    with_components,
+)
 from semdup.search_templates import query_text
+from semdup.search_templates.components import components_params
 
 __all__ = [
     "SIMILAR_FUSION",
@@ -93,7 +103,7 @@ class TitleCandidates:
     """The merged candidates of one title, their fields as the fusion reads them, and their titles."""
 
     ids: list[str]
-    docs: list[dict[str, Any]]
+    components: list[Components | None]
     lexical: list[float]
     sources: dict[str, list[str]]
     titles: dict[str, str] = field(default_factory=dict)
@@ -103,15 +113,14 @@ def title_query(
     text: str,
     size: int,
     exclude_id: str | None = None,
-    docvalue_fields: Sequence[str] | None = DOCVALUE_FIELDS,
     source: Sequence[str] | None = _TITLE_SOURCE,
 ) -> dict[str, Any]:
     """BM25 on the ``title`` field: the search body the stored template ``semdup-bm25-title`` renders (its
-    ``match``, size, exclusion and doc values), with the hits' titles from ``_source`` when ``source`` is given.
+    ``match``, size and exclusion), with the hits' titles from ``_source`` when ``source`` is given.
 
     Example::
 
-        >>> title_query("visa qatar", 3, docvalue_fields=None, source=None)["query"]["bool"]["must"]
+        >>> title_query("visa qatar", 3, source=None)["query"]["bool"]["must"]
         [{'match': {'title': {'query': 'visa qatar'}}}]
     """
     body: dict[str, Any] = {
@@ -126,8 +135,6 @@ def title_query(
             }
         },
     }
-    if docvalue_fields:
-        body["docvalue_fields"] = list(docvalue_fields)
     return body
 
 
@@ -140,9 +147,9 @@ class TitleSource:
     template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any]:
-        return title_query(query.text, query.size, query.exclude_id)
+        return with_components(title_query(query.text, query.size, query.exclude_id), query)
 
-    def hits(self, response: Mapping[str, Any], index: str) -> list[Hit]:
+    def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
         return parse_hits(response, index, self.name)
 
 
@@ -196,24 +203,23 @@ class TitleSearch:
         sources: list[CandidateSource] = [TitleSource()]
         if encoding.vector is not None and resolved.fields.knn:
             sources.append(KnnSource(source=tuple(_TITLE_SOURCE)))
-        query = SourceQuery(query_text(title), size or self.candidates, exclude_id, vector=encoding.vector)
+        params = components_params(self.version, encoding.vector, encoding.terms, encoding.vector)
+        query = SourceQuery(query_text(title), size or self.candidates, exclude_id, vector=encoding.vector,
+                            components=params, lexical_field=lexical_field("bm25", "title"),
+                            shards=resolved.shards)  # fmt: skip
         found = search(rr.client, resolved.target, sources, query, rr.settings.search_timeout)
         merged = merge(found, primary="bm25")
-        docs = [merged.fields.get(i, {}) for i in merged.ids]
-        wrong = sorted({d["model"] for d in docs if d.get("model") not in (None, self.version)})
-        if wrong:
-            raise ModelMismatch(
-                f"posts in {resolved.target!r} were indexed by model {', '.join(wrong)}, but this service serves "
-                f"bundle {self.version}; serve the index's bundle, or re-index the posts with this one"
-            )
+        cluster = [merged.components.get(i) for i in merged.ids]
+        rr.check_models(resolved.target, merged, {})
         lexical = [merged.lexical.get(i, 0.0) for i in merged.ids]
-        cands = TitleCandidates(merged.ids, docs, lexical, merged.sources, merged.titles)
+        cands = TitleCandidates(merged.ids, cluster, lexical, merged.sources, merged.titles)
         return cands, encoding.vector, encoding.terms
 
     def components(self, cands: TitleCandidates, vector: np.ndarray | None, terms: Any) -> dict[str, np.ndarray]:
         """Per-candidate ``cos_title``, ``cos_dense``, ``cos_bow``, ``lexical``, ``lexnorm`` (the query's title
-        vector stands for its dense vector too: the query is its title)."""
-        return compute_components(vector, terms, cands.docs, cands.lexical, vector)
+        vector stands for its dense vector too: the query is its title); a candidate the workers have not reached
+        carries none (NaN: scored with what it has, ranked after the others)."""
+        return merge_components(vector, terms, vector, cands.components, {}, cands.lexical)
 
     def rank(
         self,
@@ -224,7 +230,7 @@ class TitleSearch:
     ) -> list[SimilarPost]:
         """The top ``size`` candidates by the fused score (complete ones first, ties by id)."""
         scores, complete = compute_fused(comps, check_fusion(fusion) if fusion is not None else self.fusion)
-        complete &= np.asarray([d.get("model") is not None for d in cands.docs], dtype=bool)
+        complete &= np.asarray([c is not None and c[3] >= 0 for c in cands.components], dtype=bool)
         order = sorted(range(len(cands.ids)), key=lambda i: (not complete[i], -scores[i], cands.ids[i]))[:size]
         return [
             SimilarPost(

@@ -1,52 +1,50 @@
 """Candidate sources: where a query's candidates come from, each building its own request and parsing its hits.
 
     sources = (TemplateSource("bm25"), KnnSource())
-    found = search(client, "travel", sources, SourceQuery(text, size=100, vector=v), timeout=5.0)
+    found = search(client, "travel", sources, SourceQuery(text, size=100, vector=v, components=p), timeout=5.0)
     candidates = merge(found, primary="bm25")
 
 pyserini's hybrid searcher is the model: every source answers the same query, and fusion is a separate step
-(:mod:`semdup.reranker.fusion`). Three sources:
+(:mod:`semdup.reranker.fusion`). The sources:
 
-* :class:`TemplateSource`: a stored lexical template (BM25, LMJ, DFR, IB …, :mod:`semdup.search_templates`), asked
-  through ``_msearch/template``; the first one's scores are the lexical scores T-SCQA's lexnorm reads;
+* :class:`TemplateSource`: a stored lexical template (BM25, LMJ, DFR, IB …, :mod:`semdup.search_templates`); the
+  first one's scores are the lexical scores T-SCQA's lexnorm reads;
 * :class:`SparseSource`: learned-sparse, a ``bool`` ``should`` of ``rank_feature`` clauses on
   ``semdup.terms.<feature>`` (``linear``, boost = the query's own weight): the dot product cos_bow inside OpenSearch;
-* :class:`KnnSource`: ``knn`` on ``semdup.vector`` with the query's dense vector.
+* :class:`KnnSource`: ``knn`` on ``semdup.vector`` with the query's dense vector;
+* :class:`RestrictSource`: exactly the posts a caller names (SemEval's ten candidates), so each carries its
+  components even when no other source found it.
 
-The last two need the query's encoding (``needs_encoding``) and are plain search bodies. :func:`search` sends the
-sources it is given as one request: template calls as one ``_msearch/template``, bodies as one ``_msearch``, and a
-lone body, when the caller wants the lexical score of its hits, as one ``_search`` whose hits carry it as a named
-query (:func:`with_lexical_score`): the candidates only k-NN found need no second request for it. Every source
-asks its hits to carry the candidate's packed fields (:data:`~semdup.reranker.stored_fields.DOCVALUE_FIELDS`), so
-the fusion needs no fetch. :func:`merge` joins the sources' hits without duplicates, in round-robin rank order.
-:func:`search_in_background` runs a search on a pool thread (the reranker's lexical search, while the query is
-encoded).
+Scores are computed where the data is. With ``SourceQuery.components`` (the query's encoding as the parameters of
+the stored components script, :mod:`semdup.search_templates.components`) every hit carries the fusion's three
+cosines as a script field, and nothing else: no packed fields cross the wire. The vector sources' hits also carry
+the first template's score, by a ``rescore`` with its ``match`` clause (``query_weight`` 0: the score is exactly
+the template's, 0 where it does not match; the candidates stay the source's own, chosen before the rescore).
+:func:`search` sends every source of a query as one ``_msearch/template``: one round trip after the encoding.
+:func:`merge` joins the sources' hits without duplicates, in round-robin rank order.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
 from semdup.core.opensearch import error_reason
-from semdup.reranker.stored_fields import DOCVALUE_FIELDS, hit_fields
 from semdup.search_templates import template_id, template_params
+from semdup.search_templates.components import COMPONENTS_FIELD, script_fields
 
 __all__ = [
-    "LEXICAL_QUERY_NAME",
     "MAX_SPARSE_TERMS",
     "CandidateSource",
     "Candidates",
+    "Components",
     "Hit",
     "KnnSource",
-    "NamedScoresUnsupported",
+    "RestrictSource",
     "SourceQuery",
     "SparseSource",
     "TemplateSource",
@@ -55,23 +53,14 @@ __all__ = [
     "merge",
     "parse_hits",
     "search",
-    "search_in_background",
     "sparse_query",
-    "with_lexical_score",
+    "with_components",
 ]
 
 # The bool query's clause limit is 1024 by default; the heaviest query terms carry the dot product.
 MAX_SPARSE_TERMS = 512
-# the named query that carries the first template's score on sparse / k-NN hits (with_lexical_score)
-LEXICAL_QUERY_NAME = "semdup-lexical"
-_BACKGROUND_THREADS = 64  # searches in flight while queries are encoded (threads start on demand)
-_pool_lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
 
-
-class NamedScoresUnsupported(SemdupError):
-    """The cluster answers named queries without their scores (OpenSearch before 2.13): the lexical scores of
-    sparse / k-NN candidates take their own request (:func:`lexical_scores`)."""
+Components = tuple[float, float, float, float]  # cos_bow, cos_dense, cos_title, same model (1, 0 other, -1 none)
 
 
 @dataclass(frozen=True)
@@ -85,6 +74,12 @@ class SourceQuery:
         restrict_ids: search only these posts.
         vector: the query's unit dense vector (k-NN), None before the encoding or without a dense encoder.
         terms: the query's learned BOW weights (learned-sparse), None likewise.
+        components: the components script's parameters
+            (:func:`~semdup.search_templates.components.components_params`): every hit then carries the fusion's
+            cosines; None: hits carry ids and scores only.
+        lexical_field: the first template's ``match`` field: the vector sources' hits then carry its score.
+        shards: primary shards behind the index; a vector source asks each for its top ``size`` and keeps the
+            best ``size`` of them itself (a rescore reorders hits, so the cluster cannot choose them).
     """
 
     text: str
@@ -93,6 +88,9 @@ class SourceQuery:
     restrict_ids: tuple[str, ...] | None = None
     vector: np.ndarray | None = None
     terms: Mapping[str, float] | None = None
+    components: dict[str, Any] | None = None
+    lexical_field: str | None = None
+    shards: int = 1
 
     def filters(self) -> dict[str, Any]:
         """The ``bool`` clauses of the restriction and the exclusion (empty when neither is set)."""
@@ -109,17 +107,19 @@ class Hit:
     """One hit of one source: the post id, the source's score, and what the hit carried besides.
 
     Attributes:
-        fields: the candidate's semdup fields decoded from its doc values (None: the hit carried none).
-        lexical: the first template's score of the candidate from the named query (0.0: it did not match; None:
-            not asked).
+        components: the fusion's cosines computed in the cluster (None: not asked, or the post has no packed
+            value of format 2 or later: read it from ``_source``).
+        lexical: the first template's score of the candidate (0.0: it did not match; None: not asked).
         title: the post's title from ``_source`` (None: not asked, or absent).
+        other_model: the bundle version that indexed the post, when it is not the query's.
     """
 
     id: str
     score: float
-    fields: dict[str, Any] | None = None
+    components: Components | None = None
     lexical: float | None = None
     title: str | None = None
+    other_model: str | None = None
 
 
 class CandidateSource(Protocol):
@@ -131,15 +131,24 @@ class CandidateSource(Protocol):
     template: bool
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
-        """The request line of an ``_msearch`` (``_msearch/template`` for a template call); None: nothing to ask
-        (a k-NN source without a vector)."""
+        """The request line of an ``_msearch/template`` (a stored template's ``id`` and ``params``, or a search
+        body); None: nothing to ask (a k-NN source without a vector)."""
 
-    def hits(self, response: Mapping[str, Any], index: str) -> list[Hit]:
+    def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
         """This source's hits in ``response`` (its part of the answer), best first."""
 
 
-def parse_hits(response: Mapping[str, Any], index: str, what: str) -> list[Hit]:
-    """The hits of one response of an ``_msearch`` or ``_search``, each with what it carried."""
+def _components(h: Mapping[str, Any]) -> tuple[Components | None, str | None]:
+    """A hit's script field: its components, and the other model that indexed it (module doc)."""
+    got = (h.get("fields") or {}).get(COMPONENTS_FIELD)
+    if not got or got[0] is None or len(got) < 4:
+        return None, None
+    return (float(got[0]), float(got[1]), float(got[2]), float(got[3])), (str(got[4]) if len(got) > 4 else None)
+
+
+def parse_hits(response: Mapping[str, Any], index: str, what: str, rescored: bool = False) -> list[Hit]:
+    """The hits of one response of an ``_msearch``, each with what it carried; ``rescored``: the score is the
+    first template's (the vector sources' rescore), kept as the hit's lexical score."""
     if "error" in response:
         err = response["error"]
         if isinstance(err, dict) and err.get("type") == "index_not_found_exception":
@@ -147,24 +156,45 @@ def parse_hits(response: Mapping[str, Any], index: str, what: str) -> list[Hit]:
         raise SemdupError(f"the {what} candidate search on {index!r} failed: {error_reason(err)}")
     out = []
     for h in response["hits"]["hits"]:
-        matched, lexical = h.get("matched_queries"), None
-        if isinstance(matched, Mapping):
-            lexical = float(matched.get(LEXICAL_QUERY_NAME, 0.0))
-        elif isinstance(matched, list):  # names without scores: the cluster ignored include_named_queries_score
-            raise NamedScoresUnsupported(f"the cluster behind {index!r} returns named queries without scores")
+        score = float(h["_score"])
         title = (h.get("_source") or {}).get("title")
-        out.append(Hit(str(h["_id"]), float(h["_score"]), hit_fields(h), lexical,
-                       title if isinstance(title, str) else None))  # fmt: skip
+        comps, other = _components(h)
+        out.append(Hit(str(h["_id"]), score, comps, score if rescored else None,
+                       title if isinstance(title, str) else None, other))  # fmt: skip
     return out
+
+
+def with_components(body: dict[str, Any], query: SourceQuery) -> dict[str, Any]:
+    """``body`` whose hits carry the fusion's cosines (when the query has the components script's parameters)."""
+    return {**body, "script_fields": script_fields(query.components)} if query.components is not None else body
+
+
+def _rescored(body: dict[str, Any], query: SourceQuery, window: int) -> dict[str, Any]:
+    """``body`` whose hits' scores become the first template's score (0 where it does not match), its hits
+    unchanged: a rescore of the top ``window`` per shard with the template's ``match`` and weight 0 on the
+    original score."""
+    if query.lexical_field is None:
+        return body
+    rescore_query = {"match": {query.lexical_field: {"query": query.text}}}
+    return {**body, "rescore": {"window_size": window, "query": {
+        "rescore_query": rescore_query, "query_weight": 0.0, "rescore_query_weight": 1.0, "score_mode": "total"}}}
+
+
+def _best(hits: list[Hit], query: SourceQuery, at: int) -> list[Hit]:
+    """A vector source's top ``query.size`` hits by the cosine at ``at`` of their components (the source's own
+    score before the rescore; hits without components last), from the ``size`` each shard returned."""
+    if query.lexical_field is None and query.shards == 1:
+        return hits
+    ranked = sorted(hits, key=lambda h: (h.components is None, -(h.components or (0.0,) * 4)[at]))
+    return ranked[: query.size]
 
 
 @dataclass(frozen=True)
 class TemplateSource:
-    """A stored lexical template (``semdup-<model>-<variant>``); ``docvalues`` False: ids and scores only."""
+    """A stored lexical template (``semdup-<model>-<variant>``)."""
 
     model: str = "bm25"
     variant: str = "text"
-    docvalues: bool = True
     needs_encoding = False
     template = True
 
@@ -174,11 +204,12 @@ class TemplateSource:
 
     def request(self, query: SourceQuery) -> dict[str, Any]:
         ids = list(query.restrict_ids) if query.restrict_ids is not None else None
-        dv = list(DOCVALUE_FIELDS) if self.docvalues else None
-        params = template_params(query.text, size=query.size, exclude_id=query.exclude_id, ids=ids, docvalue_fields=dv)
+        fields = script_fields(query.components) if query.components is not None else None
+        params = template_params(query.text, size=query.size, exclude_id=query.exclude_id, ids=ids,
+                                 script_fields=fields)  # fmt: skip
         return {"id": template_id(self.model, self.variant), "params": params}
 
-    def hits(self, response: Mapping[str, Any], index: str) -> list[Hit]:
+    def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
         return parse_hits(response, index, self.model)
 
 
@@ -196,33 +227,35 @@ def sparse_query(terms: Mapping[str, float], query: SourceQuery) -> dict[str, An
     top = sorted(terms.items(), key=lambda kv: -kv[1])[:MAX_SPARSE_TERMS]
     should = [{"rank_feature": {"field": f"semdup.terms.{name}", "linear": {}, "boost": float(w)}} for name, w in top]
     bool_q = {"should": should, "minimum_should_match": 1, **query.filters()}
-    body = {"size": int(query.size), "_source": False, "track_total_hits": False, "query": {"bool": bool_q}}
-    return {**body, "docvalue_fields": list(DOCVALUE_FIELDS)}
+    size = int(query.size) * (query.shards if query.lexical_field is not None else 1)
+    body = {"size": size, "_source": False, "track_total_hits": False, "query": {"bool": bool_q}}
+    return with_components(_rescored(body, query, int(query.size)), query)
 
 
 def knn_query(vector: Sequence[float], query: SourceQuery, source: Sequence[str] = ()) -> dict[str, Any]:
     """A ``knn`` search on ``semdup.vector`` (lucene engine, cosinesimil; the filter is applied during the search),
     its hits with ``source`` from ``_source`` (none by default).
 
-    ``ef_search`` is 2·k: the graph is built with ef_construction 32
-    (:data:`semdup.index_format.schema.HNSW_PARAMETERS`), and the wider search beam keeps the recall of the
-    plugin's default build at about the same query cost.
+    ``k`` is per shard, and every shard's ``k`` come back (``size`` = k × shards): their order after the rescore
+    is the lexical score's, so the source keeps the best ``k`` by cosine itself (:func:`_best`). ``ef_search`` is
+    2·k: the graph is built with ef_construction 32 (:data:`semdup.index_format.schema.HNSW_PARAMETERS`), and the
+    wider search beam keeps the recall of the plugin's default build at about the same query cost.
     """
     knn: dict[str, Any] = {
-        "vector": [float(x) for x in vector],
+        "vector": np.asarray(vector, dtype=np.float32),
         "k": int(query.size),
         "method_parameters": {"ef_search": 2 * int(query.size)},
     }
     flt = query.filters()
     if flt:
         knn["filter"] = {"bool": flt}
-    return {
-        "size": int(query.size),
+    body = {
+        "size": int(query.size) * query.shards,
         "_source": list(source) if source else False,
         "track_total_hits": False,
         "query": {"knn": {"semdup.vector": knn}},
-        "docvalue_fields": list(DOCVALUE_FIELDS),
     }
+    return with_components(_rescored(body, query, int(query.size)), query)
 
 
 @dataclass(frozen=True)
@@ -236,8 +269,8 @@ class SparseSource:
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
         return sparse_query(query.terms, query) if query.terms else None
 
-    def hits(self, response: Mapping[str, Any], index: str) -> list[Hit]:
-        return parse_hits(response, index, self.name)
+    def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
+        return _best(parse_hits(response, index, self.name, query.lexical_field is not None), query, 0)
 
 
 @dataclass(frozen=True)
@@ -252,92 +285,56 @@ class KnnSource:
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
         return None if query.vector is None else knn_query(query.vector, query, self.source)
 
-    def hits(self, response: Mapping[str, Any], index: str) -> list[Hit]:
-        return parse_hits(response, index, self.name)
+    def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
+        return _best(parse_hits(response, index, self.name, query.lexical_field is not None), query, 1)
 
 
-def with_lexical_score(body: dict[str, Any], field: str, text: str) -> dict[str, Any]:
-    """``body`` whose hits also carry the first template's score as the named-query score
-    :data:`LEXICAL_QUERY_NAME`, their ranking unchanged (run with ``_search?include_named_queries_score=true``,
-    OpenSearch ≥ 2.13; ``_msearch`` refuses the parameter and ``_search/template`` answers NaN).
+@dataclass(frozen=True)
+class RestrictSource:
+    """Exactly the posts of ``restrict_ids``: each comes with its components, those no other source found with
+    lexical score 0 (they did not match the first template, which searched the same posts)."""
 
-    The template's score of a candidate is its ``match`` clause's score (the ``bool`` around it adds only
-    filters), so the same ``match``, named, reports exactly that float for every hit it matches. It sits in a
-    ``post_filter`` that also matches everything: the query, its hits and their scores stay the sparse / k-NN
-    query's own (inside the query, even with boost 0, it changes which k-NN neighbours come back).
-    """
-    named = {"match": {field: {"query": text, "_name": LEXICAL_QUERY_NAME}}}
-    return {**body, "post_filter": {"bool": {"should": [named, {"match_all": {}}]}}}
+    name = "restrict"
+    needs_encoding = True
+    template = False
+
+    def request(self, query: SourceQuery) -> dict[str, Any] | None:
+        if query.restrict_ids is None or query.components is None:
+            return None
+        body = {"size": max(len(query.restrict_ids), 1), "_source": False, "track_total_hits": False,
+                "query": {"bool": {"filter": [{"ids": {"values": list(query.restrict_ids)}}],
+                                   **({"must_not": query.filters()["must_not"]} if query.exclude_id else {})}}}
+        return with_components(body, query)
+
+    def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
+        return [Hit(h.id, 0.0, h.components, 0.0, None, h.other_model) for h in parse_hits(response, index, self.name)]
 
 
 def search(
-    client: Any,
-    index: str,
-    sources: Sequence[CandidateSource],
-    query: SourceQuery,
-    timeout: float,
-    lexical_field: str | None = None,
+    client: Any, index: str, sources: Sequence[CandidateSource], query: SourceQuery, timeout: float
 ) -> list[tuple[str, list[Hit]]]:
-    """Ask ``sources`` in one request: ``(source name, its hits)`` for each source that had something to ask.
-
-    Args:
-        sources: all template calls, or all search bodies (one request cannot hold both).
-        lexical_field: the first template's match field; with it, a lone search body goes as one ``_search`` whose
-            hits carry their lexical score (:func:`with_lexical_score`).
+    """Ask ``sources`` in one ``_msearch/template``: ``(source name, its hits)`` for each source that had something
+    to ask (stored templates by id, the others as inline search bodies).
 
     Raises:
-        NamedScoresUnsupported: ``lexical_field`` on a cluster without ``include_named_queries_score``.
         SearchTimeout / OpenSearchUnavailable / OpenSearchMissing / OpenSearchRefused: from the client
-            (:mod:`semdup.core.opensearch`).
+            (:mod:`semdup.core.opensearch`). SemdupError: the cluster lacks the stored templates.
     """
     asked = [(s, r) for s in sources if (r := s.request(query)) is not None]
     if not asked:
         return []
-    if len({s.template for s, _ in asked}) > 1:
-        raise ValueError("one request holds stored-template calls or search bodies, not both")
-    named = lexical_field is not None and len(asked) == 1 and not asked[0][0].template
-    params: dict[str, Any] = {"request_timeout": timeout}
-    if named:  # one _search: _msearch refuses include_named_queries_score
-        params["include_named_queries_score"] = "true"
-        body = with_lexical_score(asked[0][1], lexical_field, query.text)
-        call, args = client.search, {"index": index, "body": body}
-    else:
-        call = client.msearch_template if asked[0][0].template else client.msearch
-        args = {"body": [line for _, request in asked for line in ({"index": index}, request)]}
+    body = [line for s, r in asked for line in ({"index": index}, r if s.template else {"source": r})]
     try:
-        resp = call(params=params, **args)
+        resp = client.msearch_template(body=body, params={"request_timeout": timeout})
     except OpenSearchRefused as exc:
-        if named and exc.status == 400 and "include_named_queries_score" in exc.reason:
-            raise NamedScoresUnsupported(f"the cluster behind {index!r} has no include_named_queries_score") from exc
         if exc.status == 400 and "no requests added" in exc.reason:  # a template whose stored script is missing
             raise SemdupError(
-                f"the cluster lacks the stored search templates {', '.join(r['id'] for _, r in asked)}; store them "
-                "once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker itself when its "
-                "user may)"
+                f"the cluster lacks the stored search templates {', '.join(r['id'] for s, r in asked if s.template)};"
+                " store them once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker "
+                "itself when its user may)"
             ) from exc
         raise
-    if named:  # a hit the named query did not match carries no matched_queries at all: its lexical score is 0
-        source = asked[0][0]
-        hits = source.hits(resp, index)
-        return [(source.name, [h if h.lexical is not None else replace(h, lexical=0.0) for h in hits])]
-    return [(s.name, s.hits(r, index)) for (s, _), r in zip(asked, resp["responses"], strict=True)]
-
-
-def _background() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            pool = ThreadPoolExecutor(max_workers=_BACKGROUND_THREADS, thread_name_prefix="semdup-search")
-            _pool = (os.getpid(), pool)
-        return _pool[1]
-
-
-def search_in_background(
-    client: Any, index: str, sources: Sequence[CandidateSource], query: SourceQuery, timeout: float
-) -> Future[list[tuple[str, list[Hit]]]]:
-    """:func:`search` on a pool thread (one pool per process: onnxruntime and the wait for OpenSearch both release
-    the GIL, so a search runs while the calling thread encodes)."""
-    return _background().submit(search, client, index, sources, query, timeout)
+    return [(s.name, s.hits(r, index, query)) for (s, _), r in zip(asked, resp["responses"], strict=True)]
 
 
 def lexical_scores(
@@ -346,7 +343,7 @@ def lexical_scores(
     """The template ``model``'s score of given posts (those other sources found); no match = absent."""
     if not ids:
         return {}
-    source = TemplateSource(model, variant, docvalues=False)
+    source = TemplateSource(model, variant)
     found = search(client, index, [source], SourceQuery(text, len(ids), restrict_ids=tuple(map(str, ids))), timeout)
     return {h.id: h.score for _, hits in found for h in hits}
 
@@ -357,41 +354,52 @@ class Candidates:
 
     Attributes:
         ids: in round-robin rank order over the sources, each once.
-        lexical: the first template's score where known (its own hits, named scores of the others; 0.0 = no
-            match); absent: unknown (found by another source only, not asked).
+        lexical: the first template's score where known (its own hits, the rescored score of the others; 0.0 =
+            no match); absent: unknown (found by another template only).
         sources: id -> the sources that found it.
-        fields: id -> the semdup fields its hits carried.
+        components: id -> the fusion's cosines its hits carried (computed in the cluster).
         titles: id -> the title its hits carried.
+        other_models: id -> the other bundle version that indexed it (a candidate of another model).
     """
 
     ids: list[str] = field(default_factory=list)
     lexical: dict[str, float] = field(default_factory=dict)
     sources: dict[str, list[str]] = field(default_factory=dict)
-    fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+    components: dict[str, Components] = field(default_factory=dict)
     titles: dict[str, str] = field(default_factory=dict)
+    other_models: dict[str, str] = field(default_factory=dict)
 
 
 def merge(found: Sequence[tuple[str, Sequence[Hit]]], primary: str) -> Candidates:
     """The hits of several sources as one candidate list, without duplicates, in round-robin rank order; the
-    ``primary`` source's scores are the lexical scores of its candidates (over named scores of the same posts)."""
+    ``primary`` source's scores are the lexical scores of its candidates (over the rescored scores of the same
+    posts). A post found only by :class:`RestrictSource` joins last, as ``restrict``."""
     out = Candidates()
-    longest = max((len(h) for _, h in found), default=0)
+    ranked = [(n, h) for n, h in found if n != RestrictSource.name]
+    longest = max((len(h) for _, h in ranked), default=0)
     for rank in range(longest):
-        for name, hits in found:
+        for name, hits in ranked:
             if rank < len(hits):
                 doc_id = hits[rank].id
                 if doc_id not in out.sources:
                     out.ids.append(doc_id)
                 out.sources.setdefault(doc_id, []).append(name)
     for name, hits in found:
+        if name == RestrictSource.name:
+            for h in hits:
+                if h.id not in out.sources:
+                    out.ids.append(h.id)
+                    out.sources[h.id] = [name]
         if name == primary:
             out.lexical.update((h.id, h.score) for h in hits)
     for _, hits in found:
         for h in hits:
-            if h.fields is not None:
-                out.fields.setdefault(h.id, h.fields)
+            if h.components is not None:
+                out.components.setdefault(h.id, h.components)
             if h.lexical is not None:
                 out.lexical.setdefault(h.id, h.lexical)
             if h.title is not None:
                 out.titles.setdefault(h.id, h.title)
+            if h.other_model is not None:
+                out.other_models[h.id] = h.other_model
     return out

@@ -12,6 +12,7 @@ import regex
 from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
 from semdup.core.opensearch import OpenSearch, error_reason
 from semdup.index_format.schema import LEXICAL_MODELS
+from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
 from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 
 __all__ = [
@@ -64,13 +65,39 @@ def query_text(
 
 
 def register_templates(client: OpenSearch) -> list[str]:
-    """Store every template (idempotent: the same id is overwritten with the same source)."""
+    """Store every template and the fusion's components script (idempotent: the same id is overwritten with the
+    same source)."""
     ids = []
     for tid, source in all_templates().items():
         client.put_script(id=tid, body={"script": {"lang": "mustache", "source": source}})
         ids.append(tid)
-    logger.info("registered %d search templates", len(ids))
-    return ids
+    client.put_script(id=COMPONENTS_SCRIPT_ID, body={"script": {"lang": "painless", "source": COMPONENTS_SCRIPT}})
+    logger.info("registered %d search templates and %s", len(ids), COMPONENTS_SCRIPT_ID)
+    return [*ids, COMPONENTS_SCRIPT_ID]
+
+
+def _ensure_stored(client: OpenSearch, sid: str, lang: str, source: str, timeout: float) -> bool:
+    """Store script ``sid`` unless the cluster holds it with this source; False when not allowed to."""
+    try:
+        found = client.get_script(id=sid, params={"request_timeout": timeout})
+        if (found.get("script") or {}).get("source") == source:
+            return True
+    except OpenSearchRefused as exc:
+        if exc.status not in (403, 404):  # 403: may read no scripts; storing may still be allowed
+            raise
+    try:
+        client.put_script(id=sid, body={"script": {"lang": lang, "source": source}}, params={"request_timeout": timeout})
+        logger.info("stored script %s", sid)
+        return True
+    except OpenSearchRefused as exc:
+        if exc.status != 403:
+            raise
+        logger.warning(
+            "not allowed to store the script %s; if the cluster lacks it, candidate searches fail: run `semdup "
+            "enable` (or grant cluster:admin/script/put) once as a user who may",
+            sid,
+        )
+        return False
 
 
 def ensure_templates(
@@ -79,8 +106,9 @@ def ensure_templates(
     variants: Sequence[str] | None = None,
     timeout: float = 10.0,
 ) -> bool:
-    """Store the templates (default: every model and variant) that the cluster lacks or holds in another
-    version; True when all are stored.
+    """Store the templates (default: every model and variant) and the components script
+    (:mod:`semdup.search_templates.components`) that the cluster lacks or holds in another version; True when all
+    are stored.
 
     The reranker calls this before its first search, ``semdup enable`` and index creation before that: a cluster
     where nobody stored them answers every ``_msearch/template`` with "no requests added", which says nothing
@@ -91,30 +119,9 @@ def ensure_templates(
         OpenSearchUnavailable: the cluster does not answer.
     """
     wanted = [(m, v) for m in (models or LEXICAL_MODELS) for v in (variants or VARIANTS)]
-    ok = True
+    ok = _ensure_stored(client, COMPONENTS_SCRIPT_ID, "painless", COMPONENTS_SCRIPT, timeout)
     for model, variant in dict.fromkeys(wanted):
-        tid, source = template_id(model, variant), template_source(model, variant)
-        try:
-            found = client.get_script(id=tid, params={"request_timeout": timeout})
-            if (found.get("script") or {}).get("source") == source:
-                continue
-        except OpenSearchRefused as exc:
-            if exc.status not in (403, 404):  # 403: may read no scripts; storing may still be allowed
-                raise
-        try:
-            client.put_script(
-                id=tid, body={"script": {"lang": "mustache", "source": source}}, params={"request_timeout": timeout}
-            )
-            logger.info("stored search template %s", tid)
-        except OpenSearchRefused as exc:
-            if exc.status != 403:
-                raise
-            logger.warning(
-                "not allowed to store the search template %s; if the cluster lacks it, candidate searches fail: "
-                "run `semdup enable` (or grant cluster:admin/script/put) once as a user who may",
-                tid,
-            )
-            ok = False
+        ok &= _ensure_stored(client, template_id(model, variant), "mustache", template_source(model, variant), timeout)
     return ok
 
 

@@ -9,8 +9,9 @@ text against titles) or ``text`` (against title + body). Parameters:
     exclude_id   optional: leave this post out (the query itself, when it is indexed)
     ids          optional: restrict candidates to these post ids (SemEval's 10 candidates); pass
                  ``has_ids: true`` beside it, since a mustache section over a list repeats per element
-    docvalue_fields  optional: fields each hit carries from doc values (the reranker's ``semdup.packed`` and
-                 ``semdup.model``), with ``has_docvalue_fields: true`` beside it
+    docvalue_fields  optional: fields each hit carries from doc values, with ``has_docvalue_fields: true`` beside it
+    script_fields    optional: script fields each hit carries (the reranker's fusion components,
+                 :mod:`semdup.search_templates.components`), with ``has_script_fields: true`` beside it
 
 Rendered with ``_render/template`` and run with ``_search/template`` / ``_msearch/template``.
 """
@@ -29,6 +30,7 @@ _SOURCE = """{
   "size": {{size}}{{^size}}10{{/size}},
   "_source": false,
   {{#has_docvalue_fields}}"docvalue_fields": {{#toJson}}docvalue_fields{{/toJson}},{{/has_docvalue_fields}}
+  {{#has_script_fields}}"script_fields": {{#toJson}}script_fields{{/toJson}},{{/has_script_fields}}
   "track_total_hits": false,
   "query": {
     "bool": {
@@ -65,8 +67,10 @@ def template_params(
     exclude_id: str | None = None,
     ids: list[str] | None = None,
     docvalue_fields: list[str] | None = None,
+    script_fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Parameters for a template call; ``ids`` also sets ``has_ids``, ``docvalue_fields`` ``has_docvalue_fields``."""
+    """Parameters for a template call; ``ids`` also sets ``has_ids``, ``docvalue_fields`` ``has_docvalue_fields``,
+    ``script_fields`` ``has_script_fields``."""
     if size < 1:
         raise ValueError(f"size must be at least 1, got {size}")
     params: dict[str, Any] = {"text": text, "size": int(size)}
@@ -78,4 +82,7 @@ def template_params(
     if docvalue_fields:
         params["docvalue_fields"] = [str(f) for f in docvalue_fields]
         params["has_docvalue_fields"] = True
+    if script_fields:
+        params["script_fields"] = script_fields
+        params["has_script_fields"] = True
     return params

@@ -34,6 +34,7 @@ from semdup.indexer.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.sources import SourceQuery, TemplateSource, knn_query, sparse_query
 from semdup.reranker.stored_fields import DOCVALUE_FIELDS, stored_semdup_fields
+from semdup.search_templates.components import COMPONENTS_SCRIPT_ID, components_params, script_fields
 from semdup.search_templates import register_templates, render_template, template_id, template_params
 
 TOLERANCE = 1e-5
@@ -109,14 +110,19 @@ def test_stored_fields_prefer_the_packed_copy_and_read_older_documents() -> None
 
 
 # --- request bodies and the client serializer -----------------------------------------------------------------
-def test_every_candidate_path_asks_for_the_packed_fields() -> None:
-    assert sparse_query({"a": 1.0}, SourceQuery("", 5))["docvalue_fields"] == list(DOCVALUE_FIELDS)
-    knn = knn_query([0.5, 0.5], SourceQuery("", 7))
-    assert knn["docvalue_fields"] == list(DOCVALUE_FIELDS)
+def test_every_candidate_path_asks_for_the_components_and_no_packed_fields() -> None:
+    params = components_params("m", np.float32([0.6, 0.8]), None, None)
+    query = SourceQuery("x", 7, components=params)
+    sparse = sparse_query({"a": 1.0}, query)
+    knn = knn_query([0.5, 0.5], query)
+    for body in (sparse, knn):
+        assert "docvalue_fields" not in body and body["script_fields"] == script_fields(params)
     assert knn["query"]["knn"]["semdup.vector"]["method_parameters"] == {"ef_search": 14}
-    assert "docvalue_fields" not in TemplateSource("bm25", docvalues=False).request(SourceQuery("x", 5))["params"]
-    params = template_params("x", docvalue_fields=list(DOCVALUE_FIELDS))
-    assert params["docvalue_fields"] == list(DOCVALUE_FIELDS) and params["has_docvalue_fields"] is True
+    template = TemplateSource("bm25").request(query)["params"]
+    assert template["script_fields"] == script_fields(params) and template["has_script_fields"] is True
+    assert "has_script_fields" not in TemplateSource("bm25").request(SourceQuery("x", 5))["params"]
+    fields = template_params("x", docvalue_fields=list(DOCVALUE_FIELDS))
+    assert fields["docvalue_fields"] == list(DOCVALUE_FIELDS) and fields["has_docvalue_fields"] is True
     assert "has_docvalue_fields" not in template_params("x")
 
 
@@ -216,13 +222,17 @@ def test_hits_carry_the_offline_vectors_and_weights_bit_for_bit(
         assert all(np.float32(terms[k]) == np.float32(w) for k, w in exp["terms"].items()), hit["_id"]
 
 
-def test_template_renders_the_docvalue_fields(opensearch_client: Any) -> None:
+def test_template_renders_the_docvalue_and_script_fields(opensearch_client: Any) -> None:
     register_templates(opensearch_client)
     params = template_params("x", size=3, docvalue_fields=list(DOCVALUE_FIELDS))
     assert render_template(opensearch_client, template_id("lmj", "title"), params)["docvalue_fields"] == list(
         DOCVALUE_FIELDS
     )
     assert "docvalue_fields" not in render_template(opensearch_client, template_id("bm25"), template_params("x"))
+    script = script_fields(components_params("m", np.float32([0.6, 0.8]), None, None))
+    rendered = render_template(opensearch_client, template_id("bm25"), template_params("x", script_fields=script))
+    assert rendered["script_fields"]["semdup"]["script"]["id"] == COMPONENTS_SCRIPT_ID
+    assert rendered["script_fields"]["semdup"]["script"]["params"]["qv"] == pytest.approx([0.6, 0.8])
 
 
 def test_older_documents_rank_the_same_through_the_source_fallback_and_the_cache(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from reranker_reference import sequential
+from reranker_reference import local_fusion
 from served_index import build_index
 
 from semdup.bundle import Bundle, BundleScorer
@@ -254,17 +254,17 @@ def test_knn_candidates_are_on_by_default_where_the_index_maps_the_vector(
 
 
 @pytest.mark.parametrize("paths", [{"knn": True}, {"sparse": True}, {"knn": True, "sparse": True}])
-def test_the_one_query_path_ranks_exactly_as_the_sequential_reference(
+def test_the_clusters_components_equal_the_fusion_of_the_decoded_packed_fields(
     opensearch_client: Any,
     served: tuple[Bundle, str],
     real_posts: list[Post],
     paths: dict[str, bool],
     monkeypatch: Any,
 ) -> None:
-    """BM25 in flight while the query is encoded, then the k-NN (or learned-sparse) search whose hits carry their
-    BM25 score as a named query: the same answers, to the bit, as the reference (tests/reranker_reference.py):
-    encode → search the templates, then the vector sources → a second request for the lexical scores of the
-    candidates BM25 did not find → fuse."""
+    """One ``_msearch/template`` whose hits carry the cosines the stored painless script computed from
+    ``semdup.packed``, and the vector sources' hits their BM25 score (a rescore at weight 0): the same ranking, and
+    the same scores to float64 rounding, as the reference (tests/reranker_reference.py) that decodes every
+    candidate's packed fields and computes the cosines in numpy. No second request for lexical scores."""
     bundle, index = served
     if paths.get("knn") and not knn_available(opensearch_client):
         pytest.skip("this cluster has no k-NN plugin")
@@ -273,19 +273,24 @@ def test_the_one_query_path_ranks_exactly_as_the_sequential_reference(
     try:
         settings = RerankerSettings(k_candidates=10, knn=paths.get("knn", False), sparse=paths.get("sparse", False))
         rr = Reranker(bundle, opensearch_client, index, settings)
-        reference = sequential(rr)
+        reference = local_fusion(rr)
         queries = real_posts[:10]
-        expected = [[c.to_json() for c in reference.rank(q, k=100, exclude_id=q.id)] for q in queries]
-        if len(paths) == 1:  # one vector source: its hits carry their lexical score, no second request
-            import semdup.reranker.reranker as module
+        expected = [reference.rank(q, k=100, exclude_id=q.id) for q in queries]
+        import semdup.reranker.reranker as module
 
-            def refused(*args: Any, **kwargs: Any) -> None:
-                raise AssertionError("a second request for lexical scores")
+        def refused(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a second request for lexical scores")
 
-            monkeypatch.setattr(module, "lexical_scores", refused)
-        got = [[c.to_json() for c in rr.rank(q, k=100, exclude_id=q.id)] for q in queries]
+        monkeypatch.setattr(module, "lexical_scores", refused)
+        got = [rr.rank(q, k=100, exclude_id=q.id) for q in queries]
     finally:
         bundle.fusion = saved
-    assert got == expected
-    only_vector = [c for ranked in expected for c in ranked if "bm25" not in c["sources"]]
-    assert only_vector and any(c["components"]["lexical"] for c in only_vector)  # the named scores were exercised
+    for mine, ref in zip(got, expected, strict=True):
+        assert [c.id for c in mine] == [c.id for c in ref]
+        for a, b in zip(mine, ref, strict=True):
+            # float64 sums in another order (painless, numpy): equal to ~1e-15, well inside what a ranking reads
+            assert a.score == pytest.approx(b.score, rel=0, abs=1e-12)
+            assert a.components == pytest.approx(b.components, rel=0, abs=1e-12)
+            assert (a.sources, a.complete) == (b.sources, b.complete)
+    only_vector = [c for ranked in expected for c in ranked if "bm25" not in c.sources]
+    assert only_vector and any(c.components["lexical"] for c in only_vector)  # the rescored scores were exercised

@@ -11,8 +11,8 @@ from semdup.reranker.similar import TitleCandidates, TitleSearch
 
 
 def _cands(ids: list[str]) -> TitleCandidates:
-    docs = [{"model": "m"} for _ in ids]
-    return TitleCandidates(ids, docs, [0.0] * len(ids), {i: ["bm25"] for i in ids})
+    components = [(0.0, 0.0, 0.0, 1.0) for _ in ids]  # indexed by the served model (the cosines are in _comps)
+    return TitleCandidates(ids, components, [0.0] * len(ids), {i: ["bm25"] for i in ids})
 
 
 def _comps(dense: list[float], lexical: list[float]) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 from settings_tree import service_settings
 
@@ -25,7 +26,7 @@ from semdup.core.errors import (
 )
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
-from semdup.reranker.sources import MAX_SPARSE_TERMS, Hit, SourceQuery, knn_query, merge, sparse_query
+from semdup.reranker.sources import MAX_SPARSE_TERMS, Hit, KnnSource, SourceQuery, knn_query, merge, sparse_query
 from semdup.reranker.fusion import compute_components, compute_fused, sparse_dot
 from semdup.reranker.reranker import ModelMismatch
 from semdup.reranker.settings import RerankerSettings, ServiceSettings
@@ -96,7 +97,7 @@ def test_merge_keeps_first_seen_order_without_duplicates() -> None:
     found = [("bm25", [Hit("a", 9.0), Hit("b", 5.0)]), ("knn", knn)]
     merged = merge(found, primary="bm25")
     assert merged.ids == ["a", "b", "c"]
-    assert merged.lexical == {"a": 9.0, "b": 5.0, "c": 0.0}  # the template's own score over the named one
+    assert merged.lexical == {"a": 9.0, "b": 5.0, "c": 0.0}  # the template's own score over the rescored one
     assert sorted(merged.sources["b"]) == ["bm25", "knn"]
 
 
@@ -113,9 +114,27 @@ def test_sparse_query_is_linear_rank_features_boosted_by_query_weights() -> None
 def test_knn_query_filters_inside_the_search() -> None:
     body = knn_query(np.array([0.5, 0.5]), SourceQuery("", 3, exclude_id="q"))
     knn = body["query"]["knn"]["semdup.vector"]
-    assert knn["k"] == 3 and knn["vector"] == [0.5, 0.5]
+    assert knn["k"] == 3 and knn["vector"].tolist() == [0.5, 0.5] and knn["vector"].dtype == np.float32
     assert knn["filter"] == {"bool": {"must_not": [{"ids": {"values": ["q"]}}]}}
-    json.dumps(body)  # plain JSON
+    assert "rescore" not in body and body["size"] == 3  # no lexical field asked: the k-NN scores as they are
+    assert orjson.loads(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))["query"]["knn"]["semdup.vector"][
+        "vector"] == [0.5, 0.5]  # what the client sends: float32 values as their shortest decimals
+
+
+def test_knn_hits_carry_the_lexical_score_and_each_shard_gives_its_k() -> None:
+    """The rescore replaces the k-NN score by the first template's (weight 0 on the original); the source keeps its
+    best k by the cluster's cosine, from k per shard."""
+    q = SourceQuery("visa qatar", 2, lexical_field="text", shards=2)
+    body = knn_query(np.array([1.0, 0.0]), q)
+    assert body["size"] == 4 and body["query"]["knn"]["semdup.vector"]["k"] == 2
+    assert body["rescore"] == {"window_size": 2, "query": {
+        "rescore_query": {"match": {"text": {"query": "visa qatar"}}}, "query_weight": 0.0,
+        "rescore_query_weight": 1.0, "score_mode": "total"}}
+    hits = [{"_id": i, "_score": lex, "fields": {"semdup": [0.0, cos, 0.0, 1.0]}}
+            for i, lex, cos in (("a", 7.0, 0.2), ("b", 0.0, 0.9), ("c", 3.0, 0.5), ("d", 5.0, None))]
+    hits[3]["fields"] = {}  # a post written before the packed format 2: no components, ranked last
+    best = KnnSource().hits({"hits": {"hits": hits}}, "travel", q)
+    assert [(h.id, h.lexical, h.components[1]) for h in best] == [("b", 0.0, 0.9), ("c", 3.0, 0.5)]
 
 
 def test_platt_recovers_a_known_logistic() -> None:

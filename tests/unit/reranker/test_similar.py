@@ -1,6 +1,6 @@
-"""``/v1/similar`` and :class:`TitleSearch` with a fake cluster: one encoding and one ``_msearch`` per call, the
-BM25 and k-NN bodies, the fusion's order, titles, access and bad input. The real cluster:
-tests/integration/test_similar_service.py."""
+"""``/v1/similar`` and :class:`TitleSearch` with a fake cluster: one encoding and one ``_msearch/template`` per call,
+the BM25 and k-NN bodies, the fusion's order, titles, access and bad input. The fake computes the components script's
+field in numpy; the real cluster: tests/integration/test_similar_service.py."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from settings_tree import service_settings
 from semdup.apps.http import create_app
 from semdup.core.errors import PostError, SearchIndexError
 from semdup.core.settings import OpenSearchSettings
-from semdup.index_format.packed_fields import PackedTerms, pack_semdup_fields
+from semdup.index_format.packed_fields import PackedTerms
 from semdup.index_format.schema import CandidateFields
 from semdup.reranker.encoding import QueryEncoder
 from semdup.reranker.index import ResolvedIndex
-from semdup.reranker.reranker import ModelMismatch
+from semdup.reranker.reranker import ModelMismatch, Reranker
 from semdup.reranker.routers import similar as similar_router
 from semdup.reranker.auth_throttle import FailureThrottle
 from semdup.reranker.routers.access import AuthError
@@ -46,15 +46,13 @@ POSTS = {
 }
 
 
-def _hit(doc_id: str, score: float, model: str = VERSION) -> dict[str, Any]:
+def _hit(doc_id: str, score: float, params: dict[str, Any], model: str = VERSION) -> dict[str, Any]:
+    """A hit as the cluster answers it: the components script's field (every post holds the one term 7 with weight
+    1, and its title vector is its dense vector)."""
     title, vector = POSTS[doc_id]
-    packed = pack_semdup_fields(vector, {"visa": 1.0}, [7], title_vector=vector)
-    return {
-        "_id": doc_id,
-        "_score": score,
-        "_source": {"title": title},
-        "fields": {"semdup.packed": [packed.rstrip("=")], "semdup.model": [model]},
-    }
+    cos = float(np.asarray(params["qv"]) @ vector)
+    same = [1.0] if model == params["model"] else [0.0, model]
+    return {"_id": doc_id, "_score": score, "_source": {"title": title}, "fields": {"semdup": [1.0, cos, cos, *same]}}
 
 
 class FakeClient:
@@ -65,14 +63,16 @@ class FakeClient:
         mapping = {"properties": {"semdup": {"properties": {"vector": vector}}}}
         self.indices = SimpleNamespace(get_mapping=lambda index: {index: {"mappings": mapping}})
 
-    def msearch(self, body: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    def msearch_template(self, body: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(body)
         out = []
-        for head, query in zip(body[::2], body[1::2], strict=True):
+        for head, line in zip(body[::2], body[1::2], strict=True):
             assert head == {"index": "travel"}
-            hits = [_hit("far", 9.0, self.model), _hit("mid", 5.0, self.model)]
-            if "knn" in query["query"]:
-                hits = [_hit("near", 0.99, self.model), _hit("mid", 0.8, self.model)]
+            query = line["source"]
+            script = query["script_fields"]["semdup"]["script"]["params"]
+            hits = [_hit("far", 9.0, script, self.model), _hit("mid", 5.0, script, self.model)]
+            if "knn" in query["query"]:  # rescored with BM25 on the title: far matches nothing
+                hits = [_hit("mid", 5.0, script, self.model), _hit("near", 0.0, script, self.model)]
             out.append({"hits": {"hits": hits}})
         return {"responses": out}
 
@@ -103,6 +103,7 @@ class FakeIndices:
 class FakeReranker:
     version = VERSION
     index = "travel"
+    check_models = Reranker.check_models
 
     def __init__(self, knn: bool | None = None, client: FakeClient | None = None) -> None:
         self.client = client or FakeClient()
@@ -123,11 +124,13 @@ def test_one_encoding_and_one_msearch_with_bm25_on_the_title_and_knn_on_its_vect
     assert found[0].sources == ("knn",) and set(found[1].sources) == {"bm25", "knn"}
     assert len(rr.bundle.encoded) == 1 and rr.bundle.encoded[0].body == ""
     (call,) = rr.client.calls
-    bm25, knn = call[1], call[3]
+    bm25, knn = call[1]["source"], call[3]["source"]
     assert bm25["query"]["bool"]["must"] == [{"match": {"title": {"query": "Visa on arrival?"}}}]
-    assert bm25["docvalue_fields"] == ["semdup.packed", "semdup.model"] and bm25["_source"] == ["title"]
-    assert knn["query"]["knn"]["semdup.vector"]["vector"] == pytest.approx(QUERY.tolist())
-    assert knn["_source"] == ["title"]
+    assert bm25["_source"] == ["title"] and "docvalue_fields" not in bm25  # no packed fields cross the wire
+    assert knn["query"]["knn"]["semdup.vector"]["vector"].tolist() == pytest.approx(QUERY.tolist())
+    assert knn["_source"] == ["title"] and knn["rescore"]["query"]["rescore_query"] == bm25["query"]["bool"]["must"][0]
+    script = bm25["script_fields"]["semdup"]["script"]["params"]
+    assert script["qv"].tolist() == script["qt"].tolist() == pytest.approx(QUERY.tolist())  # the title is the query
 
 
 def test_the_scores_are_the_fusion_of_the_title_vector_with_each_post() -> None:
@@ -164,7 +167,7 @@ def test_posts_of_another_model_are_refused() -> None:
 
 
 def test_title_query_excludes_an_id_and_matches_the_stored_template_shape() -> None:
-    body = title_query("visa", 4, exclude_id="87", docvalue_fields=None, source=None)
+    body = title_query("visa", 4, exclude_id="87", source=None)
     assert body["size"] == 4 and body["_source"] is False and "docvalue_fields" not in body
     assert body["query"]["bool"]["must_not"] == [{"ids": {"values": ["87"]}}]
 
