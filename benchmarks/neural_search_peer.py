@@ -3,7 +3,7 @@
     python -m benchmarks.neural_search_peer [--bundle B] [--json]
 
 The peer an operator would pick instead of semdup: OpenSearch 2.19.1 with ml-commons + neural-search 2.19.1.0
-(Maven Central) running all-MiniLM-L6-v2 inside the cluster as a local ONNX model (:mod:`.peer_install`,
+(Maven Central) running all-MiniLM-L6-v2 inside the cluster as a local ONNX model (:mod:`semdup.devstack.ml_plugins`,
 :mod:`.peer_model`). semdup runs its default bundle (MiniLM + corpus IDF + BM25 + title term, ``semdup
 fit-default``; built under the semdup cache when ``--bundle`` is not given, about 5 minutes) on a second node.
 Both nodes are started here, each with its own state folder, port and 1 GiB heap, and stopped at the end.
@@ -100,13 +100,13 @@ class _Nodes:
     """The two nodes: semdup's (the devstack install) and the peer's (with the ML plugins), in ``workdir``."""
 
     def __init__(self, workdir: Path) -> None:
-        from benchmarks.peer_install import ensure_peer_installed, peer_cache_dir
+        from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
         from semdup.devstack.local_opensearch import LocalOpenSearch
         from semdup.devstack.local_process import any_free_port
 
-        ensure_peer_installed()
+        ensure_ml_installed()
         self.semdup = LocalOpenSearch(state_dir=workdir / "semdup-node", port=any_free_port())
-        self.peer = LocalOpenSearch(cache_dir=peer_cache_dir(), state_dir=workdir / "peer-node", port=any_free_port())
+        self.peer = LocalOpenSearch(cache_dir=ml_cache_dir(), state_dir=workdir / "peer-node", port=any_free_port())
 
     def start(self) -> tuple[Any, Any]:
         from semdup.core.clients import connect
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the reranker's template look-ups answer 404 first
-    from benchmarks.peer_install import peer_cache_dir
+    from semdup.devstack.ml_plugins import ml_cache_dir
     from semdup.bundle.bundle import Bundle
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     refused = quiet_enough(loads["start"], args.allow_load)
     if refused:
         raise SemdupError(refused)
-    bundle_path = Path(args.bundle) if args.bundle else default_bundle(peer_cache_dir() / "bundles")
+    bundle_path = Path(args.bundle) if args.bundle else default_bundle(ml_cache_dir() / "bundles")
     bundle = _worker_bundle(Bundle, bundle_path, args.threads)
     if bundle.input_kind != "wordpiece" or not bundle.manifest.get("base_encoder"):
         raise SystemExit(f"{bundle_path} is not a base-encoder (MiniLM) bundle; the peer runs the same encoder")

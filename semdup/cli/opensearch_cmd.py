@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from semdup.devstack.local_opensearch import LocalOpenSearch
+from semdup.devstack.opensearch_distribution import DEFAULT_VERSION
 
 __all__ = ["opensearch"]
 
@@ -33,6 +34,26 @@ _version_option = click.option(
 )
 
 
+_ml_option = click.option(
+    "--ml",
+    is_flag=True,
+    help="The node with ml-commons and neural-search (2.19.1; for `semdup pipeline`): a copy of its own with its "
+    "own state folder ($SEMDUP_CACHE/neural-peer/state/opensearch), plugins from Maven Central on first start.",
+)
+
+
+def _node(version: str | None, state_dir: Path | None, ml: bool, **options: object) -> LocalOpenSearch:
+    """The embedded node, or (``--ml``) the one with ml-commons, installed on first use."""
+    if not ml:
+        return LocalOpenSearch(version=version, state_dir=state_dir, **options)  # type: ignore[arg-type]
+    from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
+
+    if version not in (None, DEFAULT_VERSION):
+        raise click.UsageError(f"--ml runs OpenSearch {DEFAULT_VERSION} (its plugins' version), not {version}")
+    ensure_ml_installed()
+    return LocalOpenSearch(state_dir=state_dir, cache_dir=ml_cache_dir(), **options)  # type: ignore[arg-type]
+
+
 @click.group()
 def opensearch() -> None:
     """Start, stop or check the embedded local OpenSearch (from Maven Central, no Docker).
@@ -42,6 +63,7 @@ def opensearch() -> None:
       export SEMDUP_OPENSEARCH_URL=$(semdup opensearch start)
       semdup opensearch status
       semdup opensearch stop
+      semdup opensearch start --ml      # with ml-commons, for semdup pipeline
     """
 
 
@@ -50,8 +72,11 @@ def opensearch() -> None:
 @_data_option
 @click.option("--heap", default=None, help="JVM heap, e.g. 512m or 1g. Default: $SEMDUP_OPENSEARCH_HEAP or 1g.")
 @_version_option
+@_ml_option
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for health.")
-def start(port: int | None, state_dir: Path | None, heap: str | None, version: str | None, timeout: float) -> None:
+def start(
+    port: int | None, state_dir: Path | None, heap: str | None, version: str | None, ml: bool, timeout: float
+) -> None:
     """Start the node detached (or find it running) and print its URL.
 
     The first start unpacks OpenSearch and installs the k-NN plugin (about a minute);
@@ -64,7 +89,7 @@ def start(port: int | None, state_dir: Path | None, heap: str | None, version: s
       semdup opensearch start --port 9250 --heap 512m
       semdup opensearch start --version 3.6.0 --port 9236
     """
-    node = LocalOpenSearch(version=version, state_dir=state_dir, port=port, heap=heap)
+    node = _node(version, state_dir, ml, port=port, heap=heap)
     running = node.url
     url = running or node.start(timeout=timeout)
     info = node.status() or {}
@@ -77,8 +102,9 @@ def start(port: int | None, state_dir: Path | None, heap: str | None, version: s
 @opensearch.command()
 @_data_option
 @_version_option
+@_ml_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait before SIGKILL.")
-def stop(state_dir: Path | None, version: str | None, timeout: float) -> None:
+def stop(state_dir: Path | None, version: str | None, ml: bool, timeout: float) -> None:
     """Stop the node (SIGTERM, then SIGKILL after --timeout).
 
     \b
@@ -86,7 +112,7 @@ def stop(state_dir: Path | None, version: str | None, timeout: float) -> None:
       semdup opensearch stop
       semdup opensearch stop --version 3.6.0
     """
-    node = LocalOpenSearch(version=version, state_dir=state_dir)
+    node = _node(version, state_dir, ml)
     if node.stop(timeout=timeout):
         click.echo("stopped")
     else:
@@ -96,8 +122,9 @@ def stop(state_dir: Path | None, version: str | None, timeout: float) -> None:
 @opensearch.command()
 @_data_option
 @_version_option
+@_ml_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full status as JSON.")
-def status(state_dir: Path | None, version: str | None, as_json: bool) -> None:
+def status(state_dir: Path | None, version: str | None, ml: bool, as_json: bool) -> None:
     """Print the node's URL and health, or "not running" (exit 1).
 
     \b
@@ -105,7 +132,7 @@ def status(state_dir: Path | None, version: str | None, as_json: bool) -> None:
       semdup opensearch status --json
       semdup opensearch status --version 3.6.0
     """
-    info = LocalOpenSearch(version=version, state_dir=state_dir).status()
+    info = _node(version, state_dir, ml).status()
     if info is None:
         click.echo(json.dumps(None) if as_json else "not running")
         sys.exit(1)  # click.exceptions.Exit would be swallowed by semdup.cli.main's non-standalone mode

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from benchmarks.peer_install import ENGINE_SERVICE, repack_ml_plugin, strip_engine_service
+from semdup.devstack.ml_plugins import ENGINE_SERVICE, repack_ml_plugin, strip_engine_service
 from benchmarks.peer_model import (
     MODEL_FILE,
     TOKENIZER_FILE,

@@ -1,15 +1,17 @@
-"""The peer's OpenSearch: 2.19.1 with k-NN, job-scheduler, ml-commons and neural-search, all from Maven Central.
+"""The embedded OpenSearch with ml-commons: 2.19.1 with k-NN, job-scheduler, ml-commons and neural-search, all from
+Maven Central.
 
-The neural-search peer (:mod:`benchmarks.neural_search_peer`) needs a node that runs a text
-embedding model inside the cluster. It is built beside the embedded node semdup's tests use, never in it::
+Two things need a node with ml-commons: semdup inside the site's ``_search`` (a remote model and a search pipeline,
+:mod:`semdup.search_pipeline`; ``semdup opensearch start --ml``, and its tests), and the neural-search peer of the
+benchmarks (a text embedding model inside the cluster). It is built beside the plain embedded node, never in it::
 
     ensure_installed(2.19.1)  ──copy──▶  <semdup home>/neural-peer/opensearch/2.19.1/opensearch-2.19.1
     (devstack: modules + k-NN)              + opensearch-job-scheduler 2.19.1.0   (plugin zip, Maven Central)
                                             + opensearch-ml 2.19.1.0              (repacked, see below)
                                             + neural-search 2.19.1.0
 
-The marker ``installed.json`` is the devstack's own, so ``LocalOpenSearch(cache_dir=<semdup home>/neural-peer)``
-starts this copy like any embedded node.
+The marker ``installed.json`` is the devstack's own, so ``LocalOpenSearch(cache_dir=ml_cache_dir())`` starts this
+copy like any embedded node.
 
 Offline repack: deploying a local ONNX model makes DJL initialise every engine it finds through
 ``META-INF/services/ai.djl.engine.EngineProvider``; the PyTorch engine then downloads libtorch, which fails
@@ -43,19 +45,19 @@ from semdup.devstack.opensearch_distribution import (
 )
 
 __all__ = [
-    "PEER_PLUGINS",
+    "ML_PLUGINS",
     "ENGINE_SERVICE",
-    "peer_cache_dir",
+    "ml_cache_dir",
     "repack_ml_plugin",
     "strip_engine_service",
-    "ensure_peer_installed",
+    "ensure_ml_installed",
 ]
 
 logger = logging.getLogger(__name__)
 
 # (Maven coordinates without version, plugin folder name), installed in this order (ml extends job-scheduler,
 # neural-search extends ml and k-NN).
-PEER_PLUGINS: tuple[tuple[str, str], ...] = (
+ML_PLUGINS: tuple[tuple[str, str], ...] = (
     ("org.opensearch.plugin:opensearch-job-scheduler", "opensearch-job-scheduler"),
     ("org.opensearch.plugin:opensearch-ml-plugin", "opensearch-ml"),
     ("org.opensearch.plugin:neural-search", "opensearch-neural-search"),
@@ -65,8 +67,8 @@ _PYTORCH_ENGINE_JAR = re.compile(r"^pytorch-engine-[0-9.]+\.jar$")
 _MARKER = "installed.json"
 
 
-def peer_cache_dir() -> Path:
-    """``<semdup home>/neural-peer``: the peer's own OpenSearch copy (the ``cache_dir`` of its LocalOpenSearch)."""
+def ml_cache_dir() -> Path:
+    """``<semdup home>/neural-peer``: the copy with ml-commons (the ``cache_dir`` of its LocalOpenSearch)."""
     return semdup_home() / "neural-peer"
 
 
@@ -117,7 +119,7 @@ def _read_marker(version_dir: Path) -> Installation | None:
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
     plugins = inst.home / "plugins"
-    if not all((plugins / folder).is_dir() for _, folder in PEER_PLUGINS):
+    if not all((plugins / folder).is_dir() for _, folder in ML_PLUGINS):
         return None
     return inst
 
@@ -134,14 +136,14 @@ def _install_plugin(home: Path, archive: Path) -> None:
                           f"{(done.stdout + done.stderr).strip()[-500:]}")
 
 
-def ensure_peer_installed(cache_dir: Path | None = None, maven_repo: Path | None = None) -> Installation:
-    """The peer's OpenSearch 2.19.1 home with the three plugins (built once; later calls read the marker).
+def ensure_ml_installed(cache_dir: Path | None = None, maven_repo: Path | None = None) -> Installation:
+    """OpenSearch 2.19.1's home with the three plugins (built once; later calls read the marker).
 
     Raises:
         ConfigError: no Maven, an artifact Maven Central does not serve, a plugin that refuses to install, or a
             base installation without k-NN (neural-search needs it).
     """
-    cache_dir = cache_dir or peer_cache_dir()
+    cache_dir = cache_dir or ml_cache_dir()
     version_dir = cache_dir / "opensearch" / DEFAULT_VERSION
     found = _read_marker(version_dir)
     if found is not None:
@@ -160,7 +162,7 @@ def ensure_peer_installed(cache_dir: Path | None = None, maven_repo: Path | None
         logger.info("copying %s for the neural-search peer", base.home)
         shutil.copytree(base.home, home, symlinks=True)
         plugin_version = f"{DEFAULT_VERSION}.0"
-        for coords, folder in PEER_PLUGINS:
+        for coords, folder in ML_PLUGINS:
             archive = fetch_artifact(f"{coords}:{plugin_version}", "zip", maven_repo)
             if folder == "opensearch-ml":
                 repacked = staging / archive.name
@@ -176,7 +178,7 @@ def ensure_peer_installed(cache_dir: Path | None = None, maven_repo: Path | None
         home.rename(final)
         shutil.rmtree(staging, ignore_errors=True)
         inst = Installation(DEFAULT_VERSION, final, base.modules, True, None)
-        data = asdict(inst) | {"home": str(final), "plugins": [folder for _, folder in PEER_PLUGINS]}
+        data = asdict(inst) | {"home": str(final), "plugins": [folder for _, folder in ML_PLUGINS]}
         (version_dir / _MARKER).write_text(json.dumps(data, indent=2), encoding="utf-8")
         logger.info("installed the neural-search peer's OpenSearch at %s", final)
         return inst
