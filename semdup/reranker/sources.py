@@ -34,7 +34,7 @@ import numpy as np
 
 from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
 from semdup.core.opensearch import error_reason
-from semdup.search_templates import template_id, template_params
+from semdup.search_templates import BODY_TEMPLATE_ID, template_id, template_params
 from semdup.search_templates.components import COMPONENTS_FIELD, script_fields
 
 __all__ = [
@@ -314,7 +314,8 @@ def search(
     client: Any, index: str, sources: Sequence[CandidateSource], query: SourceQuery, timeout: float
 ) -> list[tuple[str, list[Hit]]]:
     """Ask ``sources`` in one ``_msearch/template``: ``(source name, its hits)`` for each source that had something
-    to ask (stored templates by id, the others as inline search bodies).
+    to ask (a stored lexical template by id; a search body through the stored search-body template, never inline:
+    an inline template is compiled for every query, and OpenSearch allows 75 compilations in 5 minutes).
 
     Raises:
         SearchTimeout / OpenSearchUnavailable / OpenSearchMissing / OpenSearchRefused: from the client
@@ -323,13 +324,14 @@ def search(
     asked = [(s, r) for s in sources if (r := s.request(query)) is not None]
     if not asked:
         return []
-    body = [line for s, r in asked for line in ({"index": index}, r if s.template else {"source": r})]
+    lines = [r if s.template else {"id": BODY_TEMPLATE_ID, "params": {"body": r}} for s, r in asked]
+    body = [line for r in lines for line in ({"index": index}, r)]
     try:
         resp = client.msearch_template(body=body, params={"request_timeout": timeout})
     except OpenSearchRefused as exc:
         if exc.status == 400 and "no requests added" in exc.reason:  # a template whose stored script is missing
             raise SemdupError(
-                f"the cluster lacks the stored search templates {', '.join(r['id'] for s, r in asked if s.template)};"
+                f"the cluster lacks the stored search templates {', '.join(sorted({r['id'] for r in lines}))};"
                 " store them once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker "
                 "itself when its user may)"
             ) from exc

@@ -10,9 +10,10 @@ from semdup.search_templates.registry import (
     register_templates,
     render_template,
 )
-from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_params, template_source
+from semdup.search_templates.templates import BODY_TEMPLATE_ID, VARIANTS, all_templates, template_id, template_params, template_source
 
 __all__ = [
+    "BODY_TEMPLATE_ID",
     "Hit",
     "VARIANTS",
     "all_templates",

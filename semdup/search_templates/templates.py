@@ -14,6 +14,11 @@ text against titles) or ``text`` (against title + body). Parameters:
                  :mod:`semdup.search_templates.components`), with ``has_script_fields: true`` beside it
 
 Rendered with ``_render/template`` and run with ``_search/template`` / ``_msearch/template``.
+
+Beside them, ``semdup-search-body`` (:data:`BODY_TEMPLATE_ID`) renders its one parameter ``body``, a whole search
+body: the k-NN and learned-sparse searches go in the same ``_msearch/template`` as the lexical templates that way.
+An inline template would be compiled anew for every query (its source holds the query's vector), and OpenSearch
+refuses more than 75 compilations in 5 minutes; a stored one is compiled once.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from typing import Any
 
 from semdup.index_format.schema import LEXICAL_MODELS, lexical_field
 
-__all__ = ["VARIANTS", "template_id", "template_source", "all_templates", "template_params"]
+__all__ = ["VARIANTS", "BODY_TEMPLATE_ID", "template_id", "template_source", "all_templates", "template_params"]
 
 VARIANTS = ("title", "text")
+BODY_TEMPLATE_ID = "semdup-search-body"
+_BODY_SOURCE = "{{#toJson}}body{{/toJson}}"
 
 _SOURCE = """{
   "size": {{size}}{{^size}}10{{/size}},
@@ -57,8 +64,9 @@ def template_source(model: str, variant: str = "text") -> str:
 
 
 def all_templates() -> dict[str, str]:
-    """Every template id with its source."""
-    return {template_id(m, v): template_source(m, v) for m in LEXICAL_MODELS for v in VARIANTS}
+    """Every template id with its source (the lexical ones and the search-body one)."""
+    out = {template_id(m, v): template_source(m, v) for m in LEXICAL_MODELS for v in VARIANTS}
+    return {**out, BODY_TEMPLATE_ID: _BODY_SOURCE}
 
 
 def template_params(

@@ -35,7 +35,7 @@ from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.sources import SourceQuery, TemplateSource, knn_query, sparse_query
 from semdup.reranker.stored_fields import DOCVALUE_FIELDS, stored_semdup_fields
 from semdup.search_templates.components import COMPONENTS_SCRIPT_ID, components_params, script_fields
-from semdup.search_templates import register_templates, render_template, template_id, template_params
+from semdup.search_templates import BODY_TEMPLATE_ID, register_templates, render_template, template_id, template_params
 
 TOLERANCE = 1e-5
 
@@ -233,6 +233,8 @@ def test_template_renders_the_docvalue_and_script_fields(opensearch_client: Any)
     rendered = render_template(opensearch_client, template_id("bm25"), template_params("x", script_fields=script))
     assert rendered["script_fields"]["semdup"]["script"]["id"] == COMPONENTS_SCRIPT_ID
     assert rendered["script_fields"]["semdup"]["script"]["params"]["qv"] == pytest.approx([0.6, 0.8])
+    body = {"size": 2, "query": {"knn": {"semdup.vector": {"vector": [0.6, 0.8], "k": 2}}}}
+    assert render_template(opensearch_client, BODY_TEMPLATE_ID, {"body": body}) == body
 
 
 def test_older_documents_rank_the_same_through_the_source_fallback_and_the_cache(

@@ -294,3 +294,21 @@ def test_the_clusters_components_equal_the_fusion_of_the_decoded_packed_fields(
             assert (a.sources, a.complete) == (b.sources, b.complete)
     only_vector = [c for ranked in expected for c in ranked if "bm25" not in c.sources]
     assert only_vector and any(c.components["lexical"] for c in only_vector)  # the rescored scores were exercised
+
+
+def test_more_queries_than_the_clusters_compilation_limit_compile_nothing(
+    opensearch_client: Any, served: tuple[Bundle, str], real_posts: list[Post]
+) -> None:
+    """OpenSearch compiles at most 75 dynamic scripts in 5 minutes: a rerank must send no inline template or
+    script (its k-NN body goes through the stored search-body template), or the 76th query fails."""
+    bundle, index = served
+    if not knn_available(opensearch_client):
+        pytest.skip("this cluster has no k-NN plugin")
+    rr = Reranker(bundle, opensearch_client, index, RerankerSettings(k_candidates=5, knn=True))
+    before = opensearch_client.nodes.stats(metric="script")["nodes"]
+    compilations = sum(n["script"]["compilations"] for n in before.values())
+    for i in range(80):
+        post = real_posts[i % len(real_posts)]
+        assert rr.rank(Post(f"q{i}", f"{post.title} {i}", post.body), k=3)
+    after = opensearch_client.nodes.stats(metric="script")["nodes"]
+    assert sum(n["script"]["compilations"] for n in after.values()) - compilations <= 3  # the stored ones, once

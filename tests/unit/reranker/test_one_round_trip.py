@@ -20,6 +20,7 @@ from semdup.core.scoring import fused_scores, minmax_normalise
 from semdup.index_format.schema import CandidateFields
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
+from semdup.search_templates import BODY_TEMPLATE_ID
 from semdup.search_templates.components import COMPONENTS_SCRIPT_ID
 
 VERSION = "hybrid-minilm-0123abcd"
@@ -106,7 +107,8 @@ class FakeCluster:
         with self.lock:
             self.requests.append(body)
         lines = body[1::2]
-        return {"responses": [self._template(x["params"]) if "id" in x else self._body(x["source"]) for x in lines]}
+        return {"responses": [self._body(x["params"]["body"]) if x["id"] == BODY_TEMPLATE_ID else
+                              self._template(x["params"]) for x in lines]}  # fmt: skip
 
 
 POSTS = [
@@ -145,7 +147,7 @@ def test_one_request_ranks_every_candidate_with_the_clusters_components(query: P
     got = _reranker(cluster, k_candidates).rank(query, k=8, exclude_id="1")
     assert len(cluster.requests) == 1  # one round trip: the template and the k-NN body in one _msearch/template
     lines = cluster.requests[0][1::2]
-    assert [("id" in x) for x in lines] == [True, False]
+    assert [x["id"] for x in lines] == ["semdup-bm25-text", BODY_TEMPLATE_ID]  # stored: compiled once, not per query
     ids = sorted({c.id for c in got})
     assert "1" not in ids
     expected = _by_hand(cluster, query, ids)
