@@ -71,7 +71,7 @@ from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
 from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
-from semdup.reranker.routers import ingest, probes, rerank, similar
+from semdup.reranker.routers import ingest, pipeline, probes, rerank, similar
 from semdup.reranker.routers.access import AuthError, ScopeError, ops_access
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
@@ -94,7 +94,7 @@ _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
 _KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS}  # metrics' path label
 # The feature routers every app includes, in order; each takes the app's ServiceSettings. The review page's router
 # is included beside them (create_app).
-FEATURES = (rerank.router, similar.router, ingest.router)
+FEATURES = (rerank.router, similar.router, pipeline.router, ingest.router)
 
 
 def error_status(exc: BaseException) -> int:

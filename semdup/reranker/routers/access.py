@@ -65,7 +65,8 @@ def state(request: Request) -> Any:
 
 
 BEARER = HTTPBearer(
-    auto_error=False, description="An API key with the ops scope, for scrapers that send a bearer token."
+    auto_error=False,
+    description="An API key as a bearer token: the ops scope for scrapers, the search scope for connectors.",
 )
 
 
@@ -111,10 +112,15 @@ def _access(request: Request, given: str | None, scope: str) -> tuple[str, ...]:
     return authenticate(request, st.settings, st.throttle, given, scope).indices or st.settings.indices
 
 
-def key_access(request: Request, given: str | None = Security(KEY_HEADER)) -> tuple[str, ...]:
-    """The indices the request's key may search (``search`` scope: ``/v1/rerank``, ``/v1/similar``); 401, 403 or
+def key_access(
+    request: Request,
+    given: str | None = Security(KEY_HEADER),
+    bearer: HTTPAuthorizationCredentials | None = Security(BEARER),
+) -> tuple[str, ...]:
+    """The indices the request's key may search (``search`` scope: ``/v1/rerank``, ``/v1/similar``, the pipeline
+    endpoints), in ``X-API-Key`` or as ``Authorization: Bearer`` (what an ml-commons connector sends); 401, 403 or
     429 otherwise (:func:`authenticate`)."""
-    return _access(request, given, SEARCH)
+    return _access(request, given or (bearer.credentials if bearer else None), SEARCH)
 
 
 def ingest_access(request: Request, given: str | None = Security(KEY_HEADER)) -> tuple[str, ...]:

@@ -41,6 +41,11 @@ __all__ = [
     "SimilarQuery",
     "SimilarOut",
     "SimilarResponse",
+    "rewrite_model",
+    "RewriteResponse",
+    "documents_model",
+    "DocumentScore",
+    "DocumentsResponse",
 ]
 
 API_KEY_HEADER = "X-API-Key"
@@ -285,3 +290,68 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         if code in out:
             out[code]["headers"] = RETRY_AFTER_HEADER
     return out
+
+
+def rewrite_model(settings: ServiceSettings) -> type[BaseModel]:
+    """The ``/v1/search/rewrite`` body: a site's ``_search`` body, as the search pipeline's processor sends it."""
+
+    class RewriteRequest(BaseModel):
+        """A search body of the site's application (its ``query``, ``size``, ``from`` …) and the index it searches."""
+
+        model_config = ConfigDict(extra="forbid")
+
+        index: str | None = Field(
+            None, min_length=1, max_length=MAX_INDEX_CHARS,
+            description="The site's index the search runs on (default: the server's index).",
+        )  # fmt: skip
+        search: dict[str, Any] = Field(description="The site's search body; its full-text clauses give the post.")
+
+    return RewriteRequest
+
+
+class RewriteResponse(BaseModel):
+    query: dict[str, Any] = Field(description="The search's new query: semdup's candidates with their fused scores.")
+    model: str
+    index: str
+    ranked: int = Field(description="How many candidates the query holds (the site's size and from page through them).")
+
+
+def documents_model(settings: ServiceSettings) -> type[BaseModel]:
+    """The ``/v1/rerank/documents`` body: Cohere's rerank shape (what ml-commons' and Elasticsearch's rerank
+    connectors send), plus what the documents are."""
+    limit, most = settings.max_text_chars, settings.max_k
+
+    class DocumentsRequest(BaseModel):
+        """A query text and the documents to score against it: the site's post ids (scored from the index) or
+        texts (encoded here)."""
+
+        model_config = ConfigDict(extra="forbid")
+
+        query: str = Field(min_length=1, max_length=limit, description="The query text (a title, or title and body).")
+        documents: list[str] = Field(min_length=1, max_length=most, description=f"1 to {most} documents.")
+        top_n: int | None = Field(None, ge=1, description="Return the best top_n (default: every document).")
+        documents_are: Literal["texts", "ids"] = Field(
+            "texts", description="texts: each document is a post's text; ids: each is a post id of the index."
+        )
+        index: str | None = Field(
+            None, min_length=1, max_length=MAX_INDEX_CHARS, description="The index (default: the server's)."
+        )
+
+        @model_validator(mode="after")
+        def _visible(self) -> DocumentsRequest:
+            problem = text_problem("query", self.query, None) or blank_problem(self.query, "")
+            if problem:
+                raise ValueError(f"query: {problem}")
+            return self
+
+    return DocumentsRequest
+
+
+class DocumentScore(BaseModel):
+    index: int = Field(description="The document's position in the request.")
+    relevance_score: float = Field(description="semdup's fused score (documents it could not score: below all).")
+
+
+class DocumentsResponse(BaseModel):
+    results: list[DocumentScore]
+    model: str
