@@ -1,0 +1,340 @@
+"""semdup's ranking inside the site's own ``_search``: one ml-commons remote model and one search pipeline.
+
+``semdup pipeline create --index site-posts --service-url URL`` puts, in this order (every step idempotent: an
+object that exists with the wanted configuration is kept, one that differs is replaced)::
+
+    cluster settings   the connector URL trusted, private addresses allowed where the service has one
+                       (:mod:`.cluster_settings`; what it changed is recorded on the connector)
+    connector          semdup-<index>: POST <service>/v1/search/rewrite with the search key as a bearer token
+                       (``credential``: ml-commons keeps it encrypted and never returns it), explicit timeouts
+    remote model       semdup-<index>: registered on the connector and deployed
+    search pipeline    semdup-<index>: one ``ml_inference`` request processor. It sends the whole search body
+                       (``input_map`` ``$``) and puts the ``query`` semdup answers in place of the site's
+                       (``output_map``); ``ignore_failure`` (the default, ``--on-failure original``) runs the site's
+                       search unchanged when semdup is down, slow or refuses the search
+    default pipeline   with ``--default``: ``index.search.default_pipeline`` of the site's index, so a plain
+                       ``GET site-posts/_search`` goes through it
+
+:func:`remove` undoes every step it finds, the cluster settings included (only what ``create`` added).
+:func:`describe` reads the state back. Timeouts are whole seconds on clusters before 3.6 (where ml-commons reads
+the values as seconds) and milliseconds from 3.6 on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from semdup.core.errors import ConfigError, OpenSearchMissing, OpenSearchRefused, OpenSearchUnavailable
+from semdup.search_pipeline.cluster_settings import SettingsChange, apply_settings, needed_settings, restore_body
+
+__all__ = ["PipelineSpec", "PipelineState", "REWRITE_PATH", "create", "remove", "describe", "describe_connector",
+           "names", "connector_body", "pipeline_body"]  # fmt: skip
+
+logger = logging.getLogger(__name__)
+
+REWRITE_PATH = "/v1/search/rewrite"  # the service endpoint the connector calls (semdup.reranker.routers.pipeline)
+_ML = "/_plugins/_ml"
+_ADDED_REGEX = "semdup_added_trusted_regex"  # connector parameters: what create changed in the cluster settings
+_WAS_DEFAULT = "semdup_trusted_was_default"
+_SET_PRIVATE = "semdup_enabled_private_ip"
+_SPEC = "semdup_spec"
+_RECORDED = (_ADDED_REGEX, _WAS_DEFAULT, _SET_PRIVATE, _SPEC)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What ``semdup pipeline create`` sets up for one index.
+
+    Attributes:
+        index: the site's index (or alias) its searches run on.
+        service_url: semdup's service as the cluster reaches it (``http://10.0.0.5:8080``).
+        timeout: seconds the cluster waits for semdup (connect and read each) before it gives up on it.
+        on_failure: ``original``: the search runs as the site sent it when semdup fails; ``error``: it fails.
+        default: make the pipeline the index's default search pipeline.
+        name: the connector's, model's and pipeline's name (default ``semdup-<index>``).
+    """
+
+    index: str
+    service_url: str
+    timeout: float = 1.0
+    on_failure: str = "original"
+    default: bool = False
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_failure not in ("original", "error"):
+            raise ConfigError(f"on_failure must be 'original' or 'error', not {self.on_failure!r}")
+        if not self.service_url.startswith(("http://", "https://")):
+            raise ConfigError(f"the service URL must start with http:// or https://, not {self.service_url!r}")
+        if not 0 < self.timeout <= 60:
+            raise ConfigError(f"the timeout must be within (0, 60] seconds, got {self.timeout}")
+
+    @property
+    def object_name(self) -> str:
+        return self.name or f"semdup-{self.index}"
+
+    def fingerprint(self) -> str:
+        """What a connector records of the spec it was made from (no key): equal ones need no new connector."""
+        return json.dumps({"url": self.service_url.rstrip("/"), "index": self.index, "timeout": self.timeout},
+                          sort_keys=True)  # fmt: skip
+
+
+@dataclass
+class PipelineState:
+    """What the cluster holds for one pipeline name (:func:`describe`), and what a call did (``actions``)."""
+
+    name: str
+    connector_id: str | None = None
+    model_id: str | None = None
+    model_state: str | None = None
+    pipeline: dict[str, Any] | None = None
+    default_of: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    actions: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "connector_id": self.connector_id, "model_id": self.model_id,
+                "model_state": self.model_state, "pipeline": self.pipeline is not None,
+                "default_of": self.default_of, "settings": self.settings, "actions": self.actions}  # fmt: skip
+
+
+def names(index: str) -> str:
+    """The default name of the connector, model and pipeline of ``index``."""
+    return f"semdup-{index}"
+
+
+def _call(client: Any, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+    return client.transport.perform_request(method, path, body=body, params=params or {})
+
+
+def _version(client: Any) -> tuple[int, int]:
+    number = str(client.info()["version"]["number"])
+    major, minor = (int(x) for x in number.split(".")[:2])
+    return major, minor
+
+
+def _timeout_value(seconds: float, version: tuple[int, int]) -> int:
+    """ml-commons reads connector timeouts as seconds before 3.6 and as milliseconds from 3.6."""
+    if version >= (3, 6):
+        return max(1, int(round(seconds * 1000)))
+    return max(1, math.ceil(seconds))
+
+
+def connector_body(spec: PipelineSpec, key: str, version: tuple[int, int], change: SettingsChange) -> dict[str, Any]:
+    """The connector: the rewrite endpoint with the key as a bearer token (``credential``), explicit timeouts and
+    no retries (a retry would double the time a search waits on a down service)."""
+    timeout = _timeout_value(spec.timeout, version)
+    parameters = {_SPEC: spec.fingerprint()}
+    if change.added:
+        parameters[_ADDED_REGEX] = change.added
+        parameters[_WAS_DEFAULT] = str(change.trusted_was_default).lower()
+    if change.private_ip:
+        parameters[_SET_PRIVATE] = "true"
+    body = json.dumps({"index": spec.index})[:-1] + ', "search": ${parameters.search}}'
+    return {
+        "name": spec.object_name,
+        "description": f"semdup: duplicate-question ranking of {spec.index} (semdup pipeline create)",
+        "version": 1,
+        "protocol": "http",
+        "parameters": parameters,
+        "credential": {"key": key},
+        "client_config": {"connection_timeout": timeout, "read_timeout": timeout, "max_connection": 32,
+                          "max_retry_times": 0},  # fmt: skip
+        "actions": [{
+            "action_type": "predict",
+            "method": "POST",
+            "url": spec.service_url.rstrip("/") + REWRITE_PATH,
+            "headers": {"Authorization": "Bearer ${credential.key}", "Content-Type": "application/json"},
+            "request_body": body,
+        }],
+    }
+
+
+def pipeline_body(spec: PipelineSpec, model_id: str) -> dict[str, Any]:
+    """The search pipeline: one ``ml_inference`` request processor (module doc)."""
+    return {
+        "description": f"semdup: {spec.index}'s searches ranked by semdup (semdup pipeline create)",
+        "request_processors": [{"ml_inference": {
+            "tag": "semdup",
+            "description": "the site's search body to semdup, semdup's ranking back as its query",
+            "model_id": model_id,
+            "function_name": "remote",
+            "input_map": [{"search": "$"}],
+            "output_map": [{"query": "query"}],
+            "ignore_failure": spec.on_failure == "original",
+        }}],
+    }
+
+
+def _find(client: Any, kind: str, name: str) -> list[dict[str, Any]]:
+    """The connectors or models (``kind``) named ``name`` (an exact term on ``name.keyword``)."""
+    body = {"size": 100, "query": {"term": {"name.keyword": name}}}
+    try:
+        got = _call(client, "POST", f"{_ML}/{kind}/_search", body)
+    except (OpenSearchMissing, OpenSearchRefused) as exc:
+        if isinstance(exc, OpenSearchMissing) or exc.status in (400, 404):  # no such system index yet
+            return []
+        raise
+    hits = (got.get("hits") or {}).get("hits") or []
+    return [{"_id": h["_id"], **(h.get("_source") or {})} for h in hits if (h.get("_source") or {}).get("name") == name]
+
+
+def _wait_task(client: Any, task_id: str, what: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        task = _call(client, "GET", f"{_ML}/tasks/{task_id}")
+        if task.get("state") == "COMPLETED":
+            return task
+        if task.get("state") in ("FAILED", "COMPLETED_WITH_ERROR"):
+            raise OpenSearchUnavailable(f"ml-commons could not {what}: {str(task.get('error'))[:300]}")
+        time.sleep(0.3)
+    raise OpenSearchUnavailable(f"ml-commons did not {what} within {timeout:.0f} s (task {task_id})")
+
+
+def _get_pipeline(client: Any, name: str) -> dict[str, Any] | None:
+    try:
+        return _call(client, "GET", f"/_search/pipeline/{name}").get(name)
+    except OpenSearchMissing:
+        return None
+
+
+def _defaults_of(client: Any, name: str, index: str) -> list[str]:
+    """The concrete indices behind ``index`` whose default search pipeline is ``name``."""
+    got = client.indices.get_settings(index=index, name="index.search.default_pipeline")
+    return sorted(k for k, v in got.items() if (v.get("settings") or {}).get("index", {}).get("search", {}).get(
+        "default_pipeline") == name)  # fmt: skip
+
+
+def describe(client: Any, index: str, name: str | None = None) -> PipelineState:
+    """What the cluster holds of ``index``'s pipeline: connector, model and its state, pipeline, default."""
+    state = PipelineState(name or names(index))
+    connectors = _find(client, "connectors", state.name)
+    state.connector_id = connectors[0]["_id"] if connectors else None
+    models = _find(client, "models", state.name)
+    if models:
+        state.model_id, state.model_state = models[0]["_id"], models[0].get("model_state")
+    state.pipeline = _get_pipeline(client, state.name)
+    state.default_of = _defaults_of(client, state.name, index)
+    if connectors:
+        params = connectors[0].get("parameters") or {}
+        state.settings = {k: v for k, v in params.items() if k in _RECORDED}
+    return state
+
+
+def describe_connector(client: Any, name: str) -> dict[str, Any]:
+    """The connector ``name`` as ml-commons shows it (never its credential).
+
+    Raises:
+        ConfigError: there is none (run ``semdup pipeline create``).
+    """
+    found = _find(client, "connectors", name)
+    if not found:
+        raise ConfigError(f"no connector {name!r} in this cluster; run `semdup pipeline create` first")
+    return _call(client, "GET", f"{_ML}/connectors/{found[0]['_id']}")
+
+
+def _undeploy_and_delete(client: Any, model_id: str) -> None:
+    try:
+        _call(client, "POST", f"{_ML}/models/{model_id}/_undeploy")
+    except OpenSearchRefused as exc:
+        logger.info("model %s was not deployed: %s", model_id, exc)
+    _call(client, "DELETE", f"{_ML}/models/{model_id}")
+
+
+def create(client: Any, spec: PipelineSpec, key: str, *, replace_key: bool = False) -> PipelineState:
+    """Set up (or bring up to date) semdup's search pipeline for ``spec.index`` (module doc); idempotent.
+
+    ``key``: a key of the service with the ``search`` scope (the connector's credential). An existing connector
+    made from the same spec keeps its key unless ``replace_key``.
+
+    Raises:
+        SettingsRefused: the cluster settings need an administrator (the message has the body to run).
+        OpenSearchMissing: ``spec.index`` does not exist. OpenSearchUnavailable: ml-commons failed a step.
+    """
+    client.indices.get_mapping(index=spec.index)  # the index exists (OpenSearchMissing otherwise)
+    version = _version(client)
+    state = describe(client, spec.index, spec.object_name)
+    change = needed_settings(client, spec.service_url)
+    apply_settings(client, change)
+    if not change.empty:
+        state.actions.append(f"cluster settings: {json.dumps(change.body()['persistent'])}")
+    recorded = dict(state.settings)  # what an earlier create changed stays recorded on a replaced connector
+    if change.added:
+        recorded[_ADDED_REGEX] = change.added
+        recorded[_WAS_DEFAULT] = str(change.trusted_was_default).lower()
+    if change.private_ip:
+        recorded[_SET_PRIVATE] = "true"
+    kept = SettingsChange(None, recorded.get(_SET_PRIVATE) == "true", recorded.get(_ADDED_REGEX),
+                          recorded.get(_WAS_DEFAULT, "true") == "true")  # fmt: skip
+    same = state.connector_id is not None and state.settings.get(_SPEC) == spec.fingerprint() and not replace_key
+    if not same:
+        if state.model_id is not None:
+            _undeploy_and_delete(client, state.model_id)
+            state.actions.append(f"model {state.model_id} removed (its connector changes)")
+            state.model_id = None
+        if state.connector_id is not None:
+            _call(client, "DELETE", f"{_ML}/connectors/{state.connector_id}")
+            state.actions.append(f"connector {state.connector_id} replaced")
+        made = _call(client, "POST", f"{_ML}/connectors/_create", connector_body(spec, key, version, kept))
+        state.connector_id = made["connector_id"]
+        state.actions.append(f"connector {state.connector_id} created")
+    if state.model_id is None:
+        body = {"name": spec.object_name, "function_name": "remote", "connector_id": state.connector_id,
+                "description": f"semdup's ranking of {spec.index}"}  # fmt: skip
+        made = _call(client, "POST", f"{_ML}/models/_register", body)
+        state.model_id = made.get("model_id") or _wait_task(client, made["task_id"], "register the model")["model_id"]
+        state.actions.append(f"model {state.model_id} registered")
+        state.model_state = None
+    if state.model_state != "DEPLOYED":
+        task = _call(client, "POST", f"{_ML}/models/{state.model_id}/_deploy")
+        if task.get("task_id"):
+            _wait_task(client, task["task_id"], "deploy the model")
+        state.model_state = "DEPLOYED"
+        state.actions.append(f"model {state.model_id} deployed")
+    wanted = pipeline_body(spec, state.model_id)
+    if state.pipeline != wanted:
+        _call(client, "PUT", f"/_search/pipeline/{spec.object_name}", wanted)
+        state.actions.append(f"search pipeline {spec.object_name} {'updated' if state.pipeline else 'created'}")
+        state.pipeline = wanted
+    if spec.default:
+        behind = client.indices.get_mapping(index=spec.index)  # the concrete indices behind the name
+        if set(behind) != set(state.default_of):
+            client.indices.put_settings(index=spec.index, body={"index.search.default_pipeline": spec.object_name})
+            state.default_of = sorted(behind)
+            state.actions.append(f"default search pipeline of {spec.index}")
+    state.settings = {k: v for k, v in {**recorded, _SPEC: spec.fingerprint()}.items() if k in _RECORDED}
+    return state
+
+
+def remove(client: Any, index: str, name: str | None = None) -> PipelineState:
+    """Undo what ``create`` set up for ``index`` (module doc); idempotent: a second call finds nothing to do."""
+    state = describe(client, index, name)
+    if state.default_of:
+        client.indices.put_settings(index=",".join(state.default_of),
+                                    body={"index.search.default_pipeline": None})  # fmt: skip
+        state.actions.append(f"default search pipeline of {', '.join(state.default_of)} unset")
+    if state.pipeline is not None:
+        _call(client, "DELETE", f"/_search/pipeline/{state.name}")
+        state.actions.append(f"search pipeline {state.name} deleted")
+    if state.model_id is not None:
+        _undeploy_and_delete(client, state.model_id)
+        state.actions.append(f"model {state.model_id} undeployed and deleted")
+    if state.connector_id is not None:
+        _call(client, "DELETE", f"{_ML}/connectors/{state.connector_id}")
+        state.actions.append(f"connector {state.connector_id} deleted")
+        _restore_settings(client, state)
+    return state
+
+
+def _restore_settings(client: Any, state: PipelineState) -> None:
+    """Take back the cluster settings ``create`` changed (recorded on the connector)."""
+    persistent = restore_body(client, state.settings.get(_ADDED_REGEX), state.settings.get(_WAS_DEFAULT) != "false",
+                              state.settings.get(_SET_PRIVATE) == "true")  # fmt: skip
+    if persistent:
+        client.cluster.put_settings(body={"persistent": persistent})
+        state.actions.append(f"cluster settings restored: {', '.join(sorted(persistent))}")
