@@ -6,7 +6,8 @@ The peer an operator would pick instead of semdup: OpenSearch 2.19.1 with ml-com
 (Maven Central) running all-MiniLM-L6-v2 inside the cluster as a local ONNX model (:mod:`semdup.devstack.ml_plugins`,
 :mod:`.peer_model`). semdup runs its default bundle (MiniLM + corpus IDF + BM25 + title term, ``semdup
 fit-default``; built under the semdup cache when ``--bundle`` is not given, about 5 minutes) on a second node.
-Both nodes are started here, each with its own state folder, port and 1 GiB heap, and stopped at the end.
+Both nodes run the same install (with ml-commons: semdup's pipeline needs it), are started here, each with its own
+state folder, port and 1 GiB heap, and stopped at the end.
 
 Measured, the two systems' calls alternating (batch by batch, query by query, the order rotating):
 
@@ -22,8 +23,14 @@ Measured, the two systems' calls alternating (batch by batch, query by query, th
   ``semdup serve`` runs per request, without the HTTP hop; ``--query-threads`` onnxruntime threads, 2 as the
   service's default) and its fast preset (k-NN off); with ``--with-one-thread``, the default call with a 1-thread
   query encoder too (the thread policy's baseline, same run);
+* the site's own ``_search`` through semdup's search pipeline (``semdup pipeline create``: the ml_inference
+  request processor calls a real ``semdup serve`` of the index, which ranks and answers the query): the body a
+  site sends for a new question (``match`` on its title and on its body), top 10;
 * query encoding alone: the peer's ``_predict/text_embedding`` of one text vs semdup's query encoding
   (``Bundle.encode_query`` and, for a bundle with a title term, the title's vector, as ``rank`` does);
+* quality on every Travel test query (the official Travel measures over the top 100, the query post left out):
+  the peer's hybrid ``_search``, semdup's ``/v1/rerank`` (the served index, over HTTP) and the site's ``_search``
+  through semdup's pipeline (``--no-quality`` skips it);
 * that the two embed alike: the cosine of their vectors of the same 10 posts.
 
 The text both encode is semdup's: title and body cleaned by the shared text pipeline, joined by a space
@@ -38,6 +45,7 @@ loaded run. ``docs/benchmarks.md`` says how to get a quiet machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -50,8 +58,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
+from benchmarks.bench_stack import serve_process
 from benchmarks.indexing import _hardware, _versions
 from benchmarks.peer_report import build_report, format_report, ingest_side, quiet_enough
 from benchmarks.report import elapsed_ms
@@ -64,7 +74,9 @@ _PEER_INDEX = "peer-travel"
 _SEMDUP_INDEX = "semdup-travel"
 _INGEST_PIPELINE = "semdup-peer-embed"
 _SEARCH_PIPELINE = "semdup-peer-hybrid"
+_SEMDUP_PIPELINE = "semdup-bench-pipeline"
 _TIMEOUT = 120
+_TOP = 100  # the quality runs rank the top 100 (the Travel protocol's cutoff)
 
 
 def _proc_cpu(pid: int) -> float:
@@ -100,12 +112,12 @@ class _Nodes:
     """The two nodes: semdup's (the devstack install) and the peer's (with the ML plugins), in ``workdir``."""
 
     def __init__(self, workdir: Path) -> None:
-        from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
         from semdup.devstack.local_opensearch import LocalOpenSearch
         from semdup.devstack.local_process import any_free_port
+        from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
 
         ensure_ml_installed()
-        self.semdup = LocalOpenSearch(state_dir=workdir / "semdup-node", port=any_free_port())
+        self.semdup = LocalOpenSearch(cache_dir=ml_cache_dir(), state_dir=workdir / "semdup-node", port=any_free_port())
         self.peer = LocalOpenSearch(cache_dir=ml_cache_dir(), state_dir=workdir / "peer-node", port=any_free_port())
 
     def start(self) -> tuple[Any, Any]:
@@ -223,6 +235,14 @@ class _WorkerPool:
 
 
 
+def site_search(post: Post, size: int) -> dict[str, Any]:
+    """The search a site sends for a new question: its title and body matched against the index's, the post itself
+    left out (what semdup's pipeline ranks, :func:`semdup.reranker.rewrite.post_of_search`)."""
+    return {"size": size, "_source": False, "query": {"bool": {
+        "should": [{"match": {"title": post.title}}, {"match": {"body": post.body}}],
+        "must_not": [{"ids": {"values": [post.id]}}]}}}
+
+
 def _rotating(calls: dict[str, Callable[[], Any]], turn: int) -> list[tuple[str, Callable[[], Any]]]:
     names = list(calls)
     k = turn % len(names)
@@ -261,6 +281,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="search all Travel posts (the rest indexed untimed) or only the ingested sample")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="state folders of the two nodes (default: a temporary folder)")
+    ap.add_argument("--no-quality", action="store_true", help="skip the Travel test quality runs")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     return ap.parse_args(argv)
 
@@ -275,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.indexer.batch_writer import ensure_index_model
     from semdup.indexer.lexical_index import create_index
+    from semdup.core.measures import retrieval_scores
     from semdup.reranker import Reranker, RerankerSettings
+    from semdup.search_pipeline import PipelineSpec
+    from semdup.search_pipeline import create as create_pipeline
     from semdup.search_templates import query_text
 
     loads = {"start": _load()}
@@ -296,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir.chmod(0o711)  # the nodes run as an unprivileged account when we are root: let it enter
     nodes = _Nodes(workdir)
     pool: _WorkerPool | None = None
+    stack = contextlib.ExitStack()
     try:
         s_client, p_client = nodes.start()
         s_pid, p_pid = nodes.pids()
@@ -366,8 +391,19 @@ def main(argv: list[str] | None = None) -> int:
         def semdup_encode(post: Post) -> Any:
             return rr.encoder.encode_post(post)  # the body, then the title (a bundle with a title term), as rank
 
+        # the service semdup's pipeline calls: a real `semdup serve` of the index, its queries on the same threads
+        serve_env = {**os.environ, "SEMDUP_ONNX_THREADS": str(args.query_threads), "SEMDUP_OPS_AUTH": "0"}
+        base, key = stack.enter_context(serve_process(str(bundle_path), _SEMDUP_INDEX, nodes.semdup.url, serve_env,
+                                                      workdir / "serve.log"))  # fmt: skip
+        create_pipeline(s_client, PipelineSpec(_SEMDUP_INDEX, base, timeout=10, name=_SEMDUP_PIPELINE), key)
+        http = stack.enter_context(httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=_TIMEOUT))
+
+        def semdup_pipeline(post: Post, size: int = 10) -> Any:
+            return s_client.search(index=_SEMDUP_INDEX, body=site_search(post, size),
+                                   params={"search_pipeline": _SEMDUP_PIPELINE, "request_timeout": _TIMEOUT})
+
         query_calls = {"peer": peer_query, "semdup": lambda p: rr.rank(p, k=10),
-                       "semdup_fast": lambda p: rr_fast.rank(p, k=10)}
+                       "semdup_fast": lambda p: rr_fast.rank(p, k=10), "semdup_pipeline": semdup_pipeline}
         if args.with_one_thread:  # the default with a 1-thread query encoder: the thread policy's same-run baseline
             b1 = Bundle.load(bundle_path, providers=["CPUExecutionProvider"], intra_op_threads=1)
             rr_1 = Reranker(b1, s_client, _SEMDUP_INDEX, RerankerSettings(k_candidates=100, search_timeout=30))
@@ -386,8 +422,27 @@ def main(argv: list[str] | None = None) -> int:
                 for name, fn in _rotating(encode_calls, turn):
                     encode_ms[name].append(elapsed_ms(lambda fn=fn: fn(post)))
                 turn += 1
+        loads["queries"] = _load()
+
+        # --- quality: every Travel test query, the top 100 ------------------------------------------------------
+        quality: dict[str, dict[str, float]] = {}
+        if not args.no_quality:
+            tests = dump.queries("test")
+            relevant = {q.post.id: set(q.relevant) for q in tests}
+            ways = {
+                "peer hybrid _search": lambda p: [h["_id"] for h in p_client.search(
+                    index=_PEER_INDEX, body=hybrid_query(query_text(p.title, p.body), wordpiece_text(p, settings),
+                                                         model_id, size=_TOP), request_timeout=_TIMEOUT)["hits"]["hits"]],
+                "semdup /v1/rerank": lambda p: [c["id"] for c in http.post("/v1/rerank", json={
+                    "title": p.title, "body": p.body, "k": _TOP, "exclude_id": p.id}).json()["candidates"]],
+                "site _search + semdup pipeline": lambda p: [h["_id"] for h in semdup_pipeline(p, _TOP)["hits"]["hits"]],
+            }
+            for name, fn in ways.items():
+                run = {q.post.id: fn(q.post) for q in tests}
+                quality[name] = retrieval_scores(run, relevant, cutoff=_TOP)
         loads["end"] = _load()
     finally:
+        stack.close()
         if pool is not None:
             pool.close()
         nodes.stop()
@@ -398,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "command": shlex.join(["python", "-m", module, *(argv if argv is not None else sys.argv[1:])]),
         "hardware": _hardware(),
-        "versions": f"{_versions()}; OpenSearch 2.19.1 + ml-commons/neural-search 2.19.1.0 (peer)",
+        "versions": f"{_versions()}; OpenSearch 2.19.1 + ml-commons/neural-search 2.19.1.0 (both nodes)",
         "setup": (f"bundle {bundle.version}; {len(ingest_posts)} Travel posts ingested (seed {args.seed}), bulk "
                   f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} encoder streams, queries "
                   f"{args.query_threads} onnx thread(s); peer model "
@@ -406,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{indexed['semdup']}; {len(queries)} test queries x {args.rounds} rounds, calls alternating"),
         "load_average": loads,
     }
-    report = build_report(meta, ingest, query_ms, encode_ms, cosines)
+    report = build_report(meta, ingest, query_ms, encode_ms, cosines, quality)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

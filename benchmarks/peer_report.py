@@ -61,16 +61,19 @@ def build_report(
     query_ms: Mapping[str, Sequence[float]],
     encode_ms: Mapping[str, Sequence[float]],
     cosines: Sequence[float],
+    quality: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The benchmark's one JSON object.
 
     Args:
         meta: command, hardware, versions, load averages, settings (copied as they are).
         ingest: ``{"peer": ingest_side(...), "semdup": ingest_side(...)}``.
-        query_ms: per-call milliseconds of ``peer`` (hybrid), ``semdup`` (the default), ``semdup_fast`` and
-            ``semdup_one_thread`` (the default with a 1-thread query encoder).
+        query_ms: per-call milliseconds of ``peer`` (hybrid), ``semdup`` (the default), ``semdup_fast``,
+            ``semdup_one_thread`` (the default with a 1-thread query encoder) and ``semdup_pipeline`` (the site's
+            ``_search`` through semdup's search pipeline).
         encode_ms: per-call milliseconds of encoding one query, ``peer`` and ``semdup``.
         cosines: cosine of the two systems' embeddings of the same posts.
+        quality: the Travel test measures of each way of ranking (name -> MAP, MRR, Acc@k), when measured.
 
     Returns:
         ``meta`` plus ``ingest`` (with ``ratio`` = semdup posts/s ÷ peer's), ``query`` (summaries and
@@ -79,7 +82,8 @@ def build_report(
     """
     query = {name: _latency(ms) for name, ms in query_ms.items()}
     peer_q = query.get("peer", {})
-    for prefix, name in (("", "semdup"), ("fast_", "semdup_fast"), ("one_thread_", "semdup_one_thread")):
+    for prefix, name in (("", "semdup"), ("fast_", "semdup_fast"), ("one_thread_", "semdup_one_thread"),
+                         ("pipeline_", "semdup_pipeline")):
         if name in query:
             for p in ("p50", "p95", "p99"):
                 query[f"{prefix}{p}_ratio"] = safe_ratio(query[name][p], peer_q.get(p))
@@ -94,7 +98,10 @@ def build_report(
     cos = [float(c) for c in cosines]
     embeddings = {"n": len(cos), "cosine_min": min(cos) if cos else None,
                   "cosine_mean": sum(cos) / len(cos) if cos else None}
-    return {**dict(meta), "embeddings": embeddings, "ingest": ingest_out, "query": query, "encoding": encoding}
+    out = {**dict(meta), "embeddings": embeddings, "ingest": ingest_out, "query": query, "encoding": encoding}
+    if quality:
+        out["quality"] = {k: dict(v) for k, v in quality.items()}
+    return out
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:
@@ -129,7 +136,7 @@ def format_report(report: Mapping[str, Any]) -> str:
                  f"{_fmt(ing.get('cpu_ratio'))})")
     q = report["query"]
     rows = [[name, q[name]["n"], q[name]["p50"], q[name]["p95"], q[name]["p99"]]
-            for name in ("peer", "semdup", "semdup_fast", "semdup_one_thread") if name in q]
+            for name in ("peer", "semdup", "semdup_fast", "semdup_one_thread", "semdup_pipeline") if name in q]
     lines += ["", "query latency (ms)", format_table(["system", "calls", "p50", "p95", "p99"], rows)]
     lines.append(f"query ratio semdup default / peer hybrid: p50 {_fmt(q.get('p50_ratio'))}, "
                  f"p95 {_fmt(q.get('p95_ratio'))}, p99 {_fmt(q.get('p99_ratio'))}")
@@ -139,8 +146,16 @@ def format_report(report: Mapping[str, Any]) -> str:
     if "one_thread_p50_ratio" in q:
         lines.append(f"query ratio semdup default, its query encoded on 1 thread / peer hybrid: p50 "
                      f"{_fmt(q.get('one_thread_p50_ratio'))}, p99 {_fmt(q.get('one_thread_p99_ratio'))}")
+    if "pipeline_p50_ratio" in q:
+        lines.append(f"query ratio site _search through semdup's pipeline / peer hybrid: p50 "
+                     f"{_fmt(q.get('pipeline_p50_ratio'))}, p99 {_fmt(q.get('pipeline_p99_ratio'))}")
     e = report["encoding"]
     rows = [[name, e[name]["n"], e[name]["p50"], e[name]["p99"]] for name in ("peer", "semdup") if name in e]
     lines += ["", "query encoding (ms)", format_table(["system", "calls", "p50", "p99"], rows)]
     lines.append(f"encoding ratio semdup / peer: p50 {_fmt(e.get('p50_ratio'))}, p99 {_fmt(e.get('p99_ratio'))}")
+    if report.get("quality"):
+        rows = [[name, *(_fmt(m.get(k)) for k in ("MAP", "MRR", "Acc@1", "Acc@5", "Acc@10")), m.get("n_queries")]
+                for name, m in report["quality"].items()]
+        lines += ["", "quality, Travel test (top 100)",
+                  format_table(["ranking", "MAP", "MRR", "Acc@1", "Acc@5", "Acc@10", "queries"], rows)]
     return "\n".join(lines)
