@@ -25,6 +25,7 @@ __all__ = [
     "WorkerSection",
     "AlertsSection",
     "LoggingSection",
+    "PipelineSection",
     "DEFAULT_VISIBILITY_TIMEOUT",
     "DEFAULT_SWEEP_AFTER",
     "SECTION_TYPES",
@@ -161,6 +162,22 @@ class LoggingSection(_Section):
     format: Literal["text", "json"] = "text"
 
 
+class PipelineSection(_Section):
+    """semdup inside the site's ``_search`` (``semdup pipeline create``): the service URL the cluster calls, how long
+    it waits for it, and what a search does when semdup fails (its own query, or an error)."""
+
+    service_url: str | None = None
+    timeout: float = 1.0
+    on_failure: Literal["original", "error"] = "original"
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if not 0 < value <= 60:
+            raise ConfigError(f"SEMDUP_PIPELINE_TIMEOUT must be seconds within (0, 60], found {value!r}; e.g. 1")
+        return value
+
+
 # Every section of the tree, by the name it has in the tree and in a config file (semdup.apps.settings.Settings
 # declares one field per entry, in this order; a test checks they agree).
 SECTION_TYPES: dict[str, type] = {
@@ -174,4 +191,5 @@ SECTION_TYPES: dict[str, type] = {
     "alerts": AlertsSection,
     "metrics": WorkerMetricsSettings,
     "logging": LoggingSection,
+    "pipeline": PipelineSection,
 }

@@ -47,6 +47,7 @@ from semdup.apps.sections import (
     DEFAULT_VISIBILITY_TIMEOUT,
     AlertsSection,
     LoggingSection,
+    PipelineSection,
     ModelSection,
     ReviewSection,
     ServiceSection,
@@ -148,6 +149,7 @@ class Settings(BaseSettings):
     alerts: AlertsSection = AlertsSection()
     metrics: WorkerMetricsSettings = WorkerMetricsSettings()
     logging: LoggingSection = LoggingSection()
+    pipeline: PipelineSection = PipelineSection()
 
     @model_validator(mode="before")
     @classmethod

@@ -103,6 +103,12 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_METRICS_ADDR", "metrics.addr", "the address the worker's /metrics listens on"),
     Var("PROMETHEUS_MULTIPROC_DIR", "metrics.multiproc_dir", "prometheus_client's folder for the workers' counts"),
     Var("SEMDUP_LOG_FORMAT", "logging.format", "text, or json: one JSON object per line, secrets scrubbed"),
+    Var("SEMDUP_PIPELINE_SERVICE_URL", "pipeline.service_url", "semdup's service as the cluster's nodes reach it "
+        "(`semdup pipeline create`: the connector's URL)"),
+    Var("SEMDUP_PIPELINE_TIMEOUT", "pipeline.timeout", "seconds a search in the pipeline waits for semdup (connect, "
+        "then read) before it gives up on it", expect="seconds within (0, 60]"),
+    Var("SEMDUP_PIPELINE_ON_FAILURE", "pipeline.on_failure", "original: a search semdup cannot rank runs as the "
+        "site sent it; error: it fails", expect="original or error"),
 )
 
 # Read outside the tree, by code that runs where no deployed process starts (the dev stack, research and tests),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
@@ -12,18 +11,16 @@ __all__ = ["pipeline"]
 _index = click.option("--index", required=True, help="The site's index (or alias) whose searches semdup ranks.")
 _name = click.option("--name", default=None, help="Name of the connector, model and pipeline (default semdup-INDEX).")
 _url = click.option("--opensearch", "url", default=None, help="OpenSearch URL (default: SEMDUP_OPENSEARCH_URL).")
-_key_env = click.option(
-    "--key-env",
-    default="SEMDUP_API_KEY",
-    show_default=True,
-    help="Environment variable holding a service key with the search scope (never pass a key on the command line).",
-)
 
 
-def _key(var: str) -> str:
-    key = os.environ.get(var, "")
+def _key() -> str:
+    """The connector's credential: ``SEMDUP_API_KEY``, a key of the service with the search scope (read through the
+    settings, never from the command line, where other users of the machine could read it)."""
+    from semdup.cli.edge import settings
+
+    key = settings().service.api_key
     if not key:
-        raise click.UsageError(f"${var} is empty: export a key of the service with the search scope in it")
+        raise click.UsageError("no key: export SEMDUP_API_KEY, a key of the service with the search scope")
     return key
 
 
@@ -60,18 +57,20 @@ def pipeline() -> None:
 
 @pipeline.command()
 @_index
-@click.option("--service-url", required=True, help="semdup's service as the cluster's nodes reach it.")
-@_key_env
-@click.option("--timeout", type=click.FloatRange(0.001, 60), default=1.0, show_default=True,
-              help="Seconds the cluster waits for semdup (connect, then read) before it gives up on it.")
-@click.option("--on-failure", type=click.Choice(["original", "error"]), default="original", show_default=True,
-              help="original: a search semdup cannot rank runs as the site sent it; error: it fails.")
+@click.option("--service-url", default=None,
+              help="semdup's service as the cluster's nodes reach it (default: SEMDUP_PIPELINE_SERVICE_URL).")
+@click.option("--timeout", type=click.FloatRange(0.001, 60), default=None,
+              help="Seconds the cluster waits for semdup (connect, then read) before it gives up on it "
+                   "(default: SEMDUP_PIPELINE_TIMEOUT, 1).")
+@click.option("--on-failure", type=click.Choice(["original", "error"]), default=None,
+              help="original: a search semdup cannot rank runs as the site sent it; error: it fails "
+                   "(default: SEMDUP_PIPELINE_ON_FAILURE, original).")
 @click.option("--default", "as_default", is_flag=True, help="Make it the index's default search pipeline.")
-@click.option("--replace-key", is_flag=True, help="Give an existing connector the key of --key-env.")
+@click.option("--replace-key", is_flag=True, help="Give an existing connector the key in SEMDUP_API_KEY.")
 @_name
 @_url
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-def create(index, service_url, key_env, timeout, on_failure, as_default, replace_key, name, url, as_json) -> None:
+def create(index, service_url, timeout, on_failure, as_default, replace_key, name, url, as_json) -> None:
     """Create (or bring up to date) the pipeline of an index; run it twice, the same state.
 
     It checks and, where this user may, sets the two ml-commons cluster settings a connector to the
@@ -84,10 +83,17 @@ def create(index, service_url, key_env, timeout, on_failure, as_default, replace
       semdup pipeline create --index travel --service-url http://127.0.0.1:8080 --default
     """
     from semdup.cli.edge import client as edge_client
-    from semdup.search_pipeline import PipelineSpec, create as create_pipeline
+    from semdup.cli.edge import settings
+    from semdup.search_pipeline import PipelineSpec
+    from semdup.search_pipeline import create as create_pipeline
 
-    spec = PipelineSpec(index, service_url, timeout, on_failure, as_default, name)
-    _print(create_pipeline(edge_client(url), spec, _key(key_env), replace_key=replace_key), as_json)
+    configured = settings().pipeline
+    service_url = service_url or configured.service_url
+    if not service_url:
+        raise click.UsageError("no service URL: pass --service-url or set SEMDUP_PIPELINE_SERVICE_URL")
+    spec = PipelineSpec(index, service_url, timeout or configured.timeout, on_failure or configured.on_failure,
+                        as_default, name)  # fmt: skip
+    _print(create_pipeline(edge_client(url), spec, _key(), replace_key=replace_key), as_json)
 
 
 @pipeline.command()
@@ -96,10 +102,9 @@ def create(index, service_url, key_env, timeout, on_failure, as_default, replace
 @click.option("--body", default="", help="Its body.")
 @click.option("--k", type=click.IntRange(1, 100), default=10, show_default=True, help="Hits compared.")
 @click.option("--service-url", default=None, help="The service (default: the URL the connector calls).")
-@_key_env
 @_name
 @_url
-def check(index, title, body, k, service_url, key_env, name, url) -> None:
+def check(index, title, body, k, service_url, name, url) -> None:
     """Run one _search through the pipeline and compare it with /v1/rerank (exit 1 when they differ).
 
     \b
@@ -120,7 +125,7 @@ def check(index, title, body, k, service_url, key_env, name, url) -> None:
         if not title:
             raise click.UsageError(f"{index} has no post with a {field} to try; pass --title")
     result = check_pipeline(client, index, name, title, body, service_url or service_url_of(client, name),
-                            _key(key_env), k)  # fmt: skip
+                            _key(), k)  # fmt: skip
     click.echo(f"_search through {name} ({result.took_ms} ms): {', '.join(result.pipeline) or '(no hits)'}")
     click.echo(f"/v1/rerank:                  {', '.join(result.rerank) or '(no candidates)'}")
     if not result.equal:
