@@ -161,7 +161,8 @@ def test_openapi_declares_the_key_the_bounds_and_every_answer(app_client: TestCl
         "description": schema["components"]["securitySchemes"]["APIKeyHeader"]["description"],
     }
     op = schema["paths"]["/v1/rerank"]["post"]
-    assert op["security"] == [{"APIKeyHeader": []}]
+    # the key in X-API-Key, or as a bearer token (what an ml-commons connector sends, semdup pipeline)
+    assert op["security"] == [{"APIKeyHeader": []}, {"HTTPBearer": []}]
     assert set(op["responses"]) == {"200", "401", "403", "404", "409", "413", "422", "429", "500", "503", "504"}
     body = schema["components"]["schemas"][op["requestBody"]["content"]["application/json"]["schema"]["$ref"][21:]]
     assert body["properties"]["k"]["maximum"] == 100 and body["properties"]["title"]["maxLength"] == 20_000
