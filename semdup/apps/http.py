@@ -66,6 +66,7 @@ from semdup.core.errors import (
     SearchTimeout,
     SemdupError,
 )
+from semdup.core.json_input import TOO_DEEP, TOO_DEEP_TYPE, is_too_deep
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
@@ -309,12 +310,9 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if exc.status_code == 400:  # FastAPI could not read the body: bad input like any other, 422
-        if isinstance(exc.__cause__, RecursionError):  # json.loads gives up past ~1,000 nested levels
-            message = (
-                "the body nests arrays or objects too deeply to be read (json gives up at about 1,000 levels); "
-                "send the flat JSON object the schema at /openapi.json describes"
-            )
-            kind = "json_too_deep"
+        if is_too_deep(exc.__cause__):  # the rule `semdup index-posts --input` skips a line by
+            message = f"the body {TOO_DEEP}; send the flat JSON object the schema at /openapi.json describes"
+            kind = TOO_DEEP_TYPE
         else:  # not UTF-8
             message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
             kind = "body_unreadable"
