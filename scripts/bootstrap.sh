@@ -3,6 +3,7 @@
 #   - redis-server (Debian package) for the Celery broker
 #   - rabbitmq-server (Debian package) for the tests and benchmarks that run the indexer on RabbitMQ
 #   - chromium + chromium-driver (Debian packages) for the review page's browser tests (headless, via selenium)
+#   - nginx (Debian package) for the test that puts a real reverse proxy in front of `semdup serve`
 #   - a Python venv with semdup and its extras (torch for training; cached at $SEMDUP_VENV), on CPU onnxruntime:
 #     train and serve bring `semdup[cpu]`; a GPU worker installs "semdup[gpu]" alone instead (never both)
 #   - OpenSearch 2.19.1 + k-NN from Maven Central (fetched on first `semdup opensearch start`, into ~/.m2)
@@ -34,6 +35,9 @@ apt_need() {  # apt_need WHY PROGRAM-OR-PATH... -- PACKAGE...
 apt_need "the Celery broker" redis-server -- redis-server
 apt_need "the indexer's RabbitMQ tests and benchmarks" /usr/lib/rabbitmq/bin/rabbitmq-server -- rabbitmq-server
 apt_need "the review page's headless browser tests" chromium chromedriver -- chromium chromium-driver
+# The tests start their own nginx on a free port (tests/reverse_proxy.py); a system one Debian may start on port 80
+# is not used.
+apt_need "the reverse-proxy test of the failure throttle" /usr/sbin/nginx -- nginx
 
 stamp_want="$(cat "$_root/pyproject.toml" "$_root/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
 stamp_file="$SEMDUP_VENV/.semdup-deps-$stamp_want"

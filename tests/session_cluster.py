@@ -43,7 +43,27 @@ class DictCluster:
         self.docs.pop(id, None)
 
     def delete_by_query(self, index: str, body: dict[str, Any], **_: Any) -> None:
-        (older, idle) = (c["range"] for c in body["query"]["bool"]["should"])
+        """The purge's query: ``bool`` of ``should`` / ``filter`` / ``must_not`` over ``term``, ``range`` (``lt``)
+        and ``exists`` clauses, evaluated on the stored documents."""
         for doc_id, doc in list(self.docs.items()):
-            if doc["created"] < older["created"]["lt"] or doc["seen"] < idle["seen"]["lt"]:
+            if _matches(body["query"], doc):
                 del self.docs[doc_id]
+
+
+def _matches(query: dict[str, Any], doc: dict[str, Any]) -> bool:
+    ((kind, spec),) = query.items()
+    if kind == "bool":
+        should = spec.get("should", [])
+        return (
+            all(_matches(q, doc) for q in spec.get("filter", []))
+            and not any(_matches(q, doc) for q in spec.get("must_not", []))
+            and (not should or any(_matches(q, doc) for q in should))
+        )
+    ((field, value),) = spec.items()
+    if kind == "term":
+        return doc.get(field) == value
+    if kind == "range":
+        return field in doc and doc[field] < value["lt"]
+    if kind == "exists":
+        return value in doc
+    raise AssertionError(f"DictCluster cannot evaluate a {kind} query")

@@ -66,6 +66,7 @@ from semdup.core.errors import (
     SearchTimeout,
     SemdupError,
 )
+from semdup.core.json_input import TOO_DEEP, TOO_DEEP_TYPE, is_too_deep
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
@@ -73,6 +74,7 @@ from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.routers import ingest, pipeline, probes, rerank, similar
 from semdup.reranker.routers.access import AuthError, ScopeError, ops_access
+from semdup.reranker.routers.schemas import cluster_message
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
 
@@ -299,7 +301,14 @@ async def _openapi(request: Request) -> JSONResponse:
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     items = _validation_items(exc.errors())
     first = items[0] if items else {}
-    if first.get("type") == "json_invalid":
+    unknown = [str(e["loc"][-1])[:64] for e in items if e["type"] == "extra_forbidden" and e["loc"][:1] == ["query"]]
+    if unknown:  # NoQuery, SimilarQuery: refused rather than ignored (POST /v1/posts?index=other)
+        many = len(unknown) > 1
+        message = (
+            f"unknown query parameter{'s' if many else ''} {', '.join(map(repr, unknown))}: this endpoint does not "
+            f"read {'them' if many else 'it'}; see /openapi.json for what it takes (a POST reads its body only)"
+        )
+    elif first.get("type") == "json_invalid":
         message = f"the body is not valid JSON (error at character {first['loc'][-1]}); send a JSON object"
     else:
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
@@ -309,12 +318,9 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if exc.status_code == 400:  # FastAPI could not read the body: bad input like any other, 422
-        if isinstance(exc.__cause__, RecursionError):  # json.loads gives up past ~1,000 nested levels
-            message = (
-                "the body nests arrays or objects too deeply to be read (json gives up at about 1,000 levels); "
-                "send the flat JSON object the schema at /openapi.json describes"
-            )
-            kind = "json_too_deep"
+        if is_too_deep(exc.__cause__):  # the rule `semdup index-posts --input` skips a line by
+            message = f"the body {TOO_DEEP}; send the flat JSON object the schema at /openapi.json describes"
+            kind = TOO_DEEP_TYPE
         else:  # not UTF-8
             message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
             kind = "body_unreadable"
@@ -329,8 +335,12 @@ async def _semdup(request: Request, exc: Exception) -> JSONResponse:
         # unexpected error (_any, the server error handler: 500 InternalError, and uvicorn logs the traceback).
         raise exc
     status = error_status(exc)
-    if status == 500:
-        logger.error("%s failed: %s", request.url.path, exc)
+    public = cluster_message(exc) if status >= 500 else None
+    if status == 500 or public is not None:  # the detail (the cluster's address, the index paths) in the log only
+        level = logging.ERROR if status == 500 else logging.WARNING
+        logger.log(level, "%s answered %d: %s", _label(request.url.path), status, exc)
+    if public is not None:
+        return _error(request, status, type(exc).__name__, public)
     if status == 422:
         detail = [{"loc": ["body"], "msg": scrub(str(exc)), "type": "value_error"}]
         return _error(request, 422, type(exc).__name__, str(exc), detail=detail)

@@ -6,6 +6,7 @@ Each is a frozen pydantic model: types coerced and checked when the tree is read
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -34,6 +35,18 @@ __all__ = [
 # The defaults of semdup.indexer.celery_app and .sweeper (modules that import Celery: a test checks they agree)
 DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; celery_app's doc says why it must exceed a task plus a retry wait
 DEFAULT_SWEEP_AFTER = 300.0
+
+
+def proxy_network(
+    item: str,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A trusted proxy as uvicorn reads it: an address, or a network (host bits cleared).
+
+    Raises:
+        ValueError: neither.
+    """
+    item = item.strip()
+    return ipaddress.ip_network(item, strict=False) if "/" in item else ipaddress.ip_address(item)
 
 
 class _Section(BaseModel):
@@ -69,6 +82,38 @@ class ServiceSection(_Section):
     auth_window: float = 60.0
     auth_block: float = 60.0
     runtime_dir: str | None = None
+    forwarded_allow_ips: tuple[str, ...] = ()
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each an IP address, a network or ``*``, written as uvicorn compares them (``10.0.0.5/24`` would be a
+        name to uvicorn, never matched: it becomes ``10.0.0.0/24``)."""
+        out = []
+        for item in value:
+            try:
+                out.append(item if item == "*" else str(proxy_network(item)))
+            except ValueError:
+                raise ConfigError(
+                    f"SEMDUP_FORWARDED_ALLOW_IPS holds {item[:64]!r}, not an IP address or network; name the reverse "
+                    "proxy in front of the service, e.g. 10.0.0.5 or 10.0.0.0/24"
+                ) from None
+        return tuple(out)
+
+    def client_address_rule(self) -> str:
+        """Which address a request is counted by (the failure throttle, :mod:`semdup.reranker.auth_throttle`), in
+        words: ``semdup config show`` prints it."""
+        if not self.forwarded_allow_ips:
+            return "the connection's own address (no proxy trusted: X-Forwarded-For is ignored)"
+        if "*" in self.forwarded_allow_ips:
+            return (
+                "the first X-Forwarded-For address of every request: any client may choose the address it is "
+                "counted by (SEMDUP_FORWARDED_ALLOW_IPS=*)"
+            )
+        return (
+            f"on connections from {', '.join(self.forwarded_allow_ips)}: the last X-Forwarded-For address that is "
+            "not one of them; on any other connection its own address"
+        )
 
     def __repr__(self) -> str:  # keys never in a repr
         shown = self.model_dump(exclude={"api_key", "api_keys"})

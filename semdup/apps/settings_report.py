@@ -15,11 +15,15 @@ from semdup.apps.settings_sources import env_values, field_names, file_values
 from semdup.apps.variables import BY_PATH, OTHER_VARIABLES, VARIABLES
 from semdup.core.settings import redact_url
 
-__all__ = ["explain", "leaves", "masked", "settings_table"]
+__all__ = ["explain", "leaves", "masked", "settings_table", "THROTTLE_ROW"]
+
+THROTTLE_ROW = "service.throttle_address"  # config show's derived row: which address a request is counted by
 
 
 def explain(settings: Settings, env: Mapping[str, str], cli: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Every leaf of the tree: ``{"value": masked, "source": "cli" | "env NAME" | "file PATH" | "default"}``."""
+    """Every leaf of the tree: ``{"value": masked, "source": "cli" | "env NAME" | "file PATH" | "default"}``, and
+    after ``service.forwarded_allow_ips`` the address the failure throttle counts a request by, in words
+    (:data:`THROTTLE_ROW`)."""
     env_origin = env_values(env)[1]
     file_origin = file_values(settings.config_file)[1] if settings.config_file else {}
     out: dict[str, Any] = {}
@@ -35,6 +39,8 @@ def explain(settings: Settings, env: Mapping[str, str], cli: Mapping[str, Any] |
         else:
             source = "default"
         out[path] = {"value": masked(path, value), "source": source}
+        if path == "service.forwarded_allow_ips":  # what it means for the throttle, in words
+            out[THROTTLE_ROW] = {"value": settings.service.client_address_rule(), "source": f"derived from {path}"}
     return out
 
 

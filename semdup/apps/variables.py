@@ -77,6 +77,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_AUTH_BLOCK", "service.auth_block", "seconds of the first 429 block; doubles in a row, at most 1 h"),
     Var("SEMDUP_RUNTIME_DIR", "service.runtime_dir", "folder for the state the service's workers share (the failure "
         "counts); default: a new temporary one per semdup serve"),
+    Var("SEMDUP_FORWARDED_ALLOW_IPS", "service.forwarded_allow_ips", "the reverse proxies (addresses or networks, "
+        "comma-separated) whose X-Forwarded-For gives the client's address; unset: none, every request counts by its "
+        "connection's address", "csv", expect="IP addresses or networks, e.g. 10.0.0.5,10.1.0.0/16"),
     Var("SEMDUP_SESSION_SECRET", "review.session_secret", "signs the review page's cookies (32+ characters)",
         secret=True),
     Var("SEMDUP_SESSION_MAX_AGE", "review.session_max_age", "seconds a review login lasts at most"),

@@ -135,15 +135,22 @@ def rerank(bundle, index, title, body, k, templates, sparse, knn, k_candidates, 
     help="JSON log lines (deprecated alias of `semdup --log-format json`).",
 )
 @click.option("--opensearch", "url", help="OpenSearch URL (or $SEMDUP_OPENSEARCH_URL / the embedded node).")
-def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url) -> None:
+@click.option(
+    "--forwarded-allow-ips",
+    "proxies",
+    help="The reverse proxies, comma-separated addresses or networks, whose X-Forwarded-For names the client (or "
+    "$SEMDUP_FORWARDED_ALLOW_IPS; default: none, each request counts by its connection's address).",
+)
+def serve(bundle, index, host, port, workers, templates, sparse, knn, config_file, log_json, url, proxies) -> None:
     """Run the reranking HTTP service (POST /v1/rerank, /healthz, /readyz, /metrics, /openapi.json, /review).
 
     Clients send the key of $SEMDUP_API_KEY in the X-API-Key header; without a key the service refuses to
     start unless SEMDUP_AUTH=off is set explicitly, and so it does with a key shorter than 24 characters.
-    Wrong keys and logins are throttled per address (429 with Retry-After). The bundle is loaded and verified once before any worker
-    starts: a broken one is one Error line and exit 1, and so is a worker that cannot start. Each worker
-    answers at most $SEMDUP_MAX_IN_FLIGHT requests at a time and refuses more with 503 and Retry-After.
-    A request searches $SEMDUP_INDEX, or names one of $SEMDUP_INDICES; $SEMDUP_API_KEYS
+    Wrong keys and logins are throttled per address (429 with Retry-After): the connection's own, or behind a
+    reverse proxy named in --forwarded-allow-ips the one its X-Forwarded-For gives. The bundle is loaded and
+    verified once before any worker starts: a broken one is one Error line and exit 1, and so is a worker that
+    cannot start. Each worker answers at most $SEMDUP_MAX_IN_FLIGHT requests at a time and refuses more with
+    503 and Retry-After. A request searches $SEMDUP_INDEX, or names one of $SEMDUP_INDICES; $SEMDUP_API_KEYS
     ('key1:index-a|index-b,key2:*') limits keys to some of them, and gives them scopes: search (read only,
     the default), ingest (/v1/posts), review (the review page of flagged duplicates at /review,
     'mod1:index-a:review:alice') and ops (/metrics, /openapi.json). With
@@ -172,6 +179,7 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         "candidates.sparse": sparse,
         "candidates.knn": knn,
         "service.workers": workers,
+        "service.forwarded_allow_ips": proxies,
         "logging.format": log_format,
     }
     tree = load_settings(overrides=overrides)
@@ -179,6 +187,12 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     workers = tree.workers()
     for warning in settings.startup_warnings():  # once, here, rather than once per worker
         logger.warning(warning)
+    trusted = tree.service.forwarded_allow_ips
+    if "*" in trusted:
+        logger.warning(
+            "SEMDUP_FORWARDED_ALLOW_IPS=* takes X-Forwarded-For from every client: each may choose the address its "
+            "wrong keys are counted by. Name the reverse proxy's address instead (e.g. 10.0.0.5)"
+        )
     # The workers' own load, once, before any starts (in a process of its own, so this supervisor keeps none of
     # its memory): a bad bundle is one Error line, not workers dying one after the other.
     version = preflight(settings, log_format)
@@ -215,6 +229,10 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
             workers=workers,
             log_level="info",
             access_log=False,
+            # X-Forwarded-For only from the proxies the operator named (uvicorn's default trusts 127.0.0.1, so any
+            # local client could choose the address its failures count against: issue #34)
+            proxy_headers=bool(trusted),
+            forwarded_allow_ips=",".join(trusted) or None,
             log_config=None,  # no handlers of uvicorn's own: its records go through semdup's root handler
         )
     finally:

@@ -8,8 +8,9 @@ that bypass both) call these functions, so a post one path takes is never one an
 ========================  ============================================================================
 rule                      why
 ========================  ============================================================================
-id not empty, not only    OpenSearch refuses an empty ``_id`` (and with it a whole bulk request); a
-white space               blank id names no post anyone can ask for again
+id not empty, with a      OpenSearch refuses an empty ``_id`` (and with it a whole bulk request); an id
+visible character         of white space or invisible characters (zero-width spaces and joiners ...)
+                          shows as no id, or as another with them, and names no post anyone can ask for
 id at most                OpenSearch refuses a longer ``_id`` (and with it a whole bulk request).
 :data:`MAX_ID_BYTES`      JSON Schema counts characters, so the schema says ``maxLength`` 512 (a
 bytes of UTF-8            necessary bound) and ``x-max-utf8-bytes`` 512 (the real one)
@@ -83,16 +84,18 @@ TEXT_FORBIDDEN = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd"
 _BLANK = r"\s\x85\ufeff"
 # a visible character: not white space, not invisible (zero-width, bidi controls ...: has_visible_text's set)
 VISIBLE_PATTERN = rf"[^{_BLANK}{INVISIBLE_CHARS}]"
-ID_PATTERN = rf"^[^{ID_FORBIDDEN}]*[^{ID_FORBIDDEN}{_BLANK}][^{ID_FORBIDDEN}]*$"
+ID_PATTERN = rf"^[^{ID_FORBIDDEN}]*[^{ID_FORBIDDEN}{_BLANK}{INVISIBLE_CHARS}][^{ID_FORBIDDEN}]*$"
 TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*$"
 # a text field that must hold a visible character itself (``/v1/similar``'s title): TEXT_PATTERN and VISIBLE_PATTERN
 VISIBLE_TEXT_PATTERN = rf"^[^{TEXT_FORBIDDEN}]*[^{TEXT_FORBIDDEN}{_BLANK}{INVISIBLE_CHARS}][^{TEXT_FORBIDDEN}]*$"
 
 _ID_BAD = re.compile(rf"[{ID_FORBIDDEN}\ud800-\udfff]")
 _BIDI = re.compile(rf"[{BIDI_CONTROLS}]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TEXT_BAD = re.compile(rf"[{TEXT_FORBIDDEN}\ud800-\udfff]")
 _VISIBLE = re.compile(VISIBLE_PATTERN)
-_ID_VISIBLE = re.compile(rf"[^{_BLANK}]")  # an id's visible character (ID_PATTERN's)
+_ID_UNBLANK = re.compile(rf"[^{_BLANK}]")  # not white space
+_INVISIBLE = re.compile(rf"[{INVISIBLE_CHARS}]")
 _ID_SHOWN = 80  # characters of an id a message repeats
 
 
@@ -112,10 +115,14 @@ def _char_problem(what: str, found: re.Match[str]) -> str:
 def opensearch_id_problem(post_id: str) -> str | None:
     """What OpenSearch itself refuses as a document ``_id``: an empty id or one over :data:`MAX_ID_BYTES` bytes.
 
-    Deleting goes by this rule alone: an id written before the stricter :func:`id_problem` must stay deletable.
+    Deleting goes by this rule alone: an id written before the stricter :func:`id_problem` must stay deletable. A
+    lone surrogate is refused too: no stored id holds one (ids are UTF-8), and a bulk request carrying one fails whole.
     """
     if not post_id:
         return "empty id"
+    found = _SURROGATE.search(post_id)
+    if found is not None:
+        return _char_problem("id", found)
     size = len(post_id.encode("utf-8", "surrogatepass"))
     if size > MAX_ID_BYTES:
         return (
@@ -132,8 +139,12 @@ def id_problem(post_id: str) -> str | None:
     found = _ID_BAD.search(post_id)
     if found is not None:
         return _char_problem("id", found)
-    if _ID_VISIBLE.search(post_id) is None:
+    if _ID_UNBLANK.search(post_id) is None:
         return "id is only white space"
+    if _VISIBLE.search(post_id) is None:  # ID_PATTERN's visible character: neither white space nor invisible
+        found = _INVISIBLE.search(post_id)
+        at = f" (U+{ord(found.group()):04X} at character {found.start() + 1})" if found else ""
+        return f"id is only invisible characters and white space{at}; it would show as no id"
     return opensearch_id_problem(post_id)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from semdup.core.errors import DataError
+from semdup.core.json_input import JsonTooDeep, loads
 from semdup.core.progress import progress
 
 __all__ = [
@@ -102,12 +103,16 @@ def json_object(text: str) -> dict[str, Any]:
     """One JSONL line as a JSON object.
 
     Raises:
-        LineProblem: not JSON (with the column and json's reason), or JSON but not an object.
+        LineProblem: not JSON (with the column and json's reason), JSON nested too deeply to be read (the rule of
+            :mod:`semdup.core.json_input`, which the HTTP service answers with 422 ``json_too_deep``), or JSON but
+            not an object.
     """
     try:
-        obj = json.loads(text)
+        obj = loads(text)
     except json.JSONDecodeError as exc:
         raise LineProblem(f"not valid JSON at column {exc.colno} ({exc.msg})") from exc
+    except JsonTooDeep as exc:
+        raise LineProblem(f"JSON that {exc}") from None
     if not isinstance(obj, dict):
         kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(obj), "number")
         raise LineProblem(f"a JSON {kind}, not an object")
@@ -135,19 +140,24 @@ def iter_jsonl(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
 
     Raises:
-        DataError: a line that is not JSON, or not a JSON object; a file with no object at all.
+        DataError: a line that is not JSON, nested too deeply to be read, or not a JSON object; a file with no
+            object at all.
     """
     seen = 0
     for line_no, text in read_utf8_lines(path, what):
         if not text.strip():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads(text)
         except json.JSONDecodeError as exc:
             raise DataError(
                 f"{path}: line {line_no}, column {exc.colno}: not valid JSON ({exc.msg}); "
                 f"expected one JSON object per line ({what})."
             ) from exc
+        except JsonTooDeep as exc:
+            raise DataError(
+                f"{path}: line {line_no}: JSON that {exc}; expected one JSON object per line ({what})."
+            ) from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}: line {line_no}: expected a JSON object ({what}), found {type(obj).__name__}.")
         seen += 1

@@ -113,15 +113,21 @@ VERDICTS = SystemIndex(
 )
 
 # A review login: the document's _id is the SHA-256 of the session id (the cookie), so reading the index gives no
-# session away; ``kid`` names the key (an HMAC of it, semdup.review.sessions.key_id), never the key itself.
+# session away; ``kid`` names the key (an HMAC of it, semdup.review.sessions.key_id), never the key itself; ``owner``
+# the service that made it (an HMAC under its session secret, semdup.review.sessions.owner_id), which alone reads,
+# ends and purges it, by the lifetimes stored with it (``idle``, ``max_age``; ``expires`` is when they end it).
 SESSIONS = SystemIndex(
     "semdup-sessions",
     {
         "kid": {"type": "keyword"},
         "who": {"type": "keyword"},
         "csrf": {"type": "keyword", "index": False},
+        "owner": {"type": "keyword"},
         "created": {"type": "date", "format": "epoch_second"},
         "seen": {"type": "date", "format": "epoch_second"},
+        "idle": {"type": "integer", "index": False},
+        "max_age": {"type": "integer", "index": False},
+        "expires": {"type": "date", "format": "epoch_second"},
     },
 )
 

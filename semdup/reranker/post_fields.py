@@ -5,7 +5,9 @@ these pieces, so the service refuses exactly what ``semdup index-posts`` skips a
 reasons (``empty id``, ``id holds control character U+0001 at character 3``). Each piece also states its bounds in
 the OpenAPI schema: the id's ``pattern`` (no control character, no U+FFFD, a visible character), ``minLength`` 1,
 ``maxLength`` 512 and ``x-max-utf8-bytes`` 512 (JSON Schema counts characters; OpenSearch's limit is in bytes, so
-an id of 300 two-byte characters is within ``maxLength`` and still refused, as its description says); the text's
+an id of 300 two-byte characters is within ``maxLength`` and still refused, as its description says). The ids of
+``/v1/posts/delete`` and ``/sync`` are :data:`DocId`: OpenSearch's own limits only, as the workers' delete applies
+them (:func:`semdup.indexer.batch_writer.check_doc_id`), so a post written before the stricter rules can go. The text's
 ``pattern`` (no control character but tab, newline and return, no U+FFFD) and ``maxLength`` (the server's
 ``max_text_chars``); and a request with a post, an ``anyOf`` that asks for a title or a body with a visible
 character. Markup-only text (``<p></p>``) is refused as well, which no regular expression of the schema can say.
@@ -28,11 +30,12 @@ from semdup.core.post_rules import (
     VISIBLE_PATTERN,
     blank_problem,
     id_problem,
+    opensearch_id_problem,
     text_problem,
     visible_problem,
 )
 
-__all__ = ["PostId", "PostText", "POST_TEXT_CONFIG", "text_field", "check_visible"]
+__all__ = ["PostId", "DocId", "PostText", "POST_TEXT_CONFIG", "text_field", "check_visible"]
 
 
 def _checked_id(value: str) -> str:
@@ -62,6 +65,26 @@ PostId = Annotated[
         },
     ),
     AfterValidator(_checked_id),
+]
+
+
+def _checked_doc_id(value: str) -> str:
+    problem = opensearch_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# The id of a post to delete or re-read (``/v1/posts/delete``, ``/sync``): any id the index can hold, so a post
+# written before the stricter rules of :data:`PostId` (``p4-\u202e``, an id of zero-width spaces) can still go.
+DocId = Annotated[
+    str,
+    Field(
+        description=f"The id of a post in the index: any id OpenSearch holds (not empty, at most {MAX_ID_BYTES} "
+        "bytes of UTF-8), so that a post written before the stricter rules for new posts can still be deleted.",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_ID_BYTES, "x-max-utf8-bytes": MAX_ID_BYTES},
+    ),
+    AfterValidator(_checked_doc_id),
 ]
 
 PostText = Annotated[str, AfterValidator(_checked_text)]

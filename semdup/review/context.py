@@ -23,7 +23,7 @@ from semdup.reranker.calibration import calibration_path, load_calibration
 from semdup.reranker.settings import REVIEW, ApiKey, ServiceSettings
 from semdup.review.metrics import ReviewStats
 from semdup.review.render import display_pipeline, neutral
-from semdup.review.sessions import SessionStore, key_id
+from semdup.review.sessions import SessionStore, key_id, owner_id
 from semdup.review.verdicts import VERDICTS_INDEX
 
 __all__ = ["ReviewContext", "review_context", "get_context"]
@@ -80,6 +80,11 @@ def _templates() -> Environment:
     return env
 
 
+def _own_sessions(client: Any, settings: ServiceSettings, secret: str) -> SessionStore:
+    """This service's sessions: its lifetimes, its owner id (from the secret: replicas that share it share them)."""
+    return SessionStore(client, settings.session_idle, settings.session_max_age, owner=owner_id(secret))
+
+
 def review_context(
     settings: ServiceSettings,
     client: Any,
@@ -106,7 +111,7 @@ def review_context(
     return ReviewContext(
         settings=settings,
         client=client,
-        sessions=sessions or SessionStore(client, settings.session_idle, settings.session_max_age),
+        sessions=sessions or _own_sessions(client, settings, secret),
         throttle=throttle or FailureThrottle(
             None, limit=settings.auth_failures, window=settings.auth_window, block=settings.auth_block
         ),

@@ -33,6 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from semdup.core.errors import ConfigError
 from semdup.reranker.auth_throttle import Throttled, retry_after
 from semdup.reranker.routers.access import AuthError, ScopeError, authenticate
+from semdup.reranker.routers.schemas import NO_QUERY
 from semdup.reranker.settings import REVIEW, ApiKey
 from semdup.review.context import ReviewContext, get_context
 from semdup.review.export import export_pairs
@@ -246,8 +247,10 @@ def post_verdict(
     ctx: Context,
     x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
     x_csrf_token: Annotated[str | None, Header(alias=CSRF_HEADER)] = None,
+    query: NO_QUERY = None,
 ) -> dict[str, Any]:
-    """Record a verdict on a flagged pair (the same verdict again changes nothing)."""
+    """Record a verdict on a flagged pair (the same verdict again changes nothing; an unknown query parameter gets
+    422, as on every POST endpoint of the API)."""
     key = _reviewer(request, ctx, x_api_key, x_csrf_token, change=True)
     if body.index not in ctx.settings.review_indices(key):
         raise HTTPException(404, _NOT_FLAGGED)

@@ -237,6 +237,30 @@ def test_index_posts_cli_reads_enqueues_waits_and_replays(
     assert f"20 posts written to {unique_index} with model {bundle.version}, 0 parked" in semdup("--input", str(good))
 
 
+def test_index_posts_cli_names_and_skips_a_deeply_nested_line_and_writes_the_good_one(
+    opensearch_client, opensearch_url, redis_url, unique_index, worker, bundle_dir, bundle, tmp_path
+):
+    """Issue #34, its repro: one line nested 1,100 levels made `semdup index-posts --input` print a traceback
+    (RecursionError) and write nothing. It is a bad line like any other now: named, skipped, the rest written."""
+    source = tmp_path / "deep.jsonl"
+    deep = '{"id":"deep","title":"t","n":' + "[" * 1100 + "]" * 1100 + "}"
+    source.write_text('{"id":"ok1","title":"a good post","body":"b"}\n' + deep + "\n", encoding="utf-8")
+    worker.start()
+    cmd = [sys.executable, "-m", "semdup", "index-posts", "--input", str(source), "--index", unique_index]
+    env = worker_env(opensearch_url, redis_url, bundle_dir)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"Error: 1 line of {source} skipped (listed above) and not indexed; the other 1 posts were written" in (
+        out.stderr
+    ), out.stderr[-3000:]
+    assert (
+        f"read 1 posts from {source} (jsonl), skipped 1 line:\n  line 2: JSON that nests arrays or objects too deeply "
+        "to be read (json gives up at about 1,000 levels)"
+    ) in out.stdout, out.stdout
+    assert set(all_docs(opensearch_client, unique_index)) == {"ok1"}
+    assert count(opensearch_client, unique_index, bundle.version) == 1
+
+
 def test_model_mixing_is_refused(opensearch_client, unique_index, bundle):
     from semdup.core.errors import SearchIndexError
     from semdup.index_format.mapping import index_model

@@ -113,6 +113,44 @@ def test_posts_sent_over_http_are_written_by_a_real_worker(
     assert found.status_code == 200 and posts[10].id in [c["id"] for c in found.json()["candidates"]], found.text
 
 
+def test_an_id_the_new_rules_refuse_is_refused_on_write_and_an_old_one_still_deleted(
+    served: tuple[Bundle, str],
+    fresh_index: str,
+    real_posts: list[Post],
+    opensearch_client: Any,
+    opensearch_url: str,
+    redis_url: str,
+    tiny_bundle: Path,
+    worker: LocalWorker,
+) -> None:
+    """Issue #34: an id of only zero-width characters was written (202); and ids written before the stricter rules
+    (a bidi control, say) got 422 from /v1/posts/delete, so they could not be deleted over HTTP."""
+    bundle, _ = served
+    settings = service_settings(
+        {"bundle": str(tiny_bundle), "index": fresh_index, "api_keys": f"{KEY}:{fresh_index}:ingest"},
+        OpenSearchSettings(url=opensearch_url),
+        broker=BrokerSettings(url=redis_url),
+    )
+    app = TestClient(create_app(settings, reranker=Reranker(bundle, opensearch_client, fresh_index)))
+    key = {"X-API-Key": KEY}
+    invisible = "\u200b\u200c\u200d"
+    refused = app.post("/v1/posts", json={"posts": [{"id": invisible, "title": "Visa for Qatar?"}]}, headers=key)
+    assert refused.status_code == 422 and "only invisible characters" in refused.json()["error"]["message"]
+    post = next(p for p in real_posts if re.search(r"\w", p.title + p.body))
+    assert app.post("/v1/posts", json={"posts": [post.to_json()]}, headers=key).status_code == 202
+    worker.start()
+    wait_until(lambda: count(opensearch_client, fresh_index, bundle.version) == 1, "the post", WAIT_S)
+    written = all_docs(opensearch_client, fresh_index)[post.id]
+    old = ["p4-\u202e", invisible]  # as a version before the stricter id rules wrote them
+    for old_id in old:
+        opensearch_client.index(index=fresh_index, id=old_id, body={**written, "post_id": old_id}, refresh=True)
+    assert count(opensearch_client, fresh_index, bundle.version) == 3
+    r = app.post("/v1/posts/delete", json={"ids": old}, headers=key)
+    assert r.status_code == 202 and r.json()["enqueued"] == 2, r.text
+    wait_until(lambda: count(opensearch_client, fresh_index, bundle.version) == 1, "the old ids deleted", WAIT_S)
+    assert set(all_docs(opensearch_client, fresh_index)) == {post.id}
+
+
 def test_without_a_broker_ingest_answers_503_and_the_service_stays_ready(
     served: tuple[Bundle, str], opensearch_client: Any, opensearch_url: str, tiny_bundle: Path
 ) -> None:

@@ -28,6 +28,7 @@ from semdup.reranker.ingest import NotASiteIndex, TaskSender, enqueue_batches
 from semdup.reranker.reranker import ModelMismatch
 from semdup.reranker.routers.access import access_for, bind, ingest_access, served_index, state
 from semdup.reranker.routers.schemas import (
+    NO_QUERY,
     NOT_SERVED,
     RETRY_AFTER_HEADER,
     IngestAccepted,
@@ -62,14 +63,18 @@ def _target(request: Request, requested: str | None, allowed: tuple[str, ...]) -
     return name, st.sender, st.reranker.version
 
 
-def post_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access)) -> dict[str, Any]:
+def post_posts(
+    req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access), query: NO_QUERY = None
+) -> dict[str, Any]:
     """Enqueue new or edited posts (``index_posts``) for an index semdup created; 202 once they are queued."""
     name, to, version = _target(request, req.index, allowed)
     done = enqueue_batches(to, INDEX_POSTS, name, [p.model_dump() for p in req.posts], [version])
     return _answer(name, INDEX_POSTS, version, done.items, done.tasks)
 
 
-def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access)) -> dict[str, Any]:
+def sync_posts(
+    req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access), query: NO_QUERY = None
+) -> dict[str, Any]:
     """These posts of the site's own index (``semdup enable``) were created, edited or deleted: the workers
     re-read them from it (``sync_posts``), encode and write semdup's side, and remove the deleted ones."""
     name, to, version = _target(request, req.index, allowed)
@@ -90,7 +95,9 @@ def sync_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(in
     return _answer(name, SYNC_POSTS, version, done.items, done.tasks)
 
 
-def delete_posts(req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access)) -> dict[str, Any]:
+def delete_posts(
+    req: Any, request: Request, allowed: tuple[str, ...] = Depends(ingest_access), query: NO_QUERY = None
+) -> dict[str, Any]:
     """Enqueue the deletion of posts by id (``delete_posts``; an id already gone is harmless)."""
     name, to, _ = _target(request, req.index, allowed)
     done = enqueue_batches(to, DELETE_POSTS, name, list(dict.fromkeys(req.ids)))

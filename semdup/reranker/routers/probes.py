@@ -11,17 +11,19 @@ Each reads what it needs from ``app.state`` (the reranker, the settings, the adm
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from semdup.core.logs import scrub
 from semdup.reranker.routers.access import ops_access, state
-from semdup.reranker.routers.schemas import ReadyResponse
+from semdup.reranker.routers.schemas import ReadyResponse, cluster_message
 from semdup.reranker.workers import PROBE_THREADS  # /readyz's own threads: not queued behind the reranks' pool
 
 __all__ = ["router", "PROBE_PATHS", "PROBE_THREADS", "READY_TIMEOUT_S"]
+
+logger = logging.getLogger(__name__)
 
 PROBE_PATHS = ("/healthz", "/readyz", "/metrics")
 READY_TIMEOUT_S = 3.0  # /readyz answers within this (503 with the reason past it): under a probe's timeout
@@ -84,11 +86,10 @@ def ready(st: Any) -> JSONResponse:
                 },
                 status_code=503,
             )
-    except Exception as exc:  # any failure means "not ready"; the reason goes back to the probe
-        return JSONResponse(
-            {"ready": False, "checks": checks, "reason": scrub(f"{type(exc).__name__}: {exc}")[:500]},
-            status_code=503,
-        )
+    except Exception as exc:  # any failure means "not ready": the probe (no key) gets no address, the log the detail
+        logger.warning("not ready: %s: %s", type(exc).__name__, exc)
+        reason = cluster_message(exc) or f"{type(exc).__name__}; the service's log says why"
+        return JSONResponse({"ready": False, "checks": checks, "reason": reason}, status_code=503)
     return JSONResponse({"ready": True, "checks": checks})
 
 

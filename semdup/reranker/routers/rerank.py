@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from semdup.core.errors import SearchIndexError
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
-from semdup.reranker.routers.schemas import NOT_SERVED, RerankResponse, request_model, responses
+from semdup.reranker.routers.schemas import NO_QUERY, NOT_SERVED, RerankResponse, request_model, responses
 from semdup.reranker.settings import ServiceSettings
 
 __all__ = ["rerank", "router", "PATH"]
@@ -25,7 +25,9 @@ logger = logging.getLogger(__name__)
 PATH = "/v1/rerank"
 
 
-def rerank(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+def rerank(
+    req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access), query: NO_QUERY = None
+) -> dict[str, Any]:
     """Top-k duplicate candidates for a post: fused score, components, probability, decision."""
     from semdup.core.posts import Post
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from fastapi import Query
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from semdup.core.errors import OpenSearchRefused, OpenSearchUnavailable, SearchTimeout
 from semdup.core.post_rules import MAX_ID_BYTES, VISIBLE_TEXT_PATTERN, blank_problem, text_problem
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.reranker.admission import RETRY_AFTER_S
-from semdup.reranker.post_fields import POST_TEXT_CONFIG, PostId, PostText, check_visible, text_field
+from semdup.reranker.post_fields import POST_TEXT_CONFIG, DocId, PostId, PostText, check_visible, text_field
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.similar import MAX_SIZE, MAX_TITLE_CHARS
 
@@ -26,6 +28,9 @@ __all__ = [
     "MAX_INDEX_CHARS",
     "NOT_SERVED",
     "RETRY_AFTER_HEADER",
+    "cluster_message",
+    "NoQuery",
+    "NO_QUERY",
     "request_model",
     "ingest_models",
     "responses",
@@ -51,6 +56,34 @@ __all__ = [
 API_KEY_HEADER = "X-API-Key"
 MAX_INDEX_CHARS = 255
 NOT_SERVED = "index {name!r} is not one this API key may search, or it does not exist; name one of your indices"
+_CLUSTER_MESSAGES = (
+    (SearchTimeout, "OpenSearch did not answer in time; try again later (the service's log says why)"),
+    (OpenSearchUnavailable, "OpenSearch is unavailable; try again later (the service's log says why)"),
+    (OpenSearchRefused, "OpenSearch refused the service's request; the service's log says why"),
+)
+
+
+def cluster_message(exc: BaseException) -> str | None:
+    """What a caller is told of the cluster's failure ``exc`` (None: ``exc`` is not the cluster's): a fixed line,
+    never the error's own message. That names the cluster's host, port and index paths, and the callers of
+    ``/readyz``, of the review login and of a page with any cookie hold no key (a ``search`` key is anyone's too);
+    the service logs the message instead (issue #34)."""
+    for kind, message in _CLUSTER_MESSAGES:
+        if isinstance(exc, kind):
+            return message
+    return None
+
+
+class NoQuery(BaseModel):
+    """The query string of an endpoint that reads none (the POST endpoints: what they read is in the body). An
+    unknown parameter is refused with 422 naming it rather than ignored: ``POST /v1/posts?index=other`` wrote to
+    the key's default index while its sender believed it wrote to ``other`` (issue #34)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# An endpoint's parameter that refuses every query parameter (``query: NO_QUERY = None``; see NoQuery).
+NO_QUERY = Annotated[NoQuery | None, Query(include_in_schema=False)]
 
 
 def _whole_number(value: Any) -> Any:
@@ -141,12 +174,13 @@ def ingest_models(settings: ServiceSettings) -> tuple[type[BaseModel], type[Base
             return self
 
     class IngestIds(BaseModel):
-        """Ids of posts; repeated ids are sent once."""
+        """Ids of posts to delete or re-read: any id the index can hold (:data:`DocId`, so that posts written
+        before the stricter rules for new ids can still be deleted); repeated ids are sent once."""
 
         model_config = ConfigDict(extra="forbid", strict=True)
 
         index: str | None = index_field
-        ids: list[PostId] = Field(min_length=1, max_length=most, description=f"1 to {most} post ids.")
+        ids: list[DocId] = Field(min_length=1, max_length=most, description=f"1 to {most} post ids.")
 
     return IngestPosts, IngestIds
 
@@ -225,7 +259,10 @@ def _visible_title(value: str) -> str:
 
 
 class SimilarQuery(BaseModel):
-    """``GET /v1/similar``'s query parameters: the title being typed, the index, how many posts."""
+    """``GET /v1/similar``'s query parameters: the title being typed, the index, how many posts; any other is
+    refused (422 naming it), not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
     title: Annotated[str, AfterValidator(_visible_title)] = Field(
         min_length=1,

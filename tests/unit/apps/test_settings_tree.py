@@ -139,3 +139,20 @@ def test_the_hand_off_to_serves_workers_is_the_resolved_tree() -> None:
     assert child.service.api_keys[0].key == f"{SECRET}-mod"  # the worker checks keys: it needs them
     with pytest.raises(ConfigError, match=HANDOFF_ENV):
         load_settings(env={HANDOFF_ENV: "{not json"})
+
+
+def test_forwarded_headers_are_trusted_only_from_the_proxies_named_and_config_show_says_which_address_counts() -> None:
+    """Issue #34: uvicorn trusted X-Forwarded-For from 127.0.0.1 by default; now nobody unless named."""
+    plain = load_settings(env=ENV)
+    assert plain.service.forwarded_allow_ips == ()
+    row = explain(plain, ENV)["service.throttle_address"]
+    assert row["value"].startswith("the connection's own address") and "ignored" in row["value"]
+    named = load_settings(env={**ENV, "SEMDUP_FORWARDED_ALLOW_IPS": "10.0.0.5, 10.1.2.3/16,::1"})
+    assert named.service.forwarded_allow_ips == ("10.0.0.5", "10.1.0.0/16", "::1")  # as uvicorn compares them
+    said = explain(named, {**ENV, "SEMDUP_FORWARDED_ALLOW_IPS": "10.0.0.5, 10.1.2.3/16,::1"})
+    assert said["service.forwarded_allow_ips"]["source"] == "env SEMDUP_FORWARDED_ALLOW_IPS"
+    assert said["service.throttle_address"]["value"].startswith("on connections from 10.0.0.5, 10.1.0.0/16, ::1:")
+    with pytest.raises(ConfigError, match="SEMDUP_FORWARDED_ALLOW_IPS holds 'proxy.local', not an IP address"):
+        load_settings(env={**ENV, "SEMDUP_FORWARDED_ALLOW_IPS": "proxy.local"})
+    cli = load_settings(env=ENV, overrides={"service.forwarded_allow_ips": "192.0.2.7"})  # semdup serve's option
+    assert cli.service.forwarded_allow_ips == ("192.0.2.7",)

@@ -159,6 +159,8 @@ def test_every_kind_of_bad_jsonl_line_is_named_and_the_rest_read(tmp_path: Path)
         b'{"id": 42, "title": "A numeric id", "tags": ["extra fields are ignored"]}',
         b"",
         b'\xef\xbb\xbf{"id": "bom", "title": "files joined with cat keep their byte-order marks"}',
+        b'{"id": "deep", "title": "t", "n": ' + b"[" * 1100 + b"]" * 1100 + b"}",  # json's RecursionError (#34)
+        b'{"id": "\\u200b\\u200c\\u200d", "title": "an id of zero-width characters shows as no id"}',
     ]
     f = tmp_path / "posts.jsonl"
     f.write_bytes(b"\r\n".join(lines) + b"\r\n")
@@ -176,8 +178,19 @@ def test_every_kind_of_bad_jsonl_line_is_named_and_the_rest_read(tmp_path: Path)
         "line 11: id holds control character U+0001 at character 2",
         "line 12: no visible text (only markup, code, white space or invisible characters)",
         "line 13: body holds control character U+0000 at character 1",
+        "line 17: JSON that nests arrays or objects too deeply to be read (json gives up at about 1,000 levels)",
+        "line 18: id is only invisible characters and white space (U+200B at character 1); it would show as no id",
     ]
     assert [s.post_id for s in read.skipped][:3] == ["ok", None, None]
+
+
+def test_a_deeply_nested_line_stops_the_strict_reader_with_its_line_named(tmp_path: Path) -> None:
+    from semdup.data.reading import iter_jsonl
+
+    f = tmp_path / "pairs.jsonl"
+    f.write_text('{"a": 1}\n{"a": ' + "[" * 5000 + "]" * 5000 + "}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"pairs.jsonl: line 2: JSON that nests arrays or objects too deeply"):
+        list(iter_jsonl(f, "pairs"))
 
 
 def test_a_dump_with_malformed_rows_gives_its_other_questions(tmp_path: Path) -> None:

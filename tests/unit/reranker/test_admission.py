@@ -106,7 +106,8 @@ def test_the_probes_answer_while_every_request_thread_is_taken() -> None:
         assert answered(pool, lambda: c.get("/healthz")).json() == {"status": "ok", "model": rr.version}
         assert "semdup_rerank_requests_total" in answered(pool, lambda: c.get("/metrics", headers=OPS)).text
         ready = answered(pool, lambda: c.get("/readyz"))
-        assert ready.status_code == 503 and "did not answer" in ready.json()["reason"]
+        assert ready.status_code == 503 and "unavailable" in ready.json()["reason"]
+        assert "127.0.0.1" not in ready.text  # no caller of a probe learns the cluster's address (issue #34)
         rr.release.set()
         assert [f.result(timeout=GUARD_S).status_code for f in held] == [200, 200, 200]
 

@@ -247,7 +247,8 @@ def test_the_openapi_document_states_202_503_and_the_bounds() -> None:
 
 
 # One table of ids, driven through the HTTP models, the CLI's reader and the OpenAPI schema: all three must take and
-# refuse the same ones (semdup.core.post_rules is the one rule set behind them).
+# refuse the same ones (semdup.core.post_rules is the one rule set behind them). Deleting takes every id the index
+# can hold (semdup.core.post_rules.opensearch_id_problem), so a post written before the stricter rules can go.
 ID_CASES = [
     "7",
     "Q1_R3",
@@ -277,6 +278,10 @@ ID_CASES = [
     "a\ufffd",
     "a\ud800",
     "dé/jà vu?",
+    "\u200b\u200c\u200d",  # only zero-width characters: shows as no id (issue #34)
+    " \u200b\u2060 ",
+    "a\u200b",
+    "p4-\u202e",  # a bidi control: refused for new posts, still deletable
 ]
 
 
@@ -295,6 +300,8 @@ def _schema_takes(schema: dict[str, Any], value: str) -> bool:
         return False
     if len(value.encode("utf-8")) > schema["x-max-utf8-bytes"]:
         return False
+    if "pattern" not in schema:  # a delete's id: OpenSearch's limits only
+        return True
     try:
         TypeAdapter(Annotated[str, Field(pattern=schema["pattern"])]).validate_python(value)
     except ValidationError:
@@ -309,13 +316,15 @@ def _send(app: TestClient, path: str, body: dict[str, Any]) -> Any:
 
 
 def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_the_same_ids(tmp_path) -> None:
-    from semdup.core.post_rules import id_problem
+    from semdup.core.post_rules import id_problem, opensearch_id_problem
     from semdup.data.posts_input import read_post_input
     from semdup.indexer.batch_writer import BatchResult, _parse_posts
 
     sender = FakeSender()
     app = client(sender)
-    schema = app.app.openapi()["components"]["schemas"]["IngestIds"]["properties"]["ids"]["items"]
+    schemas = app.app.openapi()["components"]["schemas"]
+    schema = schemas["PostIn"]["properties"]["id"]
+    delete_schema = schemas["IngestIds"]["properties"]["ids"]["items"]
     source = tmp_path / "posts.jsonl"
     lines = [json.dumps({"id": "anchor", "title": "A post every reader takes"})]
     lines += [json.dumps({"id": post_id, "title": "Visa?"}) for post_id in ID_CASES]
@@ -329,7 +338,11 @@ def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_
         posted = _send(app, "/v1/posts", {"posts": [{"id": post_id, "title": "Visa?"}]})
         deleted = _send(app, "/v1/posts/delete", {"ids": [post_id]})
         http_took = posted.status_code == 202
-        assert (deleted.status_code == 202) == http_took, (post_id, deleted.text)
+        deletable = opensearch_id_problem(post_id) is None and _schema_takes(delete_schema, post_id)
+        assert (deleted.status_code == 202) == deletable, (post_id, deleted.text)
+        synced = _send(app, "/v1/posts/sync", {"ids": [post_id]})  # re-read (or removed) by id: the same ids
+        assert (synced.status_code == 202) == deletable, (post_id, synced.text)
+        assert deletable or not http_took  # every id a post may have can be deleted
         parked = BatchResult()  # a producer that bypasses both: the worker parks what the rules refuse
         worker_took = bool(_parse_posts([json.loads(json.dumps({"id": post_id, "title": "Visa?"}))], parked))
         assert http_took == (post_id in cli_took) == worker_took == _schema_takes(schema, post_id) == (rule is None), (
@@ -344,7 +357,9 @@ def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_
                 assert posted.json()["detail"][0]["loc"] == ["body", "posts", 0, "id"]
             assert cli_reason[n] == rule  # the same words from every path
             assert str(parked.failed[0]).endswith(f": {rule}"), parked.failed
-    assert len(sender.sent) == 2 * sum(id_problem(i) is None for i in ID_CASES)
+    deletable = [i for i in ID_CASES if opensearch_id_problem(i) is None and _schema_takes(delete_schema, i)]
+    assert len(sender.sent) == sum(id_problem(i) is None for i in ID_CASES) + 2 * len(deletable)
+    assert {"p4-\u202e", "\u200b\u200c\u200d", "a\x01b"} <= set(deletable)
 
 
 TEXT_CASES = [
@@ -400,3 +415,28 @@ def test_a_batch_with_bad_posts_is_refused_whole_and_each_bad_post_is_named() ->
     ]
     assert r.json()["error"]["message"].startswith("posts.1.id: Value error, id is only white space")
     assert sender.sent == []
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it_after_the_key_check() -> None:
+    """Issue #34: ``POST /v1/posts?index=other`` wrote to the key's default index, the parameter silently ignored."""
+    sender = FakeSender()
+    app = client(sender)
+    for path, body in (
+        ("/v1/posts", {"posts": posts(1)}),
+        ("/v1/posts/delete", {"ids": ["1"]}),
+        ("/v1/posts/sync", {"ids": ["1"]}),
+        ("/v1/rerank", {"title": "Visa?"}),
+    ):
+        r = app.post(path + "?index=cooking&dry_run=1", json=body, headers={"X-API-Key": KEY})
+        assert r.status_code == 422, (path, r.text)
+        message = r.json()["error"]["message"]
+        assert message.startswith("unknown query parameters 'index', 'dry_run': this endpoint does not read"), message
+        assert [d["loc"] for d in r.json()["detail"]] == [["query", "index"], ["query", "dry_run"]]
+        assert app.post(path + "?index=cooking", json=body).status_code == 401  # no key: nothing said of the query
+    r = app.get("/v1/similar?title=Visa&index=travel&sise=3", headers={"X-API-Key": KEY})
+    assert r.status_code == 422 and "unknown query parameter 'sise'" in r.json()["error"]["message"], r.text
+    assert sender.sent == []
+    assert (
+        app.post("/v1/posts", json={"index": "cooking", "posts": posts(1)}, headers={"X-API-Key": KEY}).json()["index"]
+        == "cooking"
+    )  # in the body, where the schema has it

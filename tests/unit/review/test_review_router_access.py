@@ -21,7 +21,7 @@ from semdup.core.opensearch import client_error
 from semdup.core.settings import OpenSearchSettings
 from semdup.review.context import review_context
 from semdup.review.router import LOGIN_COOKIE, SESSION_COOKIE, router
-from semdup.review.sessions import SessionStore
+from semdup.review.sessions import SessionStore, owner_id
 
 SEARCH_KEY, REVIEW_KEY = "search-key-0001-7d2f0c9e4b1a", "review-key-0002-7d2f0c9e4b1a"
 OTHER_REVIEW_KEY = "review-key-0003-5c9e1a7b3d0f"
@@ -58,7 +58,7 @@ def make_app(
     app = FastAPI()
     app.include_router(router)
     cluster = EmptyCluster()
-    store = SessionStore(sessions or DictCluster(), 600, 3600)
+    store = SessionStore(sessions or DictCluster(), 600, 3600, owner=owner_id("z" * 40))
     app.state.review = review_context(settings, cluster, "m-1", sessions=store)
     return TestClient(app, follow_redirects=False), cluster
 
