@@ -176,6 +176,9 @@ def test_a_wrong_key_is_refused(ml_client: Any, travel: tuple[Path, str, list[Po
     bearer = httpx.post(f"{service}/v1/search/rewrite", json={"search": _site_search(post), "index": index},
                         headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
     assert bearer.status_code == 200 and bearer.json()["ranked"] > 0
+    stray = httpx.post(f"{service}/v1/search/rewrite?index=other", json={"search": _site_search(post)},
+                       headers={"X-API-Key": KEY})  # fmt: skip
+    assert stray.status_code == 422 and "index" in stray.text  # an unknown query parameter is refused, not ignored
     assert _semdup("remove", "--index", index, "--name", name, opensearch=ml_client).returncode == 0
 
 

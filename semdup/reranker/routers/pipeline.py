@@ -36,6 +36,7 @@ from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.rewrite import excluded_id, post_of_search, ranked_query
 from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
 from semdup.reranker.routers.schemas import (
+    NO_QUERY,
     NOT_SERVED,
     DocumentsResponse,
     RewriteResponse,
@@ -65,7 +66,9 @@ def _served(st: Any, name: str) -> Any:
         raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
 
 
-def rewrite(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+def rewrite(
+    req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access), query: NO_QUERY = None
+) -> dict[str, Any]:
     """The site's search with semdup's ranking as its query (module doc)."""
     st = state(request)
     name = served_index(st.settings, req.index, allowed)
@@ -76,7 +79,9 @@ def rewrite(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_a
     return {"query": query, "model": st.reranker.version, "index": name, "ranked": len(ranked)}
 
 
-def documents(req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access)) -> dict[str, Any]:
+def documents(
+    req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access), query: NO_QUERY = None
+) -> dict[str, Any]:
     """Cohere's rerank shape over post ids or texts (module doc)."""
     st = state(request)
     rr = st.reranker
