@@ -173,6 +173,7 @@ def test_field_cache_serves_exact_current_fields(
     second = cached.rank(q, k=100, exclude_id=q.id)
     # (candidates' fields come with the search hits now; tests/integration/test_index_design_packed.py warms the
     # cache through the _source fallback that posts written before semdup.packed take)
+    # exact: the same stored float32 fields through the same fusion arithmetic; a cache must not change a bit
     assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in first]
     assert [(c.id, c.score) for c in second] == [(c.id, c.score) for c in cold.rank(q, k=100, exclude_id=q.id)]
     # re-index the top candidate with another post's text: its stored fields change, the cache must notice
