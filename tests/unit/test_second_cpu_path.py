@@ -40,7 +40,7 @@ NUMERIC = (
     "tests/unit/export/test_gate.py",
     "tests/unit/reranker/test_reranker_units.py",
     "tests/unit/reranker/test_title_term.py",
-    "tests/unit/reranker/test_query_overlap.py",
+    "tests/unit/reranker/test_one_round_trip.py",
     "tests/unit/review/test_review_calibrate_units.py",
     "tests/unit/review/test_review_chart.py",
     "tests/unit/alerts/test_flag_choice.py",
