@@ -4,7 +4,7 @@ Over the Travel posts indexed with the bundle's semdup fields and a k-NN vector 
 test queries, the default reranker call (BM25 ∪ k-NN, 100 candidates each, fusion, top 10):
 
 * its steps one after the other, each timed (median ms): the encoding of the body and of the title, the one
-  ``_msearch/template`` of every source (hits carrying the cluster's fusion components, the k-NN hits their BM25
+  ``_msearch`` of every source (hits carrying the cluster's fusion components, the k-NN hits their BM25
   score by a rescore), the merge and the fusion; beside them the call itself (``Reranker.rank``);
 * the call with the bundle's onnxruntime session on each of ``--onnx-threads`` (default 1,2: the service's query
   encoder before and after issue #28's thread policy), alternating query by query (the order turning each round):
@@ -75,7 +75,7 @@ def _steps(rr: Any, post: Any) -> dict[str, float]:
     query = SourceQuery(query_text(post.title, post.body), s.k_candidates, post.id, vector=vector, terms=terms,
                         components=components_params(rr.version, vector, terms, titles[0]),
                         lexical_field=lexical_field(s.templates[0], s.variant), shards=resolved.shards)  # fmt: skip
-    steps["one _msearch/template"], found = _ms(
+    steps["one _msearch"], found = _ms(
         lambda: search(rr.client, resolved.target, rr.sources(resolved), query, s.search_timeout)
     )
     steps["merge"], cands = _ms(lambda: merge(found, primary=s.templates[0]))

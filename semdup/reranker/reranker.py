@@ -11,7 +11,7 @@ call, one round trip to the cluster after the query's encoding:
    it serves, its shards; once per index);
 2. the query is encoded (:class:`~semdup.reranker.encoding.QueryEncoder`: dense vector, BOW weights, title vector);
 3. every source (the lexical templates, k-NN, learned-sparse, the posts a caller restricts to;
-   :mod:`semdup.reranker.sources`) is asked in one ``_msearch/template``. The scores are computed where the data
+   :mod:`semdup.reranker.sources`) is asked in one plain ``_msearch``. The scores are computed where the data
    is: each hit carries the fusion's three cosines, computed on the data node by the stored components script
    (:mod:`semdup.search_templates.components`) from the candidate's packed vectors and term weights, and the vector
    sources' hits carry the first template's score (a rescore with its ``match``). Ids and a few floats per hit

@@ -8,7 +8,7 @@ One call costs one title encoding and one ``_msearch``, nothing else (a keystrok
 
 * the title is encoded once (``Bundle.encode_query`` of a title-only post): its dense vector is the title vector
   the indexer stores for every post (``encode_titles``), and its BOW weights come from the same tokenisation;
-* one ``_msearch/template`` with two search bodies: BM25 on the ``title`` field (the query of the stored template
+* one ``_msearch`` with two search bodies: BM25 on the ``title`` field (the query of the stored template
   ``semdup-bm25-title``, :func:`title_query`) and, where the index maps ``semdup.vector`` as a ``knn_vector``,
   k-NN with the title vector (:class:`semdup.reranker.sources.KnnSource`). Each hit carries the fusion's cosines,
   computed in the cluster from its packed fields (:mod:`semdup.search_templates.components`, the query's title
@@ -49,7 +49,7 @@ from semdup.reranker.sources import (
     search,
     with_components,
 )
-from semdup.search_templates import query_text
+from semdup.search_templates import query_text, template_body, template_params
 from semdup.search_templates.components import components_params
 
 __all__ = [
@@ -123,19 +123,8 @@ def title_query(
         >>> title_query("visa qatar", 3, source=None)["query"]["bool"]["must"]
         [{'match': {'title': {'query': 'visa qatar'}}}]
     """
-    body: dict[str, Any] = {
-        "size": int(size),
-        "_source": list(source) if source else False,
-        "track_total_hits": False,
-        "query": {
-            "bool": {
-                "must": [{"match": {lexical_field("bm25", "title"): {"query": text}}}],
-                "filter": [],
-                "must_not": [{"ids": {"values": [str(exclude_id)]}}] if exclude_id is not None else [],
-            }
-        },
-    }
-    return body
+    body = template_body("bm25", "title", template_params(text, size=size, exclude_id=exclude_id))
+    return {**body, "_source": list(source) if source else False}
 
 
 @dataclass(frozen=True)
@@ -143,7 +132,6 @@ class TitleSource:
     """BM25 on the ``title`` field (:func:`title_query`) as a candidate source, its hits carrying their titles."""
 
     name = "bm25"
-    template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any]:
         return with_components(title_query(query.text, query.size, query.exclude_id), query)

@@ -7,8 +7,8 @@
 pyserini's hybrid searcher is the model: every source answers the same query, and fusion is a separate step
 (:mod:`semdup.reranker.fusion`). The sources:
 
-* :class:`TemplateSource`: a stored lexical template (BM25, LMJ, DFR, IB …, :mod:`semdup.search_templates`); the
-  first one's scores are the lexical scores T-SCQA's lexnorm reads;
+* :class:`TemplateSource`: a lexical template (BM25, LMJ, DFR, IB …, :mod:`semdup.search_templates`: the body its
+  stored template renders, built here); the first one's scores are the lexical scores T-SCQA's lexnorm reads;
 * :class:`SparseSource`: learned-sparse, a ``bool`` ``should`` of ``rank_feature`` clauses on
   ``semdup.terms.<feature>`` (``linear``, boost = the query's own weight): the dot product cos_bow inside OpenSearch;
 * :class:`KnnSource`: ``knn`` on ``semdup.vector`` with the query's dense vector;
@@ -20,7 +20,8 @@ the stored components script, :mod:`semdup.search_templates.components`) every h
 cosines as a script field, and nothing else: no packed fields cross the wire. The vector sources' hits also carry
 the first template's score, by a ``rescore`` with its ``match`` clause (``query_weight`` 0: the score is exactly
 the template's, 0 where it does not match; the candidates stay the source's own, chosen before the rescore).
-:func:`search` sends every source of a query as one ``_msearch/template``: one round trip after the encoding.
+:func:`search` sends every source of a query as one plain ``_msearch``: one round trip after the encoding, and
+nothing for the cluster to render or compile.
 :func:`merge` joins the sources' hits without duplicates, in round-robin rank order.
 """
 
@@ -32,9 +33,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
+from semdup.core.errors import SearchIndexError, SemdupError
 from semdup.core.opensearch import error_reason
-from semdup.search_templates import BODY_TEMPLATE_ID, template_id, template_params
+from semdup.search_templates import template_body, template_params
 from semdup.search_templates.components import COMPONENTS_FIELD, script_fields
 
 __all__ = [
@@ -123,15 +124,13 @@ class Hit:
 
 
 class CandidateSource(Protocol):
-    """A source of candidates (module doc): its name (in each candidate's ``sources``), whether its request is a
-    stored lexical template's call, the request itself, and its hits."""
+    """A source of candidates (module doc): its name (in each candidate's ``sources``), its search body, and its
+    hits."""
 
     name: str
-    template: bool
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
-        """The request line of an ``_msearch/template`` (a stored template's ``id`` and ``params``, or a search
-        body); None: nothing to ask (a k-NN source without a vector)."""
+        """The search body of its line in the ``_msearch``; None: nothing to ask (a k-NN source without a vector)."""
 
     def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
         """This source's hits in ``response`` (its part of the answer), best first."""
@@ -190,11 +189,10 @@ def _best(hits: list[Hit], query: SourceQuery, at: int) -> list[Hit]:
 
 @dataclass(frozen=True)
 class TemplateSource:
-    """A stored lexical template (``semdup-<model>-<variant>``)."""
+    """A lexical template (``semdup-<model>-<variant>``): the body the stored template renders."""
 
     model: str = "bm25"
     variant: str = "text"
-    template = True
 
     @property
     def name(self) -> str:
@@ -205,7 +203,7 @@ class TemplateSource:
         fields = script_fields(query.components) if query.components is not None else None
         params = template_params(query.text, size=query.size, exclude_id=query.exclude_id, ids=ids,
                                  script_fields=fields)  # fmt: skip
-        return {"id": template_id(self.model, self.variant), "params": params}
+        return template_body(self.model, self.variant, params)
 
     def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
         return parse_hits(response, index, self.model)
@@ -261,7 +259,6 @@ class SparseSource:
     """Learned-sparse candidates: the ``rank_feature`` dot product with the query's BOW weights."""
 
     name = "sparse"
-    template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
         return sparse_query(query.terms, query) if query.terms else None
@@ -276,7 +273,6 @@ class KnnSource:
 
     source: tuple[str, ...] = ()
     name = "knn"
-    template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
         return None if query.vector is None else knn_query(query.vector, query, self.source)
@@ -291,7 +287,6 @@ class RestrictSource:
     lexical score 0 (they did not match the first template, which searched the same posts)."""
 
     name = "restrict"
-    template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
         if query.restrict_ids is None or query.components is None:
@@ -308,29 +303,17 @@ class RestrictSource:
 def search(
     client: Any, index: str, sources: Sequence[CandidateSource], query: SourceQuery, timeout: float
 ) -> list[tuple[str, list[Hit]]]:
-    """Ask ``sources`` in one ``_msearch/template``: ``(source name, its hits)`` for each source that had something
-    to ask (a stored lexical template by id; a search body through the stored search-body template, never inline:
-    an inline template is compiled for every query, and OpenSearch allows 75 compilations in 5 minutes).
+    """Ask ``sources`` in one ``_msearch``: ``(source name, its hits)`` for each source that had something to ask.
 
     Raises:
         SearchTimeout / OpenSearchUnavailable / OpenSearchMissing / OpenSearchRefused: from the client
-            (:mod:`semdup.core.opensearch`). SemdupError: the cluster lacks the stored templates.
+            (:mod:`semdup.core.opensearch`).
     """
     asked = [(s, r) for s in sources if (r := s.request(query)) is not None]
     if not asked:
         return []
-    lines = [r if s.template else {"id": BODY_TEMPLATE_ID, "params": {"body": r}} for s, r in asked]
-    body = [line for r in lines for line in ({"index": index}, r)]
-    try:
-        resp = client.msearch_template(body=body, params={"request_timeout": timeout})
-    except OpenSearchRefused as exc:
-        if exc.status == 400 and "no requests added" in exc.reason:  # a template whose stored script is missing
-            raise SemdupError(
-                f"the cluster lacks the stored search templates {', '.join(sorted({r['id'] for r in lines}))};"
-                " store them once as a user allowed cluster:admin/script/put (`semdup enable`, or the reranker "
-                "itself when its user may)"
-            ) from exc
-        raise
+    body = [line for _, r in asked for line in ({"index": index}, r)]
+    resp = client.msearch(body=body, params={"request_timeout": timeout})
     return [(s.name, s.hits(r, index, query)) for (s, _), r in zip(asked, resp["responses"], strict=True)]
 
 

@@ -10,10 +10,16 @@ from semdup.search_templates.registry import (
     register_templates,
     render_template,
 )
-from semdup.search_templates.templates import BODY_TEMPLATE_ID, VARIANTS, all_templates, template_id, template_params, template_source
+from semdup.search_templates.templates import (
+    VARIANTS,
+    all_templates,
+    template_body,
+    template_id,
+    template_params,
+    template_source,
+)
 
 __all__ = [
-    "BODY_TEMPLATE_ID",
     "Hit",
     "VARIANTS",
     "all_templates",
@@ -22,6 +28,7 @@ __all__ = [
     "query_text",
     "register_templates",
     "render_template",
+    "template_body",
     "template_id",
     "template_params",
     "template_source",

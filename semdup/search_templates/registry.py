@@ -13,7 +13,7 @@ from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
 from semdup.core.opensearch import OpenSearch, error_reason
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
-from semdup.search_templates.templates import BODY_TEMPLATE_ID, VARIANTS, all_templates, template_id, template_source
+from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 
 __all__ = [
     "register_templates",
@@ -106,9 +106,9 @@ def ensure_templates(
     variants: Sequence[str] | None = None,
     timeout: float = 10.0,
 ) -> bool:
-    """Store the templates (default: every model and variant), the search-body template and the components
-    script (:mod:`semdup.search_templates.components`) that the cluster lacks or holds in another version; True when
-    all are stored.
+    """Store the templates (default: every model and variant) and the components script
+    (:mod:`semdup.search_templates.components`) that the cluster lacks or holds in another version; True when all
+    are stored.
 
     The reranker calls this before its first search, ``semdup enable`` and index creation before that: a cluster
     where nobody stored them answers every ``_msearch/template`` with "no requests added", which says nothing
@@ -120,7 +120,6 @@ def ensure_templates(
     """
     wanted = [(m, v) for m in (models or LEXICAL_MODELS) for v in (variants or VARIANTS)]
     ok = _ensure_stored(client, COMPONENTS_SCRIPT_ID, "painless", COMPONENTS_SCRIPT, timeout)
-    ok &= _ensure_stored(client, BODY_TEMPLATE_ID, "mustache", all_templates()[BODY_TEMPLATE_ID], timeout)
     for model, variant in dict.fromkeys(wanted):
         ok &= _ensure_stored(client, template_id(model, variant), "mustache", template_source(model, variant), timeout)
     return ok

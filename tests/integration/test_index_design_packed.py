@@ -35,7 +35,7 @@ from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.sources import SourceQuery, TemplateSource, knn_query, sparse_query
 from semdup.reranker.stored_fields import DOCVALUE_FIELDS, stored_semdup_fields
 from semdup.search_templates.components import COMPONENTS_SCRIPT_ID, components_params, script_fields
-from semdup.search_templates import BODY_TEMPLATE_ID, register_templates, render_template, template_id, template_params
+from semdup.search_templates import register_templates, render_template, template_body, template_id, template_params
 
 TOLERANCE = 1e-5
 
@@ -118,9 +118,9 @@ def test_every_candidate_path_asks_for_the_components_and_no_packed_fields() -> 
     for body in (sparse, knn):
         assert "docvalue_fields" not in body and body["script_fields"] == script_fields(params)
     assert knn["query"]["knn"]["semdup.vector"]["method_parameters"] == {"ef_search": 14}
-    template = TemplateSource("bm25").request(query)["params"]
-    assert template["script_fields"] == script_fields(params) and template["has_script_fields"] is True
-    assert "has_script_fields" not in TemplateSource("bm25").request(SourceQuery("x", 5))["params"]
+    template = TemplateSource("bm25").request(query)
+    assert template["script_fields"] == script_fields(params) and "docvalue_fields" not in template
+    assert "script_fields" not in TemplateSource("bm25").request(SourceQuery("x", 5))
     fields = template_params("x", docvalue_fields=list(DOCVALUE_FIELDS))
     assert fields["docvalue_fields"] == list(DOCVALUE_FIELDS) and fields["has_docvalue_fields"] is True
     assert "has_docvalue_fields" not in template_params("x")
@@ -229,12 +229,17 @@ def test_template_renders_the_docvalue_and_script_fields(opensearch_client: Any)
         DOCVALUE_FIELDS
     )
     assert "docvalue_fields" not in render_template(opensearch_client, template_id("bm25"), template_params("x"))
-    script = script_fields(components_params("m", np.float32([0.6, 0.8]), None, None))
+    script = script_fields({"model": "m", "qv": [0.6, 0.8], "qvn": 1.0})  # JSON as the client sends it
     rendered = render_template(opensearch_client, template_id("bm25"), template_params("x", script_fields=script))
     assert rendered["script_fields"]["semdup"]["script"]["id"] == COMPONENTS_SCRIPT_ID
     assert rendered["script_fields"]["semdup"]["script"]["params"]["qv"] == pytest.approx([0.6, 0.8])
-    body = {"size": 2, "query": {"knn": {"semdup.vector": {"vector": [0.6, 0.8], "k": 2}}}}
-    assert render_template(opensearch_client, BODY_TEMPLATE_ID, {"body": body}) == body
+    # the body the reranker builds is what the stored template renders, for every model, variant and parameter
+    for model, variant in (("bm25", "text"), ("dfr", "title"), ("tfidf", "text")):
+        for params in (template_params("visa \"qatar\" \\ stay", size=7, exclude_id="8\"7", ids=["1", "2"],
+                                       script_fields=script),
+                       template_params("x", docvalue_fields=list(DOCVALUE_FIELDS)), template_params("y")):
+            rendered = render_template(opensearch_client, template_id(model, variant), params)
+            assert template_body(model, variant, params) == rendered, (model, variant, params)
 
 
 def test_older_documents_rank_the_same_through_the_source_fallback(

@@ -8,7 +8,6 @@ from semdup.core.posts import Post
 from semdup.index_format.schema import LEXICAL_MODELS, feature_name, index_body, lexical_field
 from semdup.indexer.lexical_index import create_index, load_posts
 from semdup.search_templates import (
-    BODY_TEMPLATE_ID,
     VARIANTS,
     all_templates,
     msearch_templates,
@@ -28,8 +27,7 @@ POSTS = [
 
 def test_every_model_has_both_variants_and_a_distinct_field():
     templates = all_templates()
-    assert len(templates) == len(LEXICAL_MODELS) * len(VARIANTS) + 1  # and the search-body template
-    assert templates[BODY_TEMPLATE_ID] == "{{#toJson}}body{{/toJson}}"
+    assert len(templates) == len(LEXICAL_MODELS) * len(VARIANTS)
     fields = {lexical_field(m, "text") for m in LEXICAL_MODELS}
     assert len(fields) == len(LEXICAL_MODELS)
 

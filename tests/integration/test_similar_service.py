@@ -64,15 +64,15 @@ def served(indexed: dict[str, Any], opensearch_url: str, bundle_dir: Path, tmp_p
 
 
 class CountingClient:
-    """The real client, counting the ``_msearch/template`` calls (a title search's one request)."""
+    """The real client, counting the ``_msearch`` calls (a title search's one request)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self.msearches = 0
 
-    def msearch_template(self, **kwargs: Any) -> Any:
+    def msearch(self, **kwargs: Any) -> Any:
         self.msearches += 1
-        return self._client.msearch_template(**kwargs)
+        return self._client.msearch(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)

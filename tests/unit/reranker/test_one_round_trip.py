@@ -1,4 +1,4 @@
-"""A rerank is one encoding and one ``_msearch/template``: every source in it, each hit carrying the fusion's
+"""A rerank is one encoding and one ``_msearch``: every source in it, each hit carrying the fusion's
 cosines (the cluster's components script) and the vector sources' hits the template's score (their rescore).
 
 The fake cluster answers what OpenSearch answers: a stored lexical template (a word-overlap score standing in for
@@ -20,7 +20,7 @@ from semdup.core.scoring import fused_scores, minmax_normalise
 from semdup.index_format.schema import CandidateFields
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
-from semdup.search_templates import BODY_TEMPLATE_ID
+from semdup.search_templates import query_text, template_body, template_params
 from semdup.search_templates.components import COMPONENTS_SCRIPT_ID
 
 VERSION = "hybrid-minilm-0123abcd"
@@ -79,15 +79,19 @@ class FakeCluster:
             hits.append(hit)
         return {"hits": {"hits": hits}}
 
-    def _template(self, params: dict[str, Any]) -> dict[str, Any]:
-        text, ids = params["text"], params.get("ids")
-        scored = [(d, self.lexical(text, d)) for d in self.posts
-                  if d != params.get("exclude_id") and (ids is None or d in ids)]  # fmt: skip
-        scored = sorted([(d, s) for d, s in scored if s > 0], key=lambda x: (-x[1], x[0]))[: params["size"]]
-        return self._hits(scored, params.get("script_fields") if params.get("has_script_fields") else None)
+    def _lexical_hits(self, body: dict[str, Any]) -> dict[str, Any]:
+        clauses = body["query"]["bool"]
+        text = clauses["must"][0]["match"]["text"]["query"]
+        ids = clauses["filter"][0]["ids"]["values"] if clauses["filter"] else None
+        excluded = clauses["must_not"][0]["ids"]["values"] if clauses["must_not"] else []
+        scored = [(d, self.lexical(text, d)) for d in self.posts if d not in excluded and (ids is None or d in ids)]
+        scored = sorted([(d, s) for d, s in scored if s > 0], key=lambda x: (-x[1], x[0]))[: body["size"]]
+        return self._hits(scored, body.get("script_fields"))
 
     def _body(self, body: dict[str, Any]) -> dict[str, Any]:
         query = body["query"]
+        if "must" in query.get("bool", {}):  # a lexical template's body
+            return self._lexical_hits(body)
         if "knn" in query:
             knn = query["knn"]["semdup.vector"]
             excluded = knn.get("filter", {}).get("bool", {}).get("must_not", [{}])[0].get("ids", {}).get("values", [])
@@ -103,12 +107,10 @@ class FakeCluster:
             scored = [(d, 0.0) for d in wanted if d in self.posts]
         return self._hits(scored[: body["size"]], body.get("script_fields"))
 
-    def msearch_template(self, body: list[dict[str, Any]], params: Any = None) -> dict[str, Any]:
+    def msearch(self, body: list[dict[str, Any]], params: Any = None) -> dict[str, Any]:
         with self.lock:
             self.requests.append(body)
-        lines = body[1::2]
-        return {"responses": [self._body(x["params"]["body"]) if x["id"] == BODY_TEMPLATE_ID else
-                              self._template(x["params"]) for x in lines]}  # fmt: skip
+        return {"responses": [self._body(x) for x in body[1::2]]}
 
 
 POSTS = [
@@ -147,7 +149,10 @@ def test_one_request_ranks_every_candidate_with_the_clusters_components(query: P
     got = _reranker(cluster, k_candidates).rank(query, k=8, exclude_id="1")
     assert len(cluster.requests) == 1  # one round trip: the template and the k-NN body in one _msearch/template
     lines = cluster.requests[0][1::2]
-    assert [x["id"] for x in lines] == ["semdup-bm25-text", BODY_TEMPLATE_ID]  # stored: compiled once, not per query
+    assert [("match" in str(x["query"])[:60], "knn" in x["query"]) for x in lines] == [(True, False), (False, True)]
+    assert lines[0] == template_body("bm25", "text", template_params(
+        query_text(query.title, query.body), size=k_candidates, exclude_id="1",
+        script_fields=lines[0]["script_fields"]))  # the body the stored template renders
     ids = sorted({c.id for c in got})
     assert "1" not in ids
     expected = _by_hand(cluster, query, ids)
@@ -170,13 +175,13 @@ def test_restricted_posts_all_come_with_their_components_and_no_match_scores_zer
 
 
 class DownCluster(FakeCluster):
-    def msearch_template(self, body: list[dict[str, Any]], params: Any = None) -> dict[str, Any]:
+    def msearch(self, body: list[dict[str, Any]], params: Any = None) -> dict[str, Any]:
         from opensearchpy.exceptions import ConnectionError as ClientConnectionError
 
         from semdup.core.opensearch import client_error
 
         refused = ClientConnectionError("N/A", "connection refused", None)
-        raise client_error(refused, "POST", "/_msearch/template")  # as the client raises it
+        raise client_error(refused, "POST", "/_msearch")  # as the client raises it
 
 
 def test_a_cluster_that_is_down_is_the_error_the_caller_gets() -> None:

@@ -63,12 +63,12 @@ class FakeClient:
         mapping = {"properties": {"semdup": {"properties": {"vector": vector}}}}
         self.indices = SimpleNamespace(get_mapping=lambda index: {index: {"mappings": mapping}})
 
-    def msearch_template(self, body: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    def msearch(self, body: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(body)
         out = []
         for head, line in zip(body[::2], body[1::2], strict=True):
             assert head == {"index": "travel"}
-            query = line["params"]["body"]
+            query = line
             script = query["script_fields"]["semdup"]["script"]["params"]
             hits = [_hit("far", 9.0, script, self.model), _hit("mid", 5.0, script, self.model)]
             if "knn" in query["query"]:  # rescored with BM25 on the title: far matches nothing
@@ -124,7 +124,7 @@ def test_one_encoding_and_one_msearch_with_bm25_on_the_title_and_knn_on_its_vect
     assert found[0].sources == ("knn",) and set(found[1].sources) == {"bm25", "knn"}
     assert len(rr.bundle.encoded) == 1 and rr.bundle.encoded[0].body == ""
     (call,) = rr.client.calls
-    bm25, knn = call[1]["params"]["body"], call[3]["params"]["body"]
+    bm25, knn = call[1], call[3]
     assert bm25["query"]["bool"]["must"] == [{"match": {"title": {"query": "Visa on arrival?"}}}]
     assert bm25["_source"] == ["title"] and "docvalue_fields" not in bm25  # no packed fields cross the wire
     assert knn["query"]["knn"]["semdup.vector"]["vector"].tolist() == pytest.approx(QUERY.tolist())

@@ -8,7 +8,7 @@ from typing import Any
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.opensearch import client_error
-from semdup.search_templates import BODY_TEMPLATE_ID, all_templates, ensure_templates, template_id, template_source
+from semdup.search_templates import ensure_templates, template_id, template_source
 from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
 
 
@@ -37,7 +37,7 @@ class FakeScripts:
 def test_missing_and_stale_templates_are_stored_and_current_ones_left_alone() -> None:
     bm25, lmj, dfr = (template_id(m, "text") for m in ("bm25", "lmj", "dfr"))
     client = FakeScripts({bm25: template_source("bm25", "text"), lmj: "an older version",
-                          COMPONENTS_SCRIPT_ID: COMPONENTS_SCRIPT, BODY_TEMPLATE_ID: all_templates()[BODY_TEMPLATE_ID]})
+                          COMPONENTS_SCRIPT_ID: COMPONENTS_SCRIPT})  # fmt: skip
     assert ensure_templates(client, ["bm25", "lmj", "dfr"], ["text"]) is True
     assert sorted(client.puts) == sorted([lmj, dfr])
     assert client.held[lmj] == template_source("lmj", "text")
@@ -49,8 +49,7 @@ def test_missing_and_stale_templates_are_stored_and_current_ones_left_alone() ->
 def test_by_default_every_model_and_variant_is_ensured() -> None:
     client = FakeScripts()
     assert ensure_templates(client) is True
-    assert len(client.held) == 14 and template_id("tfidf", "title") in client.held
-    assert client.held[BODY_TEMPLATE_ID] == "{{#toJson}}body{{/toJson}}"  # a search body, compiled once
+    assert len(client.held) == 13 and template_id("tfidf", "title") in client.held
     assert client.held[COMPONENTS_SCRIPT_ID] == COMPONENTS_SCRIPT  # the fusion's components script beside them
 
 
