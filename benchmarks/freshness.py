@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from benchmarks.indexing import _hardware, _versions
 from benchmarks.report import format_table, summary
-from semdup.evaluation.site_index import make_site_index, site_doc, site_posts
+from benchmarks.site_index import make_site_index, site_doc, site_posts
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """How a site's flagging is chosen on held-out posts: k (at most k flags per post), the threshold on the fused score,
 and the Platt probabilities, as one :class:`~semdup.reranker.calibration.Calibration` that records its k.
 
-The input is a streaming protocol's output (``python -m semdup.evaluation.alerts_eval``): each held-out post's top
+The input is a streaming protocol's output (``python -m experiments.alerts_eval``): each held-out post's top
 candidates ``(candidate id, fused score)``, best first, ranked against the posts created before it, and its gold
 (the earlier posts a duplicate link joins it to). The choice maximises F1 of the flags over every k of
 :data:`K_CHOICES` and every threshold between two scores seen (midpoints); the first best wins, so a tie keeps the

@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from experiments.flag_curve import HEIGHT, WIDTH, curve_svg
 from semdup.alerts.choice import pr_curve
-from semdup.evaluation.flag_curve import HEIGHT, WIDTH, curve_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -34,7 +34,7 @@ def test_a_long_curve_is_thinned_and_an_empty_one_refused() -> None:
 
 
 def test_the_alerts_run_writes_its_test_curve_and_refuses_without_the_candidates(tmp_path) -> None:
-    from semdup.evaluation.alerts_eval import AlertsRun, write_curve
+    from experiments.alerts_eval import AlertsRun, write_curve
 
     run = AlertsRun("m-1", "bm25", 1, 0.7, {}, {}, {"precision": 50.0, "recall": 100.0})
     with pytest.raises(ValueError, match="kept no test candidates"):
