@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.flag_curve import curve_svg
-from semdup.alerts.choice import K_CHOICES, choose_on_dev, fit_flagging, flag_scores, flags_at, pr_curve
+from experiments.flag_curve import curve_svg, pr_curve
+from semdup.alerts.choice import K_CHOICES, choose_on_dev, fit_flagging, flag_scores, flags_at
 from semdup.alerts.flag import flag_duplicates
 from semdup.alerts.settings import DEFAULT_K
 from semdup.bundle.bundle import Bundle
