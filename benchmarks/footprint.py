@@ -46,8 +46,8 @@ from typing import Any
 
 from benchmarks.indexing import _hardware, _versions
 from benchmarks.report import elapsed_ms, format_table, human_bytes, ratio, summary
+from benchmarks.site_index import SITE_MAPPING, bulk_or_raise, make_site_index, site_posts
 from semdup.core.posts import Post
-from semdup.evaluation.site_index import SITE_MAPPING, bulk_or_raise, make_site_index, site_posts
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from benchmarks.indexing import _hardware, _versions
 from benchmarks.report import format_table, summary
-from semdup.evaluation.site_index import make_site_index, site_doc, site_posts
+from benchmarks.site_index import make_site_index, site_doc, site_posts
 
 logger = logging.getLogger(__name__)
 
@@ -136,11 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     if not set(modes) <= {"called", "watch"}:
         parser.error(f"unknown mode in {args.modes!r}; known: called, watch")
 
+    from benchmarks.local_worker import LocalWorker
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
     from semdup.core.task_names import SYNC_POSTS
-    from semdup.devstack.local_worker import LocalWorker
     from semdup.index_format.companion import source_post
     from semdup.index_format.documents import content_hash
     from semdup.indexer.celery_app import QUEUE, configure_app

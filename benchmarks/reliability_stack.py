@@ -1,9 +1,9 @@
 """The real parts the reliability benchmark injects faults into: one broker (Redis or RabbitMQ), one worker, a proxy.
 
 :class:`Stack` starts a throwaway broker of the asked kind (:class:`~semdup.devstack.local_redis.LocalRedis` or
-:class:`~semdup.devstack.local_rabbitmq.LocalRabbitMQ`, a temporary folder and free ports, persistent as in
-production), a ``semdup worker`` subprocess (:class:`~semdup.devstack.local_worker.LocalWorker`) whose only path to
-OpenSearch is a TCP proxy the benchmark cuts (:class:`~semdup.devstack.tcp_proxy.TcpProxy`), and two clients: a
+:class:`~benchmarks.local_rabbitmq.LocalRabbitMQ`, a temporary folder and free ports, persistent as in
+production), a ``semdup worker`` subprocess (:class:`~benchmarks.local_worker.LocalWorker`) whose only path to
+OpenSearch is a TCP proxy the benchmark cuts (:class:`~benchmarks.tcp_proxy.TcpProxy`), and two clients: a
 direct one that counts (:meth:`Stack.census`), and one through the same proxy that waits on the job, so the wait
 sees an OpenSearch cut as a user's ``semdup index-posts`` would, and says so (:class:`StatusLog`).
 """
@@ -60,13 +60,13 @@ class Stack:
     """The clients, the worker's proxy to OpenSearch, the broker of ``kind``, the worker, and the bundle under test."""
 
     def __init__(self, args: argparse.Namespace, workdir: Path, kind: str) -> None:
+        from benchmarks.local_worker import LocalWorker
+        from benchmarks.tcp_proxy import TcpProxy
         from semdup.apps.settings import load_settings
         from semdup.bundle.bundle import Bundle
         from semdup.core.clients import connect
         from semdup.core.settings import OpenSearchSettings
         from semdup.devstack.local_process import any_free_port
-        from semdup.devstack.local_worker import LocalWorker
-        from semdup.devstack.tcp_proxy import TcpProxy
         from semdup.indexer.celery_app import configure_app
 
         if kind not in BROKERS:
@@ -80,7 +80,7 @@ class Stack:
 
             self.broker: Any = LocalRedis(state_dir=workdir / f"{kind}-broker", port=any_free_port())
         else:
-            from semdup.devstack.local_rabbitmq import LocalRabbitMQ
+            from benchmarks.local_rabbitmq import LocalRabbitMQ
 
             self.broker = LocalRabbitMQ(state_dir=workdir / f"{kind}-broker")
         self.broker_url = self.broker.start()

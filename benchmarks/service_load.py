@@ -295,10 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     limits = [c.strip() for c in args.limits.split(",") if c.strip()]
     logging.basicConfig(level=logging.WARNING)
 
+    from benchmarks.site_index import site_posts
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
-    from semdup.evaluation.site_index import site_posts
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
     from semdup.reranker.settings import ServiceSettings

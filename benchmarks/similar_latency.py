@@ -5,7 +5,7 @@
         --titles artifacts/demo/cache/dense-f9d2a03a8b4fcb7c.npy
 
 A node of this run's own (a temporary state folder, a free port; or ``--opensearch``) holds every Travel post with
-the bundle's fields, k-NN mapped (:mod:`semdup.evaluation.similar_index`). A real ``semdup serve`` (one uvicorn
+the bundle's fields, k-NN mapped (:mod:`benchmarks.similar_index`). A real ``semdup serve`` (one uvicorn
 worker) serves it. The query titles are the Travel dev and test queries' titles; each round goes through them,
 the two calls alternating title by title:
 
@@ -17,7 +17,7 @@ the two calls alternating title by title:
 The encoding alone (``Bundle.encode_query`` of the title, in this process, one onnxruntime thread as the service
 has by default) is timed beside, to show where the extra time goes. Prints p50 / p99 (ms) of each, the ratios
 similar / bm25 (target p99 ≤ 2×, issue #20) and the load average after each round; then, unless ``--no-quality``,
-the title-only quality (:mod:`semdup.evaluation.similar_eval`: Acc@5 and MAP on Travel test of the service's
+the title-only quality (:mod:`benchmarks.similar_eval`: Acc@5 and MAP on Travel test of the service's
 ranking vs BM25 of the title, the fusion chosen on dev). No torch is imported.
 """
 
@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
 
+    from benchmarks import similar_eval
+    from benchmarks.similar_index import similar_index
     from semdup.bundle.bundle import Bundle
     from semdup.core.clients import connect
     from semdup.core.posts import Post
     from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
-    from semdup.evaluation import similar_eval
-    from semdup.evaluation.similar_index import similar_index
     from semdup.search_templates import query_text, template_id, template_params
 
     bundle = Bundle.load(args.bundle, intra_op_threads=1)

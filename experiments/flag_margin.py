@@ -1,13 +1,13 @@
 """Does a margin over the second candidate lift flag precision? k = 1 plus a margin, chosen on dev, tested once.
 
-Input: the streamed candidates ``python -m semdup.evaluation.alerts_eval --ranked FILE`` writes (each dev and test
+Input: the streamed candidates ``python -m experiments.alerts_eval --ranked FILE`` writes (each dev and test
 post's top 10 against the posts before it, in creation order, with the gold). The rule flags a post's first
 candidate when its fused score s1 >= t and s1 - s2 >= m (s2: the second candidate's, none: -inf). Chosen on dev,
 fixed before test is read: the (t, m) of the grid with the highest dev F1 among the rules whose dev precision is at
 least ``--min-precision`` (the issue's target, 50); ties: the first found (smaller m, then higher t). Test is then
 scored once with it, beside ``alerts_eval``'s own dev choice (k and threshold by dev F1, no margin).
 
-    python -m semdup.evaluation.alerts_eval --bundle B --own-node --ranked /tmp/ranked.json
+    python -m experiments.alerts_eval --bundle B --own-node --ranked /tmp/ranked.json
     python -m experiments.flag_margin /tmp/ranked.json
 """
 

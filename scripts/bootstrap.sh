@@ -31,7 +31,7 @@ apt_need() {  # apt_need WHY PROGRAM-OR-PATH... -- PACKAGE...
   $SUDO apt-get install -y -q "$@" >/dev/null 2>&1 || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "$@" >/dev/null; }
 }
 # Debian starts a system redis on 6379 (and may start a RabbitMQ node on 5672); semdup's tests run their own on free
-# ports (semdup/devstack/local_redis.py, local_rabbitmq.py, with its own epmd), so the system ones may stay.
+# ports (semdup/devstack/local_redis.py, benchmarks/local_rabbitmq.py, with its own epmd), so the system ones may stay.
 apt_need "the Celery broker" redis-server -- redis-server
 apt_need "the indexer's RabbitMQ tests and benchmarks" /usr/lib/rabbitmq/bin/rabbitmq-server -- rabbitmq-server
 apt_need "the review page's headless browser tests" chromium chromedriver -- chromium chromium-driver

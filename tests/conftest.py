@@ -15,7 +15,7 @@ Where they come from (first match wins):
     temporary folder, stopped at the end.
 ``rabbitmq_url``
     ``$SEMDUP_TEST_RABBITMQ_URL``, else a local ``rabbitmq-server`` (Debian's) on free ports with its own
-    epmd in a temporary folder, stopped at the end (:mod:`semdup.devstack.local_rabbitmq`).
+    epmd in a temporary folder, stopped at the end (:mod:`benchmarks.local_rabbitmq`).
 
 Tests that request these fixtures are marked ``opensearch`` / ``broker`` automatically, so
 ``pytest -m "not opensearch and not broker"`` is the fast hermetic tier.
@@ -34,11 +34,11 @@ from typing import Any
 import pytest
 from local_services import throwaway
 
+from benchmarks.local_rabbitmq import LocalRabbitMQ
 from semdup.apps.settings import load_settings
 from semdup.core.clients import connect
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
-from semdup.devstack.local_rabbitmq import LocalRabbitMQ
 from semdup.devstack.local_redis import LocalRedis
 
 logger = logging.getLogger(__name__)

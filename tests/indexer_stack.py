@@ -118,7 +118,7 @@ def all_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
 def held_worker(env: dict[str, str], tmp_path: Path, mode: str, at: int) -> tuple[Any, Path]:
     """A worker that stops at its ``at``-th delivery or task and waits to be killed (``integration/held_worker.py``),
     and the file it writes when it holds there: the kill tests wait for that file, never race the worker."""
-    from semdup.devstack.local_worker import LocalWorker
+    from benchmarks.local_worker import LocalWorker
 
     signal = tmp_path / f"held-{mode}.json"
     hold = {"SEMDUP_TEST_HOLD": mode, "SEMDUP_TEST_HOLD_AT": str(at), "SEMDUP_TEST_HOLD_SIGNAL": str(signal)}

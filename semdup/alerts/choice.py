@@ -1,7 +1,7 @@
 """How a site's flagging is chosen on held-out posts: k (at most k flags per post), the threshold on the fused score,
 and the Platt probabilities, as one :class:`~semdup.reranker.calibration.Calibration` that records its k.
 
-The input is a streaming protocol's output (``python -m semdup.evaluation.alerts_eval``): each held-out post's top
+The input is a streaming protocol's output (``python -m experiments.alerts_eval``): each held-out post's top
 candidates ``(candidate id, fused score)``, best first, ranked against the posts created before it, and its gold
 (the earlier posts a duplicate link joins it to). The choice maximises F1 of the flags over every k of
 :data:`K_CHOICES` and every threshold between two scores seen (midpoints); the first best wins, so a tie keeps the
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from semdup.core.fitting import grid_search, threshold_candidates
 from semdup.reranker.calibration import Calibration, fit_platt
 
-__all__ = ["K_CHOICES", "Ranked", "flag_scores", "flags_at", "choose_on_dev", "fit_flagging", "pr_curve"]
+__all__ = ["K_CHOICES", "Ranked", "flag_scores", "flags_at", "choose_on_dev", "fit_flagging"]
 
 K_CHOICES = (1, 2, 3, 5, 10)
 
@@ -108,14 +108,3 @@ def fit_flagging(
         positives=platt.positives,
         k=k,
     )
-
-
-def pr_curve(ranked: Ranked, gold: Mapping[str, set[str]], k: int) -> list[tuple[float, float, float]]:
-    """``(threshold, precision, recall)`` (percent) of the top-``k`` flags at every threshold between two scores
-    seen, highest threshold first (the curve a moderator walks by lowering it)."""
-    grid = threshold_candidates([s for cands in ranked.values() for _, s in cands])[::-1]
-    out = []
-    for t in grid:
-        m = flag_scores(flags_at(ranked, k, float(t)), gold)
-        out.append((float(t), m["precision"], m["recall"]))
-    return out

@@ -45,7 +45,7 @@ def decision_threshold(reranker: Reranker) -> float:
         raise ConfigError(
             f"bundle {reranker.version} has no duplicate threshold and no calibration gives one, so no post can be "
             "flagged; fit one on held-out duplicates (`semdup fit-default` on a Stack Exchange dump writes one, "
-            "as does `python -m semdup.evaluation.alerts_eval --save-calibration`; `semdup calibrate` from a "
+            "as does a checkout's `python -m experiments.alerts_eval --save-calibration`; `semdup calibrate` from a "
             "site's verdicts and links; `semdup eval decisions --fit` for pairs) and put the "
             "<bundle>.calibration.json beside the bundle"
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from semdup.core.bulk import bulk_write
@@ -50,15 +50,7 @@ class Flag:
     flagged_at: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "post_id": self.post_id,
-            "candidate_id": self.candidate_id,
-            "probability": self.probability,
-            "score": self.score,
-            "model": self.model,
-            "flagged_at": self.flagged_at,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, src: dict[str, Any]) -> Flag:

@@ -64,7 +64,6 @@ __all__ = [
     "write_bundle",
     "write_archive",
     "read_bundle_files",
-    "default_providers",
     "PreparedPosts",
 ]
 
@@ -188,12 +187,6 @@ def read_bundle_files(path: str | Path) -> dict[str, bytes]:
                 raise BundleError(f"{p} unpacks to more than {_MAX_ARCHIVE_BYTES} bytes; it is not a semdup bundle")
             files[parts[-1]] = tar.extractfile(m).read()
     return files
-
-
-def default_providers() -> list[str]:
-    """CUDA first when onnxruntime-gpu is installed and a GPU is visible, else CPU (the ``auto`` device,
-    :func:`semdup.bundle.devices.choose_device`)."""
-    return list(choose_device("auto").providers)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ pass its URL explicitly. Passwords never appear in ``repr``, logs or error messa
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -74,13 +74,6 @@ def parse_auto_bool(name: str, value: Any) -> bool | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
         return None
     return parse_bool(name, value)
-
-
-def _parse_number(name: str, value: Any, kind: type) -> Any:
-    try:
-        return kind(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{name} must be a {kind.__name__}, got {value!r}") from exc
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -165,9 +158,6 @@ class OpenSearchSettings:
         return "OpenSearchSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     __str__ = __repr__
-
-    def with_url(self, url: str) -> OpenSearchSettings:
-        return replace(self, url=url)
 
 
 @dataclass(frozen=True)

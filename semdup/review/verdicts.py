@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -79,18 +79,7 @@ class Verdict:
         return self.verdict == DUPLICATE
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "pair": self.pair,
-            "index": self.index,
-            "post_id": self.post_id,
-            "candidate_id": self.candidate_id,
-            "verdict": self.verdict,
-            "who": self.who,
-            "when": self.when,
-            "model": self.model,
-            "score": self.score,
-            "probability": self.probability,
-        }
+        return {"pair": self.pair, **asdict(self)}
 
     @classmethod
     def from_json(cls, src: dict[str, Any]) -> Verdict:

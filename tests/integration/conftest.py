@@ -19,9 +19,9 @@ from indexer_stack import travel_posts as _travel_posts
 from served_index import build_index
 from tiny_models import tiny_checkpoint
 
+from benchmarks.local_worker import LocalWorker
 from semdup.bundle import Bundle
 from semdup.core.posts import Post
-from semdup.devstack.local_worker import LocalWorker
 from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts
 

@@ -14,10 +14,10 @@ import pytest
 from indexer_stack import count, create, enqueue, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 
+from benchmarks.local_worker import LocalWorker
 from semdup.alerts.store import FLAGS_INDEX, delete_flags, flag_id, list_flags
 from semdup.core.posts import Post
 from semdup.core.task_names import FLAG_DUPLICATES
-from semdup.devstack.local_worker import LocalWorker
 from semdup.index_format.documents import lexical_document
 from semdup.reranker.calibration import Calibration, save_calibration
 

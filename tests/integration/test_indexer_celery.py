@@ -24,9 +24,9 @@ from indexer_stack import (
     worker_env,
 )
 
+from benchmarks.local_worker import LocalWorker
+from benchmarks.tcp_proxy import TcpProxy
 from semdup.core.posts import Post
-from semdup.devstack.local_worker import LocalWorker
-from semdup.devstack.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 

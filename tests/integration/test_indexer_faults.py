@@ -33,9 +33,9 @@ import pytest
 from indexer_stack import all_docs, count, create, held_worker, wait_until, worker_env
 from indexer_stack import travel_posts as _travel_posts
 
+from benchmarks.local_worker import LocalWorker
+from benchmarks.tcp_proxy import TcpProxy
 from semdup.core.posts import Post
-from semdup.devstack.local_worker import LocalWorker
-from semdup.devstack.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from indexer_stack import configure_celery, count, create, held_worker, wait_until, worker_env
 
-from semdup.devstack.local_worker import LocalWorker
+from benchmarks.local_worker import LocalWorker
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 

@@ -17,9 +17,9 @@ import pytest
 from indexer_stack import WAIT_S, all_docs
 from indexer_stack import travel_posts as _travel_posts
 
+from benchmarks.local_worker import LocalWorker
+from benchmarks.site_index import SITE_MAPPING, make_site_alias, site_doc
 from semdup.core.posts import Post
-from semdup.devstack.local_worker import LocalWorker
-from semdup.evaluation.site_index import SITE_MAPPING, make_site_alias, site_doc
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 

@@ -17,12 +17,12 @@ from fastapi.testclient import TestClient
 from indexer_stack import all_docs, configure_celery, count, create, wait_until, worker_env
 from settings_tree import service_settings
 
+from benchmarks.local_worker import LocalWorker
 from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
 from semdup.core.posts import Post
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import INDEXER_QUEUE
-from semdup.devstack.local_worker import LocalWorker
 from semdup.reranker import Reranker
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]

@@ -29,10 +29,10 @@ from indexer_stack import travel_posts as _travel_posts
 from review_stack import copy_of, flags_by_post, headless_chromium, semdup_serve, serve_env
 from served_index import build_index
 
+from benchmarks.local_worker import LocalWorker
 from semdup.alerts.store import delete_flags
 from semdup.core.posts import Post
 from semdup.data.pairs import load_pairs_jsonl
-from semdup.devstack.local_worker import LocalWorker
 from semdup.reranker.calibration import Calibration, save_calibration
 from semdup.review.verdicts import VERDICTS_INDEX, verdict_id
 

@@ -25,6 +25,7 @@ from review_stack import copy_of, flags_by_post
 from served_index import build_index
 from settings_tree import service_settings
 
+from benchmarks.local_worker import LocalWorker
 from semdup.alerts.flag import read_posts
 from semdup.alerts.store import delete_flags, list_flags
 from semdup.apps.http import create_app
@@ -32,7 +33,6 @@ from semdup.core.fitting import best_threshold
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.core.task_names import FLAG_DUPLICATES
-from semdup.devstack.local_worker import LocalWorker
 from semdup.index_format.documents import lexical_document
 from semdup.reranker.calibration import Calibration, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from semdup.alerts.choice import choose_on_dev, fit_flagging, flag_scores, flags_at, pr_curve
+from semdup.alerts.choice import choose_on_dev, fit_flagging, flag_scores, flags_at
 from semdup.alerts.settings import DEFAULT_K, AlertSettings, resolve_k
 from semdup.core.errors import BundleError
 from semdup.reranker.calibration import Calibration, load_calibration, save_calibration
@@ -33,15 +33,6 @@ def test_a_first_best_tie_keeps_the_smaller_k() -> None:
 def test_nothing_to_choose_on_is_an_error() -> None:
     with pytest.raises(ValueError, match="no held-out post has a candidate"):
         fit_flagging({"1": []}, {"1": set()}, "empty")
-
-
-def test_the_curve_walks_thresholds_downwards_recall_never_falling() -> None:
-    points = pr_curve(RANKED, GOLD, k=3)
-    thresholds = [t for t, _, _ in points]
-    recalls = [r for _, _, r in points]
-    assert thresholds == sorted(thresholds, reverse=True)
-    assert recalls == sorted(recalls) and recalls[0] == 0.0 and recalls[-1] == 100.0
-    assert points[-1][1] == pytest.approx(50.0)  # everything flagged: 3 of 6 flags are gold
 
 
 def test_k_comes_from_flag_k_then_the_calibration_then_ten() -> None:

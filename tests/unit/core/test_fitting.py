@@ -22,10 +22,7 @@ from semdup.core.fitting import (
     threshold_candidates,
 )
 from semdup.core.measures import precision_recall_f1_accuracy, semeval_scores
-from semdup.core.posts import Post
 from semdup.core.scoring import fused_scores, minmax_normalise
-from semdup.core.shingles import tune_shingle_size
-from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 
 # 40 pairs with tied scores (numpy default_rng(21), rounded to one decimal)
 S = [0.8, 0.6, 0.7, 0.1, 0.6, 1.0, 0.4, 0.1, 1.0, 0.7, 0.2, 0.7, 1.0, 0.2, 0.9, 0.7, 0.2, 0.2, 1.0, 0.3, 0.4, 0.7,
@@ -219,20 +216,3 @@ def test_former_tscqa_tune_alpha() -> None:
     assert fit.point == 0.15 and fit.value == pytest.approx(49.04761904761906, **CLOSE)
     tied = {a: round(a * (1 - a), 1) for a in ALPHA_GRID}
     assert grid_search(ALPHA_GRID, tied.get, ties="last").point == 0.8
-
-
-def test_former_shingles_tune_shingle_size() -> None:
-    """core/shingles.py tune_shingle_size's loop over sizes (strict >: the smaller size on ties)."""
-    from semdup.data import PostPair
-
-    texts = [("how do I get a visa for japan", "japan visa how to get one", True),
-             ("how do I get a visa for japan", "best beaches in thailand", False),
-             ("cheap flights from london to paris", "london paris cheap flight", True),
-             ("cheap flights from london to paris", "trains from paris to rome", False),
-             ("can I bring food through customs in australia", "bringing food through australian customs", True),
-             ("can I bring food through customs in australia", "customs rules for alcohol in the usa", False),
-             ("is tap water safe to drink in mexico", "drinking tap water mexico safe", True),
-             ("is tap water safe to drink in mexico", "where to buy water in mexico city", False)]
-    pairs = [PostPair(Post(f"q{i}", "", a), Post(f"c{i}", "", b), y, "") for i, (a, b, y) in enumerate(texts)]
-    size, threshold, accuracy = tune_shingle_size(TextPipeline(TextPipelineSettings()), pairs)
-    assert size == 1 and (threshold, accuracy) == pytest.approx((0.3875, 87.5), **CLOSE)

@@ -13,7 +13,6 @@ from semdup.core.inputs import MIN_LENGTH, build_inputs, input_names
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.posts import Post
 from semdup.core.scoring import PostScorer, bow_matrix, fused_scores, minmax_normalise
-from semdup.core.shingles import ShingleJaccardScorer, jaccard, shingles
 from semdup.core.text_pipeline import PAD_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.training.checkpoint import CheckpointScorer, load_checkpoint, save_checkpoint
 from semdup.training.pairs import pair_training_data, semeval_training_data, split_held_out
@@ -168,11 +167,7 @@ def test_pair_training_data_and_held_out_split() -> None:
     assert all(g.positive.id not in {n.id for n in g.negatives} for g in data.groups)
 
 
-def test_shingles_and_lexical_index(pipeline: TextPipeline) -> None:
-    assert shingles(["a", "b", "c"], 2) == frozenset({("a", "b"), ("b", "c")})
-    assert jaccard(frozenset({1, 2}), frozenset({2, 3})) == pytest.approx(1 / 3)
-    s = ShingleJaccardScorer(pipeline, 1).score(POSTS[0], POSTS[1:])
-    assert s[0] > s[1] == 0.0
+def test_lexical_index(pipeline: TextPipeline) -> None:
     for kind in ("tfidf", "bm25"):
         index = LexicalIndex.build(pipeline, POSTS, kind=kind)
         assert index.top_k(pipeline, [POSTS[3]], 1) == [["3"]]

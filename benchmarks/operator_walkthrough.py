@@ -1,6 +1,6 @@
 """The README's "Using semdup on your own cluster", run as an operator would, and measured (not a test).
 
-    python -m semdup.evaluation.operator_walkthrough --bundle artifacts/demo/default-minilm-travel
+    python -m benchmarks.operator_walkthrough --bundle artifacts/demo/default-minilm-travel
 
 It needs ``SEMDUP_OPENSEARCH_URL`` and ``SEMDUP_BROKER_URL`` (a cluster and a broker; `semdup opensearch start` and
 `semdup broker start` give local ones) and does, with the ``semdup`` commands in subprocesses:
@@ -31,11 +31,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks.site_index import make_site_alias
 from semdup.core.measures import accuracy_at_k
 from semdup.core.posts import Post
 from semdup.data.paths import default_data_dir
 from semdup.data.stackexchange import load_stackexchange_dump
-from semdup.evaluation.site_index import make_site_alias
 
 __all__ = ["site_corpus", "main"]
 

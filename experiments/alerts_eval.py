@@ -1,7 +1,7 @@
 """Duplicate alerts on a Stack Exchange dump: posts arrive in creation order, each post of a split is flagged against
 the posts before it, and the flags are scored against the site's duplicate links.
 
-    python -m semdup.evaluation.alerts_eval --bundle artifacts/demo/default-minilm-travel \\
+    python -m experiments.alerts_eval --bundle artifacts/demo/default-minilm-travel \\
         --dense-cache artifacts/demo/cache/dense-3602748718d84b07.npy
 
 Protocol. Posts.xml carries no dates, so creation order is id order (Stack Exchange numbers posts as they are
@@ -19,7 +19,7 @@ once, with those. If the bundle has a threshold of its own it is reported beside
 The choice is :func:`semdup.alerts.choice.fit_flagging`'s (``semdup fit-default`` makes the same one offline,
 :mod:`semdup.export.default_flagging`); the calibration records k, and workers flag with it. ``--calibration FILE``
 tests a given calibration instead (dev still streamed, reported at it); ``--curve X.svg`` draws the test flags'
-precision/recall at every threshold (:mod:`semdup.evaluation.flag_curve`); ``--ranked X.json`` keeps every post's
+precision/recall at every threshold (:mod:`experiments.flag_curve`); ``--ranked X.json`` keeps every post's
 streamed top 10 and gold (``experiments/flag_margin.py`` reads it); ``--own-node`` runs on a throwaway node.
 
 ``--dense-cache``: the corpus's dense vectors in Posts.xml order (``semdup fit-default --cache`` keeps them), to
@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from semdup.alerts.choice import K_CHOICES, choose_on_dev, fit_flagging, flag_scores, flags_at, pr_curve
+from experiments.flag_curve import curve_svg, pr_curve
+from semdup.alerts.choice import K_CHOICES, choose_on_dev, fit_flagging, flag_scores, flags_at
 from semdup.alerts.flag import flag_duplicates
 from semdup.alerts.settings import DEFAULT_K
 from semdup.bundle.bundle import Bundle
@@ -51,7 +52,6 @@ from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError, DataError
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump, load_stackexchange_dump
-from semdup.evaluation.flag_curve import curve_svg
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.indexer.lexical_index import create_index, delete_index
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration, save_calibration
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
 
-    ap = argparse.ArgumentParser(prog="python -m semdup.evaluation.alerts_eval", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m experiments.alerts_eval", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True, help="the model bundle (directory or .tar.gz)")
     ap.add_argument("--dump", help="Stack Exchange dump directory (default: the Travel data set)")
     ap.add_argument("--dense-cache", help="the corpus's dense vectors, .npy in Posts.xml order (checked on a sample)")

@@ -45,10 +45,6 @@ class TcpProxy:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
 
-    @property
-    def is_up(self) -> bool:
-        return self._listener is not None
-
     def up(self) -> None:
         """Listen and forward (again); a no-op while up."""
         if self._listener is not None:

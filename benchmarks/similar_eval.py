@@ -1,6 +1,6 @@
 """Title-only quality of ``/v1/similar`` on Travel: the asker has typed a title, nothing else.
 
-    python -m semdup.evaluation.similar_eval --bundle artifacts/demo/default-minilm-travel \\
+    python -m benchmarks.similar_eval --bundle artifacts/demo/default-minilm-travel \\
         --vectors artifacts/demo/cache/dense-3602748718d84b07.npy \\
         --titles artifacts/demo/cache/dense-f9d2a03a8b4fcb7c.npy
 
@@ -16,7 +16,7 @@ with the query's title as the only text. Contenders:
   2 × CANDIDATES posts, so MAP counts every relevant post beyond them as missed.
 
 The fusion weights are chosen on dev (grid :data:`GRID`, by MAP, ties to the earlier point), then test is run
-once with them. The corpus's vectors may come from ``.npy`` tables (:mod:`semdup.evaluation.similar_index`).
+once with them. The corpus's vectors may come from ``.npy`` tables (:mod:`benchmarks.similar_index`).
 """
 
 from __future__ import annotations
@@ -100,10 +100,10 @@ def run(
     """Dev choice and test figures (percent); ``index``: an existing index of the Travel posts (else a fresh one)."""
     from contextlib import nullcontext
 
+    from benchmarks.similar_index import similar_index
     from semdup.bundle.bundle import Bundle
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
-    from semdup.evaluation.similar_index import similar_index
     from semdup.reranker.reranker import Reranker
 
     start = time.monotonic()
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
 
-    ap = argparse.ArgumentParser(prog="python -m semdup.evaluation.similar_eval", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.similar_eval", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True, help="the model bundle (its fusion must have a title term)")
     ap.add_argument("--vectors", help="the corpus's dense vectors, .npy in Posts.xml order (checked on a sample)")
     ap.add_argument("--titles", help="the corpus's title vectors, .npy in Posts.xml order (checked on a sample)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from semdup.evaluation.alerts_eval import choose_on_dev, flag_scores
+from experiments.alerts_eval import choose_on_dev, flag_scores
 
 
 def test_precision_and_recall_count_pairs_and_false_flags_of_posts_without_gold() -> None:
@@ -48,8 +48,8 @@ def test_the_stored_vectors_carry_the_title_vectors_of_a_bundle_with_a_title_ter
 
     import numpy as np
 
+    from experiments import alerts_eval
     from semdup.core.posts import Post
-    from semdup.evaluation import alerts_eval
 
     class FakeBundle:
         def __init__(self, *args) -> None:

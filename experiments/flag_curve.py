@@ -2,7 +2,7 @@
 page draws its own chart the same way, :mod:`semdup.review.chart`).
 
 Each point is one threshold on the fused score, with the top-k flags of a streamed split
-(:func:`semdup.alerts.choice.pr_curve`): x = recall, y = precision, both in percent. The chosen threshold's point
+(:func:`pr_curve`): x = recall, y = precision, both in percent. The chosen threshold's point
 is marked, and the target region (precision >= 50 at recall >= 35, issue #20) is shaded.
 
     svg = curve_svg(pr_curve(ranked, gold, k=1), chosen=(0.8523, 38.20, 36.18), title="Travel test, k=1")
@@ -10,14 +10,28 @@ is marked, and the target region (precision >= 50 at recall >= 35, issue #20) is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
-__all__ = ["curve_svg"]
+from semdup.alerts.choice import Ranked, flag_scores, flags_at
+from semdup.core.fitting import threshold_candidates
+
+__all__ = ["pr_curve", "curve_svg"]
 
 WIDTH, HEIGHT = 520, 380
 LEFT, RIGHT, TOP, BOTTOM = 56, 20, 40, 48
 MAX_POINTS = 400
+
+
+def pr_curve(ranked: Ranked, gold: Mapping[str, set[str]], k: int) -> list[tuple[float, float, float]]:
+    """``(threshold, precision, recall)`` (percent) of the top-``k`` flags at every threshold between two scores
+    seen, highest threshold first (the curve a moderator walks by lowering it)."""
+    grid = threshold_candidates([s for cands in ranked.values() for _, s in cands])[::-1]
+    out = []
+    for t in grid:
+        m = flag_scores(flags_at(ranked, k, float(t)), gold)
+        out.append((float(t), m["precision"], m["recall"]))
+    return out
 
 
 def curve_svg(

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from semdup.evaluation.similar_eval import GRID, _grid, choose_fusion
+from benchmarks.similar_eval import GRID, _grid, choose_fusion
 from semdup.reranker.similar import TitleCandidates, TitleSearch
 
 

@@ -6,10 +6,19 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from semdup.alerts.choice import pr_curve
-from semdup.evaluation.flag_curve import HEIGHT, WIDTH, curve_svg
+from experiments.flag_curve import HEIGHT, WIDTH, curve_svg, pr_curve
 
 NS = "{http://www.w3.org/2000/svg}"
+
+
+def test_the_curve_walks_thresholds_downwards_recall_never_falling() -> None:
+    ranked = {"10": [("3", 0.9), ("9", 0.8), ("4", 0.7)], "11": [("2", 0.6)], "12": [("5", 0.85), ("6", 0.2)]}
+    points = pr_curve(ranked, {"10": {"3", "4"}, "11": set(), "12": {"5"}}, k=3)
+    thresholds = [t for t, _, _ in points]
+    recalls = [r for _, _, r in points]
+    assert thresholds == sorted(thresholds, reverse=True)
+    assert recalls == sorted(recalls) and recalls[0] == 0.0 and recalls[-1] == 100.0
+    assert points[-1][1] == pytest.approx(50.0)  # everything flagged: 3 of 6 flags are gold
 
 
 def test_the_svg_draws_the_curve_inside_the_plot_and_marks_the_chosen_point() -> None:
@@ -34,7 +43,7 @@ def test_a_long_curve_is_thinned_and_an_empty_one_refused() -> None:
 
 
 def test_the_alerts_run_writes_its_test_curve_and_refuses_without_the_candidates(tmp_path) -> None:
-    from semdup.evaluation.alerts_eval import AlertsRun, write_curve
+    from experiments.alerts_eval import AlertsRun, write_curve
 
     run = AlertsRun("m-1", "bm25", 1, 0.7, {}, {}, {"precision": 50.0, "recall": 100.0})
     with pytest.raises(ValueError, match="kept no test candidates"):

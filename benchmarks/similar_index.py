@@ -3,7 +3,7 @@ semdup fields, the title vectors included, written by the indexer's own ``index_
 
 The corpus's dense vectors and title vectors may come from ``.npy`` tables in Posts.xml order (``semdup
 fit-default --cache`` keeps both; encoding 4,919 Travel posts with MiniLM takes about 13 CPU minutes); each table
-is checked against the bundle on 8 posts first (:func:`semdup.evaluation.alerts_eval.dense_table`'s rule). Without
+is checked against the bundle on 8 posts first (:func:`experiments.alerts_eval.dense_table`'s rule). Without
 tables the bundle encodes them here.
 """
 
