@@ -1,15 +1,16 @@
-"""Producers: processes that enqueue the indexer's tasks (``semdup index-posts``, ``backfill``, ``watch``,
-``upgrade``, ``enable --backfill``, and HTTP ingest) and wait for them.
+"""Producers: processes that submit index jobs (``semdup index-posts``, ``backfill``, ``watch``, ``upgrade``,
+``enable --backfill``) and wait for them. (The HTTP service is one too; its factory, :func:`semdup.apps.http.
+create_app`, builds its own publishing app and sweeping thread.)
 
-They send through the indexer queue's Celery app (:data:`semdup.indexer.celery_app.app`) pointed at the settings
+They send through the indexer queue's Celery app (:data:`semdup.ingest.celery_app.app`) pointed at the settings
 tree's broker here, by task name (:mod:`semdup.core.task_names`; a producer never imports the workers' task modules
-to send); the library functions they call (:mod:`semdup.indexer.jobs`, ``backfill``, ``reconcile``, ``upgrade``)
-take that app's connection and the tree's sweep settings as plain arguments::
+to send); the library functions they call (:mod:`semdup.ingest.jobs`, ``backfill``, ``reconcile``) take the
+tree's sweep settings as plain arguments::
 
     settings = load_settings()
     connect_producers(settings)                                   # checks the broker answers
     job = enqueue_posts(client, "travel", posts, bundle.version)
-    done = wait_for(client, job, sweep=settings.sweep_settings())
+    result = follow(client, job, timeout=3600, sweep=settings.sweep_settings())
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from semdup.apps.settings import Settings
 
-__all__ = ["connect_producers", "ingest_sender"]
+__all__ = ["connect_producers"]
 
 
 def connect_producers(settings: Settings) -> Any:
@@ -27,17 +28,6 @@ def connect_producers(settings: Settings) -> Any:
     Raises:
         BrokerUnavailable: no broker configured, or it did not answer.
     """
-    from semdup.indexer.jobs import connect_broker
+    from semdup.ingest.celery_app import connect_broker
 
     return connect_broker(settings.broker_settings().url, visibility_timeout=settings.worker.visibility_timeout)
-
-
-def ingest_sender(settings: Settings) -> Any:
-    """The HTTP ingest endpoints' sender (:class:`semdup.reranker.ingest.CelerySender`) on ``settings``' broker, or
-    None when ingest is off or no broker is set; it connects on the first request, not here."""
-    from semdup.reranker.ingest import CelerySender
-
-    service = settings.service_settings()
-    if not service.ingest or service.broker is None:
-        return None
-    return CelerySender(service.broker.url)

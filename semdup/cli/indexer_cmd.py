@@ -1,7 +1,8 @@
 """``semdup worker``, ``semdup index-posts``, ``semdup backfill``, ``semdup enable``: the Celery indexer's CLI.
 
-Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`semdup.indexer.jobs`,
-:mod:`semdup.indexer.backfill`, :mod:`semdup.indexer.enable`) and prints what it returns.
+Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`semdup.ingest.jobs`,
+:mod:`semdup.ingest.backfill`, :mod:`semdup.ingest.reconcile`, :mod:`semdup.indexer.enable`) and prints what it
+returns.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def _candidate_field_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool) -> None:
     from semdup.core.errors import ConfigError
     from semdup.index_format.schema import CandidateFields
-    from semdup.indexer.jobs import ensure_index
+    from semdup.ingest.jobs import ensure_index
 
     try:
         state = ensure_index(client, index, dimension=bundle.dimension, fields=CandidateFields(sparse, knn))
@@ -186,16 +187,16 @@ def index_posts(
     """
     if list_parked:
         client = _client()
-        from semdup.indexer.parking import count_parked
+        from semdup.ingest.parking import count_parked, iter_parked
 
         click.echo(f"{count_parked(client, index)} parked posts in {index}")
-        show_parked(client, index, limit=10_000)
+        show_parked(iter_parked(client, index), index, limit=10_000)
         return
-    from semdup.indexer import jobs
+    from semdup.ingest import jobs
 
     follow = f"semdup index-posts --index {index}"
     if job_id:
-        from semdup.indexer.outcomes import read_job
+        from semdup.ingest.outcomes import read_job
 
         client = _client()
         _broker()
@@ -203,7 +204,7 @@ def index_posts(
         if job.index != index:
             raise click.UsageError(f"job {job_id} indexes {job.index!r}, not {index!r}")
         done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
-        finish_job(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
+        finish_job(done, timeout=timeout, follow=follow, again="enqueue them again with --input")
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
@@ -227,12 +228,12 @@ def index_posts(
         end_input(read, "enqueued", lambda: None)
         return
     done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
-    end_input(read, "written", partial(finish_job, client, done, timeout=timeout, follow=follow, again=again))
+    end_input(read, "written", partial(finish_job, done, timeout=timeout, follow=follow, again=again))
 
 
 def _index_version(client: Any, index: str, bundle: str | None) -> str:
     """The bundle's version when --bundle (or $SEMDUP_BUNDLE) names one, else the model the index is claimed for."""
-    from semdup.indexer.backfill import index_version
+    from semdup.ingest.backfill import index_version
 
     if bundle or edge.settings().model.bundle:
         return str(_load_bundle(_bundle_path(bundle)).version)
@@ -256,7 +257,7 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     Example:
       semdup backfill --index questions
     """
-    from semdup.indexer.backfill import enqueue_backfill
+    from semdup.ingest.backfill import enqueue_backfill
 
     client = _client()
     version = _index_version(client, index, bundle)
@@ -267,7 +268,6 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
         return
     done = wait_job(client, job, timeout=timeout, label=f"backfill {index}")
     finish_job(
-        client,
         done,
         timeout=timeout,
         follow=f"semdup index-posts --index {index}",
@@ -288,7 +288,7 @@ def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -
     Example:
       semdup watch --index site-posts --interval 30
     """
-    from semdup.indexer.reconcile import watch as watch_index
+    from semdup.ingest.reconcile import watch as watch_index
 
     client = _client()
     version = _index_version(client, index, bundle)
@@ -346,7 +346,7 @@ def enable(
         f"{out.fields.describe()}; text from {index}.{title_field} and .{body_field}"
     )
     if run_backfill:
-        from semdup.indexer.backfill import enqueue_backfill
+        from semdup.ingest.backfill import enqueue_backfill
 
         _broker()
         job = enqueue_backfill(client, index, b.version)

@@ -60,8 +60,8 @@ def test_the_tree_has_one_field_per_section() -> None:
 
 
 def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
-    from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT as celery_default
-    from semdup.indexer.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
+    from semdup.ingest.celery_app import DEFAULT_VISIBILITY_TIMEOUT as celery_default
+    from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
 
     assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default)
     tree = load_settings(env={})
