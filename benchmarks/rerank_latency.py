@@ -6,13 +6,10 @@ written by ``index_batch``) and the same real query posts, interleaved query by 
 * bm25: one ``_msearch/template`` call of the stored BM25 template, top ``--k-candidates`` (what a plain
   lexical duplicate search costs);
 * rerank: ``Reranker.rank`` with ``--k-candidates`` BM25 candidates: query encoding (onnxruntime), the same
-  template search with each hit carrying its ``semdup.packed`` doc value (exact vector + term weights), fusion;
+  template search with each hit carrying its fusion components (computed in the cluster), fusion;
 * encode: the query encoding alone (``Bundle.encode_query``: dense vector + learned BOW from one tokenisation), to
   show where the extra time goes;
-* http (``--http``): ``POST /v1/rerank`` on a real ``semdup serve`` (uvicorn, 1 worker, cache off), loopback;
-* cached: ``rank`` with the exact field cache (:mod:`semdup.reranker.stored_fields`). The cache serves only
-  candidates whose hits carry no ``semdup.packed`` (documents written before it existed, read with an ``mget`` of
-  ``_source``), so on this freshly written index it sees no traffic (hits and misses are printed).
+* http (``--http``): ``POST /v1/rerank`` on a real ``semdup serve`` (uvicorn, 1 worker), loopback.
 
 Reports p50 / p99 latency (ms) and sequential throughput (calls/s) of each, and the ratios rerank / bm25
 (target p99 ≤ 2 × bm25, issue #11). With ``--threads N`` a second pass runs N concurrent callers for the throughput
@@ -38,7 +35,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -98,7 +94,6 @@ def _start_service(bundle: str, index: str, url: str, server_env: dict[str, str]
         **os.environ,
         "SEMDUP_API_KEY": key,
         "SEMDUP_OPENSEARCH_URL": url,
-        "SEMDUP_FIELD_CACHE": "0",
         "SEMDUP_SEARCH_TIMEOUT": "30",
         "SEMDUP_MAX_IN_FLIGHT": "0",  # every call answered, queued as they come: its load pass times the queue
         **(server_env or {}),
@@ -141,12 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         "(BM25 candidates alone, searched while the query is encoded)",
     )
     parser.add_argument("--threads", type=int, default=4, help="concurrent callers for the throughput pass (0 = skip)")
-    parser.add_argument(
-        "--field-cache",
-        type=int,
-        default=50_000,
-        help="also time rerank with the exact field cache of this many entries (0 = skip)",
-    )
     parser.add_argument(
         "--http",
         action="store_true",
@@ -215,8 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         knn = {"auto": None, "on": True, "off": False}[args.knn]
         settings = RerankerSettings(k_candidates=args.k_candidates, search_timeout=30, knn=knn)
         rr = Reranker(bundle, client, index, settings)
-        cached = replace(rr.settings, field_cache=args.field_cache)
-        rr_cached = Reranker(rr.bundle, rr.client, rr.index, cached, rr.calibration) if args.field_cache else None
         tid = template_id("bm25", "text")
 
         def bm25(post: Any) -> Callable[[], Any]:
@@ -237,12 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         def encode(post: Any) -> Callable[[], Any]:
             return lambda: bundle.encode_query(post)
 
-        def rerank_cached(post: Any) -> Callable[[], Any]:
-            return lambda: rr_cached.rank(post, k=args.k, exclude_id=post.id)
-
         methods = {"bm25": bm25, "rerank": rerank, "encode": encode}
-        if rr_cached is not None:
-            methods["cached"] = rerank_cached
         server_env = {
             var: str(value)
             for var, value in (
@@ -279,10 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         stats = {name: _percentiles(t) for name, t in times.items()}
         throughput = {}
         if args.threads > 0:
-            for name in ("bm25", "rerank", "cached"):
+            for name in ("bm25", "rerank"):
                 if name in methods:
                     throughput[name] = _concurrent([methods[name](p) for p in queries], args.threads)
-        cache_stats = (rr_cached.field_cache.hits, rr_cached.field_cache.misses) if rr_cached is not None else None
         load: dict[tuple[str, int], dict[str, float]] = {}
         if service is not None:
             picked = [queries[i % len(queries)] for i in range(args.load_calls)]
@@ -309,15 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     p99 = stats["rerank"]["p99"] / stats["bm25"]["p99"]
     verdict = "met" if p99 <= TARGET else "NOT met"
     print(f"ratio rerank / bm25: p50 {p50:.2f}x, p99 {p99:.2f}x (target p99 <= {TARGET:g}x: {verdict})")
-    if "cached" in stats:
-        c50 = stats["cached"]["p50"] / stats["bm25"]["p50"]
-        c99 = stats["cached"]["p99"] / stats["bm25"]["p99"]
-        hits, misses = cache_stats
-        print(
-            f"ratio cached rerank / bm25: p50 {c50:.2f}x, p99 {c99:.2f}x (target p99 <= {TARGET:g}x: "
-            f"{'met' if c99 <= TARGET else 'NOT met'}); field cache hits {hits}, misses {misses} "
-            f"(it serves only candidates without semdup.packed)"
-        )
     if load:
         shown = {
             name: "default" if value is None else value

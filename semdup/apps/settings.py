@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, model_validator
+from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from semdup.alerts.settings import AlertSettings
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     opensearch: OpenSearchSettings | None = None
     broker: BrokerSettings | None = None
     model: ModelSection = ModelSection()
-    candidates: RerankerSettings = RerankerSettings(field_cache=50_000)
+    candidates: RerankerSettings = RerankerSettings()
     service: ServiceSection = ServiceSection()
     review: ReviewSection = ReviewSection()
     worker: WorkerSection = WorkerSection()
@@ -150,14 +150,6 @@ class Settings(BaseSettings):
     metrics: WorkerMetricsSettings = WorkerMetricsSettings()
     logging: LoggingSection = LoggingSection()
     pipeline: PipelineSection = PipelineSection()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _service_field_cache(cls, data: Any) -> Any:
-        """The service keeps 50,000 candidates' fields by default (the dataclass's default, 0, is the library's)."""
-        if isinstance(data, dict) and isinstance(data.get("candidates"), dict):
-            data["candidates"].setdefault("field_cache", 50_000)
-        return data
 
     @classmethod
     def settings_customise_sources(
@@ -266,7 +258,7 @@ class Settings(BaseSettings):
     def alert_settings(self) -> AlertSettings:
         """How the workers flag: the service's candidate paths (no field cache: each post is flagged once)."""
         return AlertSettings(
-            k=self.alerts.flag_k, reranker=replace(self.candidates, field_cache=0), calibration=self.model.calibration
+            k=self.alerts.flag_k, reranker=self.candidates, calibration=self.model.calibration
         )
 
     def sweep_settings(self) -> Any:

@@ -52,7 +52,6 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_KNN", "candidates.knn", "k-NN candidates: true, false or auto (where mapped)", "auto_bool"),
     Var("SEMDUP_K_CANDIDATES", "candidates.k_candidates", "candidates per retrieval path (1..1000)"),
     Var("SEMDUP_SEARCH_TIMEOUT", "candidates.search_timeout", "seconds per OpenSearch call of the reranker"),
-    Var("SEMDUP_FIELD_CACHE", "candidates.field_cache", "candidates' stored fields the service keeps (0 = off)"),
     Var("SEMDUP_INDEX", "service.index", "the index a request without \"index\" searches (the service needs it)"),
     Var("SEMDUP_INDICES", "service.indices", "comma-separated indices or aliases requests may name", "csv"),
     Var("SEMDUP_API_KEY", "service.api_key", "one key clients send in X-API-Key (search scope)", secret=True),
@@ -138,7 +137,7 @@ _SERVICE_KEYS = (
     "onnx_threads", "max_in_flight", "workers", "ingest", "max_ingest_posts", "ops_auth", "auth_failures",
     "auth_window", "auth_block", "runtime_dir",
 )  # fmt: skip
-_CANDIDATE_KEYS = ("templates", "variant", "sparse", "knn", "k_candidates", "search_timeout", "field_cache")
+_CANDIDATE_KEYS = ("templates", "variant", "sparse", "knn", "k_candidates", "search_timeout")
 
 # The flat ``reranker:`` section of config files written before the tree: key -> place in the tree.
 LEGACY_KEYS: dict[str, str] = {

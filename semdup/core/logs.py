@@ -195,12 +195,19 @@ def _celery_task_logs_as_ours(logger: logging.Logger | None = None, **_: Any) ->
             handler.setFormatter(ScrubbingFormatter(inner=current or logging.Formatter(TEXT_FORMAT)))
 
 
+def _celery_pool_logs_as_ours(**_: Any) -> None:
+    """Celery gives the pool's ``multiprocessing`` logger (billiard's: "Process 'ForkPoolWorker-1' exited with
+    signal 15", not propagating) a text handler of its own: make it JSON in JSON mode, scrubbed in text mode."""
+    _celery_task_logs_as_ours(logging.getLogger("multiprocessing"))
+
+
 def _hook_celery_task_logger() -> None:
     try:
         from celery import signals
     except ImportError:  # no Celery, no task logger to fix
         return
     signals.after_setup_task_logger.connect(_celery_task_logs_as_ours, weak=False)
+    signals.after_setup_logger.connect(_celery_pool_logs_as_ours, weak=False)
 
 
 class _StderrHandler(logging.StreamHandler):

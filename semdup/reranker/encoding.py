@@ -10,11 +10,17 @@ default: a lone request gets both cores; onnxruntime gives the same vectors, to 
 at most ``usable CPUs // threads`` encodings run at once in a process. When the service is busy, requests take
 their turns at the encoder, each with both cores, instead of sharing them one core each: the same work per
 second, and the first in line is answered sooner.
+
+The title runs beside the body, on a helper thread, in the same session: one short sequence does not keep two
+cores busy (a lone body encodes barely faster on 2 threads than on 1), so the title's run fills the idle one. Each
+run computes what it computes alone, so the vectors are the same to the bit (``tests/unit/reranker``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +73,25 @@ class QueryEncoder:
         """
         bundle, cut = self.bundle, self.max_wordpieces
         with self._turns:
-            vector, terms = bundle.encode_query(post) if cut is None else bundle.encode_query(post, max_wordpieces=cut)
-            title = bundle.encode_titles([post])[0] if with_title and post.title and bundle.uses_title else None
+            pending: Future[Any] | None = None
+            if with_title and post.title and bundle.uses_title:
+                pending = _titles().submit(bundle.encode_titles, [post])
+            try:
+                vector, terms = bundle.encode_query(post) if cut is None else bundle.encode_query(post, max_wordpieces=cut)
+            finally:
+                title = pending.result()[0] if pending is not None else None  # its error too, once the body's is out
         return QueryEncoding(vector, terms, title)
+
+
+_pool_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+
+
+def _titles() -> ThreadPoolExecutor:
+    """The process's title-encoding threads (one per concurrent encoding at most: the encoder's slots bound them)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=max(2, usable_cpus()),
+                                                     thread_name_prefix="semdup-title"))  # fmt: skip
+        return _pool[1]

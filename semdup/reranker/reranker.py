@@ -65,7 +65,7 @@ from semdup.reranker.sources import (
     merge,
     search,
 )
-from semdup.reranker.stored_fields import FieldCache, StoredFields
+from semdup.reranker.stored_fields import StoredFields
 from semdup.search_templates import query_text
 from semdup.search_templates.components import components_params
 
@@ -134,7 +134,7 @@ class Reranker:
         fusion: the fusion's weights (the bundle's; an evaluation may set others).
         indices: the indices resolved so far (:class:`~semdup.reranker.index.IndexResolver`).
         encoder: the query encoder (:class:`~semdup.reranker.encoding.QueryEncoder`).
-        stored: the ``_source`` read of candidates whose hits carried no packed fields, and its cache.
+        stored: the ``_source`` read of candidates whose hits carried no cosines (posts before the packed format 2).
     """
 
     def __init__(
@@ -154,7 +154,7 @@ class Reranker:
         _check_paths(bundle, self.settings)
         self.indices = IndexResolver(client, bundle.version, dense=bundle.dimension is not None)
         self.encoder = QueryEncoder(bundle)
-        self.stored = StoredFields(client, self.settings.field_cache)
+        self.stored = StoredFields(client)
 
     @classmethod
     def from_bundle(
@@ -184,20 +184,9 @@ class Reranker:
             return self.calibration.threshold
         return self.bundle.threshold
 
-    @property
-    def field_cache(self) -> FieldCache | None:
-        """The exact field cache (:class:`~semdup.reranker.stored_fields.FieldCache`), None when off."""
-        return self.stored.cache
-
     def with_settings(self, **changes: Any) -> Reranker:
-        """The same bundle, client, encoder, resolved indices and field cache with other candidate settings
-        (``RerankerSettings`` fields; the field cache's size is the reranker's own: make a new one for another).
-
-        Raises:
-            ValueError: a change of ``field_cache``.
-        """
-        if changes.get("field_cache", self.settings.field_cache) != self.settings.field_cache:
-            raise ValueError("field_cache is set when a Reranker is made; make a new Reranker for another size")
+        """The same bundle, client, encoder and resolved indices with other candidate settings (``RerankerSettings``
+        fields)."""
         other = copy.copy(self)
         other.settings = replace(self.settings, **changes)
         _check_paths(self.bundle, other.settings)

@@ -86,7 +86,6 @@ class RerankerSettings:
             come from: Travel recall 96.39 with them, 81.53 BM25 alone), quietly off elsewhere.
         k_candidates: candidates per retrieval path (1..1000).
         search_timeout: seconds allowed for each OpenSearch call.
-        field_cache: candidates whose stored fields are kept in memory (exact, version-checked; 0 = off).
     """
 
     templates: tuple[str, ...] = ("bm25",)
@@ -95,11 +94,8 @@ class RerankerSettings:
     knn: bool | None = None
     k_candidates: int = 100
     search_timeout: float = 5.0
-    field_cache: int = 0
 
     def __post_init__(self) -> None:
-        if self.field_cache < 0:
-            raise ConfigError(f"field_cache must be >= 0 entries (0 = off), got {self.field_cache}")
         if not self.templates:
             raise ConfigError(f"give at least one candidate template; accepted: {', '.join(LEXICAL_MODELS)}")
         unknown = [t for t in self.templates if t not in LEXICAL_MODELS]

@@ -143,7 +143,6 @@ class TitleSource:
     """BM25 on the ``title`` field (:func:`title_query`) as a candidate source, its hits carrying their titles."""
 
     name = "bm25"
-    needs_encoding = False
     template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any]:

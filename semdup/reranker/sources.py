@@ -123,11 +123,10 @@ class Hit:
 
 
 class CandidateSource(Protocol):
-    """A source of candidates (module doc): its name (in each candidate's ``sources``), whether it needs the
-    query's encoding, whether its request is a stored-template call, the request itself, and its hits."""
+    """A source of candidates (module doc): its name (in each candidate's ``sources``), whether its request is a
+    stored lexical template's call, the request itself, and its hits."""
 
     name: str
-    needs_encoding: bool
     template: bool
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
@@ -195,7 +194,6 @@ class TemplateSource:
 
     model: str = "bm25"
     variant: str = "text"
-    needs_encoding = False
     template = True
 
     @property
@@ -263,7 +261,6 @@ class SparseSource:
     """Learned-sparse candidates: the ``rank_feature`` dot product with the query's BOW weights."""
 
     name = "sparse"
-    needs_encoding = True
     template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
@@ -279,7 +276,6 @@ class KnnSource:
 
     source: tuple[str, ...] = ()
     name = "knn"
-    needs_encoding = True
     template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:
@@ -295,7 +291,6 @@ class RestrictSource:
     lexical score 0 (they did not match the first template, which searched the same posts)."""
 
     name = "restrict"
-    needs_encoding = True
     template = False
 
     def request(self, query: SourceQuery) -> dict[str, Any] | None:

@@ -218,3 +218,33 @@ def test_the_search_answers_within_2_s_in_its_own_order_when_the_service_is_stop
 def _url(client: Any) -> str:
     h = client.transport.hosts[0]
     return f"http://{h['host']}:{h['port']}"
+
+
+def test_the_cohere_shaped_endpoint_scores_every_document(
+    ml_client: Any, travel: tuple[Path, str, list[Post]], service: str
+) -> None:
+    """``/v1/rerank/documents``: post ids scored as /v1/rerank scores them (restricted to those posts), texts
+    encoded here; one result per document, best first; an id the index does not hold below all."""
+    _, index, posts = travel
+    post = next(p for p in posts[20:] if p.title and p.body)
+    head = {"Authorization": f"Bearer {KEY}"}
+    ids = [p.id for p in posts[30:36]]
+    r = httpx.post(f"{service}/v1/rerank/documents", headers=head, timeout=60,
+                   json={"query": post.title, "documents": [*ids, "no-such-post"], "documents_are": "ids",
+                         "index": index})  # fmt: skip
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert sorted(x["index"] for x in results) == list(range(7)) and results[-1]["index"] == 6
+    assert [x["relevance_score"] for x in results] == sorted((x["relevance_score"] for x in results), reverse=True)
+    # the reranker's fusion restricted to those posts (lexnorm's min-max over them), as the service ranks them
+    from semdup.reranker import Reranker
+
+    bundle_dir = travel[0]
+    ranked = Reranker(Bundle.load(bundle_dir), ml_client, index).rank(Post("_q", post.title, ""), k=10,
+                                                                       restrict_ids=ids)  # fmt: skip
+    assert [c.id for c in ranked] == [ids[x["index"]] for x in results[:-1]]
+    assert [x["relevance_score"] for x in results[:-1]] == pytest.approx([c.score for c in ranked], rel=1e-8)
+    texts = httpx.post(f"{service}/v1/rerank/documents", headers=head, timeout=60,
+                       json={"query": post.title, "documents": [post.body, posts[0].body], "top_n": 1})
+    assert texts.status_code == 200 and len(texts.json()["results"]) == 1
+    assert texts.json()["results"][0]["index"] == 0  # the post's own body ranks above another's

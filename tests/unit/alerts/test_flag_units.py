@@ -233,7 +233,7 @@ def test_alert_settings_read_the_services_candidate_variables() -> None:
     tree = load_settings(env=env)
     s = tree.alert_settings()
     assert (s.k, s.reranker.knn, s.reranker.templates, s.calibration) == (3, True, ("bm25", "lmj"), "/c.json")
-    assert s.reranker == replace(tree.candidates, field_cache=0)  # the service's candidate paths, one section
+    assert s.reranker == tree.candidates  # the service's candidate paths, one section
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be within"):
         load_settings(env={"SEMDUP_FLAG_K": "0"})
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be a whole number, got 'ten'"):

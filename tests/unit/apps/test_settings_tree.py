@@ -65,7 +65,7 @@ def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
 
     assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default)
     tree = load_settings(env={})
-    assert tree.opensearch is None and tree.broker is None and tree.candidates.field_cache == 50_000
+    assert tree.opensearch is None and tree.broker is None and tree.candidates.k_candidates == 100
     with pytest.raises(OpenSearchUnavailable, match="SEMDUP_OPENSEARCH_URL"):
         tree.opensearch_settings()
 

@@ -22,6 +22,7 @@ def test_a_row_counts_answers_by_kind_and_takes_percentiles_of_the_200s_only() -
     )
     row = dict(zip(HEADERS, row_cells("4", 200, out, 3.5), strict=True))
     assert (row["calls"], row["200"], row["503"], row["other"]) == (6, 2, 2, 2)
+    # exact: 0.1 s and 0.3 s become 100.0 and 300.0 ms exactly, and their linear median is halfway
     assert row["p50 ms"] == 200.0 and row["200s/s"] == 1.0 and row["healthz max ms"] == 5000.0
     assert row["probe fail"] == "1/3" and row["load 1m"] == 3.5 and row["limit"] == "4"
 

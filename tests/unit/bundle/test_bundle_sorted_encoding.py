@@ -69,6 +69,7 @@ def test_sorted_batches_give_each_post_its_own_vector_in_input_order(n: int) -> 
     bundle = _bundle(session)
     fields = bundle.document_fields(posts)
     one_by_one = np.concatenate([bundle.encode_dense([p]) for p in posts])
+    # exact: the stand-in's outputs are small integers, whatever the batch, and each row is normalised on its own
     np.testing.assert_array_equal(np.asarray([f["vector"] for f in fields], dtype=np.float32), one_by_one)
     # and each is its own post's: [Σ ids, length, Σ ids²] of its wordpieces ([CLS] … [SEP], cut at 24), normalised
     ids = [np.asarray(_tokenizer().encode(p.title).ids, dtype=np.float64) for p in posts]

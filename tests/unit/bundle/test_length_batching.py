@@ -85,7 +85,7 @@ def test_the_runner_keeps_up_to_streams_batches_in_flight_and_writes_each_in_its
     runner.run_into(iter(jobs))
     in_order = np.empty_like(out)
     in_order[np.concatenate(batches)] = out
-    assert in_order.tolist() == [[float(sum(s)), float(len(s))] for s in seqs]
+    assert in_order.tolist() == [[float(sum(s)), float(len(s))] for s in seqs]  # integer sums: exact
     assert session.most == 3
     runner.close()
 
@@ -105,6 +105,7 @@ def test_io_binding_writes_the_same_bits_as_a_plain_run(bundle_dir: Path) -> Non
     bound = EncoderRunner(bundle.session, ("input_ids", "attention_mask"), io_binding=True)
     out = np.full((4, plain.shape[1]), np.nan, dtype=np.float32)
     bound.run_into([(feed, out[1:3])])
+    # bit-equal: one session, one feed, the same kernels; only where the output lands differs
     assert np.array_equal(out[1:3], plain) and np.isnan(out[0]).all() and np.isnan(out[3]).all()
     with pytest.raises(ValueError, match="C-contiguous float32"):
         bound.run_into([(feed, out[1:3, :4])])

@@ -64,6 +64,8 @@ def test_travel_scores_of_a_matrix_equal_eval_travel_and_hand_figures() -> None:
     dump = SimpleNamespace(queries=lambda split: QUERIES, corpus=lambda: CORPUS)
     scorer = _MatrixScorer(MATRIX, {"p1": 0, "p3": 1}, {p: j for j, p in enumerate(IDS)})
     figures = travel_scores(MATRIX, QUERIES, IDS)
+    # exact here and below: each protocol reaches the same measure function over the same scores, so the two
+    # sides run the same arithmetic (the claim is that they are one path)
     assert eval_travel(scorer, dump, "dev") == figures
     # p1: p3 p4 p2 p5 -> relevant at ranks 2 and 4; p3: p5 p1 p2 p4 -> relevant at rank 4.
     assert figures["MAP"] == pytest.approx(100 * ((1 / 2 + 2 / 4) / 2 + 1 / 4) / 2)

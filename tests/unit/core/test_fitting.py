@@ -86,7 +86,10 @@ def test_f1_threshold_is_what_a_loop_over_the_candidates_finds() -> None:
         s, y = np.round(rng.random(n), 1), rng.random(n) < 0.4
         f1 = [precision_recall_f1_accuracy(s >= t, y)["F1"] for t in threshold_candidates(s)]
         t, acc = best_threshold(s, y, "f1")
-        assert t == threshold_candidates(s)[int(np.argmax(f1))] and acc == pair_accuracy(s, y, t)
+        # the same candidate array, so the chosen threshold is exact; the accuracy is 100·c/n here and
+        # 100·mean(hits) in pair_accuracy, two roundings of one fraction: equal within 1e-12
+        assert t == threshold_candidates(s)[int(np.argmax(f1))]
+        assert acc == pytest.approx(pair_accuracy(s, y, t), rel=1e-12)
 
 
 def test_an_unknown_threshold_measure_is_refused() -> None:
@@ -100,23 +103,30 @@ def test_platt_needs_both_classes() -> None:
 
 
 # --- one regression per former copy ------------------------------------------------------------------------------
+# The former copies' values were printed to full precision, but only their maths is the regression: a threshold is a
+# midpoint of two scores and a figure a ratio of counts (a few roundings: rel 1e-12 holds them, and no grid choice
+# turns on 1e-12); Platt's (a, b) come from Newton steps that stop once the gradient is below 1e-9, so their last
+# digits follow the machine's exp/log (numpy's AVX-512 exp differs from its AVX2 one in the 16th digit): abs 1e-9.
+CLOSE = {"rel": 1e-12, "abs": 1e-12}
 
 def test_former_metrics_best_threshold() -> None:
     """core/measures.py best_threshold (accuracy, vectorised): now core/fitting.best_threshold."""
-    assert best_threshold(S, Y) == (0.75, 55.0)
-    assert best_threshold(S2, Y2) == (0.4, 83.33333333333333)
+    assert best_threshold(S, Y) == pytest.approx((0.75, 55.0), **CLOSE)
+    assert best_threshold(S2, Y2) == pytest.approx((0.4, 83.33333333333333), **CLOSE)
 
 
 def test_former_through_reranker_best_f1_threshold() -> None:
     """evaluation/through_reranker.py best_f1_threshold (a loop over the midpoints, strict >)."""
-    assert best_threshold(S, Y, "f1") == (0.05, 47.5)
-    assert best_threshold(S2, Y2, "f1") == (0.4, 83.33333333333334)
-    assert best_threshold(S2, [False] * 6, "f1") == (-0.9, 0.0)  # F1 0 everywhere: the lowest candidate
+    assert best_threshold(S, Y, "f1") == pytest.approx((0.05, 47.5), **CLOSE)
+    assert best_threshold(S2, Y2, "f1") == pytest.approx((0.4, 83.33333333333334), **CLOSE)
+    # F1 0 everywhere: the lowest candidate
+    assert best_threshold(S2, [False] * 6, "f1") == pytest.approx((-0.9, 0.0), **CLOSE)
 
 
 def test_former_calibration_fit_platt() -> None:
     """reranker/calibration.py fit_platt's Newton iterations: now core/fitting.platt_scaling."""
-    assert platt_scaling(S, Y) == (-0.5687029003937859, 0.08687925100023518)
+    # -0.5687029003937862 on AMD EPYC (AVX2) and under NPY_DISABLE_CPU_FEATURES=X86_V4: the fit's own tolerance
+    assert platt_scaling(S, Y) == pytest.approx((-0.5687029003937859, 0.08687925100023518), rel=0, abs=1e-9)
 
 
 # four dev queries of five candidates: (cos_bow, cos_dense, raw lexical, cos_title), numpy default_rng(7)
@@ -156,6 +166,9 @@ def _mrr(run: dict[str, np.ndarray]) -> float:
 def test_former_default_fit_choose_fusion(titles: tuple[float, ...], point: tuple, value: float, last: float) -> None:
     """core/fusion_fit.py choose_fusion's triple loop (first best by more than 1e-12)."""
     fit = grid_search(itertools.product(titles, GRID, GRID), _mrr, run=_fused, tolerance=1e-12)
+    # exact: _mrr rounds to 6 decimals, as choose_fusion did, and an MRR of four queries of five candidates is a
+    # multiple of 100/240, never within 1.6e-7 of a 6-decimal rounding edge; the ranks come from products and
+    # sums of the same floats in the same order (correctly rounded on every IEEE-754 machine)
     assert (fit.point, fit.value) == (point, value)
     assert len(fit.table) == 81 * len(titles) and fit.table[-1] == ((titles[-1], 1.5, 1.5), last)
 
@@ -203,7 +216,7 @@ def test_former_tscqa_tune_alpha() -> None:
         return semeval_scores(preds, gold)
 
     fit = grid_search(ALPHA_GRID, semeval_map, metric="MAP", ties="last")
-    assert (fit.point, fit.value) == (0.15, 49.04761904761906)
+    assert fit.point == 0.15 and fit.value == pytest.approx(49.04761904761906, **CLOSE)
     tied = {a: round(a * (1 - a), 1) for a in ALPHA_GRID}
     assert grid_search(ALPHA_GRID, tied.get, ties="last").point == 0.8
 
@@ -221,4 +234,5 @@ def test_former_shingles_tune_shingle_size() -> None:
              ("is tap water safe to drink in mexico", "drinking tap water mexico safe", True),
              ("is tap water safe to drink in mexico", "where to buy water in mexico city", False)]
     pairs = [PostPair(Post(f"q{i}", "", a), Post(f"c{i}", "", b), y, "") for i, (a, b, y) in enumerate(texts)]
-    assert tune_shingle_size(TextPipeline(TextPipelineSettings()), pairs) == (1, 0.3875, 87.5)
+    size, threshold, accuracy = tune_shingle_size(TextPipeline(TextPipelineSettings()), pairs)
+    assert size == 1 and (threshold, accuracy) == pytest.approx((0.3875, 87.5), **CLOSE)

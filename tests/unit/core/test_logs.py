@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -323,6 +324,12 @@ def test_real_celery_worker_writes_json_lines_only(tmp_path, redis_url: str) -> 
         while time.monotonic() < deadline and "logprobe fails on purpose" not in (tmp_path / "worker.err").read_text():
             assert worker.poll() is None, (tmp_path / "worker.err").read_text()[-3000:]
             time.sleep(0.5)
+        # a pool process killed under the worker (the OOM killer, a stop that signals the whole group): the parent
+        # logs it on billiard's own logger, which must write JSON too (it did not, one run in a few)
+        children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
+        os.kill(int(children[0]), signal.SIGKILL)
+        while time.monotonic() < deadline and "exited with" not in (tmp_path / "worker.err").read_text():
+            time.sleep(0.5)
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         try:
@@ -339,3 +346,4 @@ def test_real_celery_worker_writes_json_lines_only(tmp_path, redis_url: str) -> 
     assert any(r["level"] == "ERROR" and "logprobe fails on purpose" in r["message"] for r in records)
     assert any(r.get("task_name") == "semdup.indexer.logprobe" for r in records)
     assert "hunter2" not in text and "Lisbon to Porto" not in text
+    assert any("exited with" in r["message"] and r["level"] == "ERROR" for r in records)  # billiard's, as JSON

@@ -37,7 +37,9 @@ def test_dev_choice_is_the_one_the_former_loop_made() -> None:
     }
     gold = {"p0": {"a"}, "p1": {"d", "e"}, "p2": {"h"}, "p3": {"j"}, "p4": set()}
     k, threshold, dev = choose_on_dev(ranked, gold)
-    assert (k, threshold, dev["F1"], dev["flags"]) == (2, 0.7749999999999999, 88.88888888888889, 4)
+    assert (k, dev["flags"]) == (2, 4)
+    # a midpoint of two scores and an F1 of counts: a few roundings, so within 1e-12 of the printed values
+    assert (threshold, dev["F1"]) == pytest.approx((0.7749999999999999, 88.88888888888889), rel=1e-12, abs=1e-12)
 
 
 def test_the_stored_vectors_carry_the_title_vectors_of_a_bundle_with_a_title_term(monkeypatch) -> None:

@@ -126,6 +126,7 @@ def test_archive_round_trip(bow_bundle: Path, posts: list[Post], tmp_path: Path)
     archive = Path(str(bow_bundle) + ".tar.gz")
     from_dir, from_archive = Bundle.load(bow_bundle), Bundle.load(archive)
     assert from_archive.version == from_dir.version and from_archive.path == archive
+    # the same model bytes and session settings on the same posts: the same arithmetic, bit-equal on any CPU
     np.testing.assert_array_equal(from_archive.encode_dense(posts), from_dir.encode_dense(posts))
     assert from_archive.encode_terms(posts) == from_dir.encode_terms(posts)
     again = write_archive(bow_bundle, tmp_path / "again.tar.gz")
