@@ -25,23 +25,10 @@ logger = logging.getLogger(__name__)
 _BUNDLE_HELP = "Model bundle directory or .tar.gz (default: $SEMDUP_BUNDLE)."
 
 
-def _bundle_path(value: str | None) -> str:
-    return edge.bundle_path(value)
-
-
 def _load_bundle(path: str) -> Any:
     from semdup.bundle.bundle import Bundle
 
     return Bundle.load(path)
-
-
-def _client() -> Any:
-    return edge.client()
-
-
-def _broker() -> None:
-    """Point the producers' Celery app at the configured broker and check that it answers."""
-    edge.connect_broker()
 
 
 @click.command("worker")
@@ -76,7 +63,7 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     from semdup.apps.worker import load_worker_bundle, run_worker
     from semdup.bundle.devices import choose_device
 
-    path = _bundle_path(bundle)
+    path = edge.bundle_path(bundle)
     overrides: dict[str, Any] = {"model.bundle": path, "worker.device": device and device.lower()}
     settings = load_settings(overrides=overrides)
     if settings.worker.encode_threads is None:  # each process its share of the cores
@@ -89,8 +76,8 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     b = load_worker_bundle(settings, path, device="cpu", fp16=False)
     click.echo(f"worker: bundle {b.version} ({b.arch}), device {choice.device}, providers {list(choice.providers)}")
     del b
-    _client().info()
-    _broker()
+    edge.client().info()
+    edge.connect_broker()
     run_worker(
         settings,
         [
@@ -186,7 +173,7 @@ def index_posts(
       semdup index-posts --index travel --job 3f9c0e1d2b4a5968   # follow a job that timed out
     """
     if list_parked:
-        client = _client()
+        client = edge.client()
         from semdup.ingest.parking import count_parked, iter_parked
 
         click.echo(f"{count_parked(client, index)} parked posts in {index}")
@@ -198,8 +185,8 @@ def index_posts(
     if job_id:
         from semdup.ingest.outcomes import read_job
 
-        client = _client()
-        _broker()
+        client = edge.client()
+        edge.connect_broker()
         job = read_job(client, job_id)
         if job.index != index:
             raise click.UsageError(f"job {job_id} indexes {job.index!r}, not {index!r}")
@@ -210,9 +197,9 @@ def index_posts(
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
     from semdup.cli.input_report import end_input, read_input
 
-    b = _load_bundle(_bundle_path(bundle))
-    client = _client()
-    _broker()
+    b = _load_bundle(edge.bundle_path(bundle))
+    client = edge.client()
+    edge.connect_broker()
     read = None
     if replay_parked:
         job = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
@@ -236,7 +223,7 @@ def _index_version(client: Any, index: str, bundle: str | None) -> str:
     from semdup.ingest.backfill import index_version
 
     if bundle or edge.settings().model.bundle:
-        return str(_load_bundle(_bundle_path(bundle)).version)
+        return str(_load_bundle(edge.bundle_path(bundle)).version)
     return index_version(client, index)
 
 
@@ -259,9 +246,9 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     """
     from semdup.ingest.backfill import enqueue_backfill
 
-    client = _client()
+    client = edge.client()
     version = _index_version(client, index, bundle)
-    _broker()
+    edge.connect_broker()
     job = enqueue_backfill(client, index, version, batch_size=batch_size)
     click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {version})")
     if not wait or not job.total:
@@ -290,9 +277,9 @@ def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -
     """
     from semdup.ingest.reconcile import watch as watch_index
 
-    client = _client()
+    client = edge.client()
     version = _index_version(client, index, bundle)
-    _broker()
+    edge.connect_broker()
     click.echo(f"watching {index} every {interval:g} s (model {version}); Ctrl-C stops")
 
     def report(job: Any) -> None:
@@ -329,8 +316,8 @@ def enable(
     from semdup.index_format.schema import CandidateFields
     from semdup.indexer.enable import enable_index
 
-    b = _load_bundle(_bundle_path(bundle))
-    client = _client()
+    b = _load_bundle(edge.bundle_path(bundle))
+    client = edge.client()
     out = enable_index(
         client,
         index,
@@ -348,7 +335,7 @@ def enable(
     if run_backfill:
         from semdup.ingest.backfill import enqueue_backfill
 
-        _broker()
+        edge.connect_broker()
         job = enqueue_backfill(client, index, b.version)
         click.echo(
             f"job {job.id}: enqueued {job.total} posts for backfill; follow it with "

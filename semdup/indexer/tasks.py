@@ -19,7 +19,7 @@ Arguments are JSON-native (index name, small batches of posts or ids, the bundle
 write has a deterministic ``_id`` and content, so a task delivered twice writes the same thing (``acks_late`` is
 safe, see ``celery_app``). A task of a job records its outcome (:mod:`semdup.ingest.outcomes`) as its last step.
 
-Example (the producers do this for you, :func:`semdup.ingest.submit`)::
+Example (the producers do this for you, :func:`semdup.ingest.jobs.submit`)::
 
     from semdup.indexer.tasks import index_posts
     index_posts.delay("travel", [{"id": "1", "title": "Visa?", "body": "..."}], bundle.version, job="9f2c...")

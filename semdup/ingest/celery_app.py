@@ -76,6 +76,9 @@ _BROKER_CONNECT_TIMEOUT = 10.0
 _BROKER_HEARTBEAT = 60  # seconds; RabbitMQ closes a connection that misses two, and requeues what it held
 _AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 _REQUEST_TIMEOUT = 5.0  # seconds an HTTP request's publish may wait to connect to / write to the broker
+# A request's publish that fails is tried again twice within about a second (a broker restarting), then given up:
+# the caller is waiting on an HTTP request and gets a 503 it can retry, rather than a hung thread.
+_REQUEST_RETRY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.4, "interval_max": 0.6}
 
 
 def is_amqp(broker_url: str) -> bool:
@@ -166,7 +169,7 @@ def producer_app(broker_url: str, *, timeout: float = _REQUEST_TIMEOUT) -> Celer
     broker. Thread-safe (kombu's producer pool); nothing connects until the first publish, so the service starts
     (and ``/readyz`` answers) while the broker is down."""
     own = Celery("semdup.ingest", set_as_current=False)
-    own.conf.update(celery_config(broker_url, timeout=timeout))
+    own.conf.update(celery_config(broker_url, timeout=timeout), task_publish_retry_policy=_REQUEST_RETRY)
     return own
 
 

@@ -322,7 +322,7 @@ def poll(
         yield last
         if last.finished:
             if sweeper is not None:
-                _forget_ledger(client, job)
+                sweeper.forget(job.id)
             return
         if clock() > deadline:
             return
@@ -338,13 +338,6 @@ def _with_sweep(state: WaitState, found: Any, resent: int, now: float, broker_do
         resent_batches=resent,
         broker_down_s=None if broker_down_since is None else now - broker_down_since,
     )
-
-
-def _forget_ledger(client: OpenSearch, job: Job) -> None:
-    try:
-        ledger.forget_batches(client, job.id)
-    except OpenSearchUnavailable as exc:  # harmless: the records are only read while the job is unfinished
-        logger.warning("job %s finished but its ledger records stay in the jobs index for now: %s", job.id, exc)
 
 
 def wait_for(

@@ -215,15 +215,19 @@ class Sweeper:
             finished=finished,
         )
 
+    def forget(self, job: str) -> None:
+        """Delete the ledger records of ``job``, finished (its outcomes stay)."""
+        try:
+            ledger.forget_batches(self.client, job)
+        except OpenSearchUnavailable as exc:  # harmless: records of a finished job are only read, never sent
+            logger.warning("job %s finished but its ledger records stay in the jobs index for now: %s", job, exc)
+
     def _forget_finished(self) -> tuple[str, ...]:
-        """Delete the ledger records of the jobs whose every recorded batch is done."""
+        """Forget the jobs whose every recorded batch is done."""
         open_jobs = {job for job, _ in set(self._known.entries) - self._known.done}
         finished = sorted({job for job, _ in self._known.entries} - open_jobs)
         for job in finished:
-            try:
-                ledger.forget_batches(self.client, job)
-            except OpenSearchUnavailable as exc:  # harmless: read again and deleted at the next sweep
-                logger.warning("job %s finished but its ledger records stay in the jobs index for now: %s", job, exc)
+            self.forget(job)
         return tuple(finished)
 
     def _send_again(self, keys: list[Key]) -> tuple[Key, ...]:
