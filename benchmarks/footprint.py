@@ -173,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.core.clients import connect
     from semdup.indexer.batch_writer import index_batch
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.lexical_index import create_index
-    from semdup.indexer.reconcile import plan_sync
     from semdup.indexer.sync import sync_batch
+    from semdup.ingest.lexical_index import create_index
+    from semdup.ingest.reconcile import plan_sync
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_templates import query_text
 

@@ -7,8 +7,9 @@ A site's index (plain opensearch-py, ``Title`` / ``Body`` / ``Tags`` / ``Creatio
 steady ``--rate`` (every other one a new post through the alias, the others a partial update of an existing post's
 ``Title``), and nothing else:
 
-* called: right after each write the site sends ``sync_posts`` with the post's id, through the HTTP ingest's own
-  ``CelerySender`` (what ``POST /v1/posts/sync`` enqueues, without the HTTP hop);
+* called: right after each write the site sends ``sync_posts`` with the post's id as a job of one batch, through the
+  HTTP ingest's own publishing app and ``submit`` (what ``POST /v1/posts/sync`` does, ledger included, without the
+  HTTP hop);
 * watch: nobody calls semdup; ``reconcile.watch`` runs every ``--interval`` seconds in this process (what
   ``semdup watch --interval`` runs) and finds the new and edited posts by content hash.
 
@@ -106,7 +107,7 @@ def run_watch(
 ) -> None:
     """``reconcile.watch`` every ``interval`` seconds until ``stop`` (its sleep raises then); each round's job is
     appended to ``rounds``."""
-    from semdup.indexer.reconcile import watch
+    from semdup.ingest.reconcile import watch
 
     def sleep(seconds: float) -> None:
         if stop.wait(seconds):
@@ -143,11 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.core.task_names import SYNC_POSTS
     from semdup.index_format.companion import source_post
     from semdup.index_format.documents import content_hash
-    from semdup.indexer.celery_app import QUEUE, configure_app
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.jobs import wait_for
-    from semdup.indexer.reconcile import enqueue_sync
-    from semdup.reranker.ingest import CelerySender
+    from semdup.ingest.celery_app import QUEUE, configure_app, producer_app
+    from semdup.ingest.jobs import batches, submit, wait_for
+    from semdup.ingest.reconcile import enqueue_sync
 
     every = site_posts(args.data)
     posts = every[: args.posts]
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     client = connect(settings)
     broker = private_broker(load_settings().broker_settings().url, args.broker_db)
     app = configure_app(broker)
-    sender = CelerySender(broker)
+    sender = producer_app(broker)
     with app.connection_for_write() as conn:  # what an interrupted run left in the private queue
         conn.default_channel.client.delete(QUEUE, "unacked", "unacked_index")
     stem = f"semdup-bench-freshness-{os.getpid()}"
@@ -221,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
                 at = time.monotonic()
                 post = source_post(doc_id, doc, enabled.source)
                 tracker.add(doc_id, at, content_hash(post["title"], post["body"]))
-                if mode == "called":  # what POST /v1/posts/sync enqueues, through the same sender
-                    sender.send(SYNC_POSTS, [alias, [doc_id], bundle.version])
+                if mode == "called":  # what POST /v1/posts/sync does, through the same way in
+                    calls = list(batches(SYNC_POSTS, alias, [doc_id], [bundle.version]))
+                    submit(client, alias, bundle.version, calls, app=sender)
             deadline = time.monotonic() + args.timeout
             while time.monotonic() < deadline:
                 with tracker.lock:

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.index_format.documents import index_action
     from semdup.index_format.schema import CandidateFields
     from semdup.indexer.batch_writer import index_batch
-    from semdup.indexer.lexical_index import create_index, delete_index
+    from semdup.ingest.lexical_index import create_index, delete_index
 
     posts: list[Post] = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())
     if args.posts:

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.devstack.local_process import any_free_port, read_record
     from semdup.index_format.documents import lexical_document
     from semdup.indexer.batch_writer import _semdup_fields, ensure_index_model
-    from semdup.indexer.lexical_index import create_index
+    from semdup.ingest.lexical_index import create_index
 
     bundle = Bundle.load(args.bundle, device="cpu", intra_op_threads=1, streams=args.threads)  # as a worker runs it
     posts, _ = _sample(load_stackexchange_dump(travel_dir()).corpus(), args.posts, args.seed)

@@ -1,6 +1,6 @@
 """What the job ledger costs (issue #17): enqueue time against publishing alone, and bytes kept in ``semdup-jobs``.
 
-Every batch of a job is recorded in ``semdup-jobs`` before it is published (:mod:`semdup.indexer.ledger`): one bulk
+Every batch of a job is recorded in ``semdup-jobs`` before it is published (:mod:`semdup.ingest.ledger`): one bulk
 request per 100 batches, one update of the job record per 100 batches, and the batches' arguments kept in
 ``_source`` (an object with ``enabled: false``: nothing indexed). This sends the whole Travel dump (4,919 posts,
 batches of 64) ``--runs`` times each way to a throwaway Redis: ``publish`` alone (what producers did before the
@@ -34,7 +34,7 @@ def _ledger_bytes(client: Any, job_id: str) -> int:
     """Bytes on disk of one job's ledger records: copied alone into a scratch index with the jobs mapping, flushed
     and merged to one segment (the jobs index itself also holds other records and files still in use)."""
     from semdup.index_format.system_indices import JOBS
-    from semdup.indexer.outcomes import JOBS_INDEX
+    from semdup.ingest.outcomes import JOBS_INDEX
 
     scratch = f"semdup-ledger-cost-{job_id}"
     client.indices.create(index=scratch, body=JOBS.body)
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.devstack.local_process import any_free_port
     from semdup.devstack.local_redis import LocalRedis
-    from semdup.indexer import ledger
-    from semdup.indexer.celery_app import QUEUE, configure_app
-    from semdup.indexer.ledger import TaskCall
-    from semdup.indexer.outcomes import JOBS_INDEX, ensure_jobs_index, new_job, record_job
+    from semdup.ingest import ledger
+    from semdup.ingest.celery_app import QUEUE, configure_app
+    from semdup.ingest.ledger import TaskCall
+    from semdup.ingest.outcomes import JOBS_INDEX, ensure_jobs_index, new_job, record_job
 
     posts = [p.to_json() for p in load_stackexchange_dump(args.data or travel_dir()).posts.values()]
     client = connect(load_settings().opensearch_settings())
@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 if way == "publish":
                     for call in calls:
-                        call.send()
+                        call.send(app)
                 else:
-                    ledger.publish(client, job, calls)
+                    ledger.publish(client, job, calls, app=app)
                 times[way].append(time.perf_counter() - t0)
                 if way == "ledger":
                     if run == 0:

@@ -54,7 +54,7 @@ _STATE_FILE = "rabbitmq.json"
 _PORTS_FILE = "ports.json"
 _SERVER_DIRS = ("/usr/lib/rabbitmq/bin",)
 # RabbitMQ's default (30 min): longer than a message can stay unacknowledged in a live semdup worker (a task of at
-# most 120 s plus a retry countdown of at most 75 s; semdup.indexer.celery_app), written out so it is seen.
+# most 120 s plus a retry countdown of at most 75 s; semdup.ingest.celery_app), written out so it is seen.
 CONSUMER_TIMEOUT_MS = 1_800_000
 
 

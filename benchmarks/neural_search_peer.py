@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.indexer.batch_writer import ensure_index_model
-    from semdup.indexer.lexical_index import create_index
+    from semdup.ingest.lexical_index import create_index
     from semdup.core.measures import retrieval_scores
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_pipeline import PipelineSpec

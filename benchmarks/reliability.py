@@ -68,7 +68,7 @@ class Row:
 
 def _fault(stack: Stack, scenario: str, job: Any, index: str, sent: set[str], out: dict[str, Any]) -> None:
     """Inject ``scenario``'s fault once a fifth of the job is written (run in a thread beside the wait)."""
-    from semdup.indexer.backlog import queued_tasks
+    from semdup.ingest.backlog import queued_tasks
 
     args = stack.args
     share = len(sent) // 5
@@ -102,8 +102,8 @@ def _fault(stack: Stack, scenario: str, job: Any, index: str, sent: set[str], ou
 
 def run_scenario(stack: Stack, scenario: str, posts: list[Post]) -> Row:
     """One scenario on a fresh index: enqueue, inject the fault while waiting, let it settle, count."""
-    from semdup.indexer.jobs import enqueue_posts, wait_for
-    from semdup.indexer.sweeper import SweepSettings
+    from semdup.ingest.jobs import enqueue_posts, wait_for
+    from semdup.ingest.sweeper import SweepSettings
 
     args = stack.args
     index = stack.fresh_index(scenario)

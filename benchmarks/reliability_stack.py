@@ -67,7 +67,7 @@ class Stack:
         from semdup.core.clients import connect
         from semdup.core.settings import OpenSearchSettings
         from semdup.devstack.local_process import any_free_port
-        from semdup.indexer.celery_app import configure_app
+        from semdup.ingest.celery_app import configure_app
 
         if kind not in BROKERS:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {kind!r}")
@@ -113,8 +113,8 @@ class Stack:
             return str(conn.connection.server_properties.get("version", "?"))
 
     def close(self) -> None:
-        from semdup.indexer.outcomes import JOBS_INDEX
-        from semdup.indexer.parking import PARKED_INDEX
+        from semdup.ingest.outcomes import JOBS_INDEX
+        from semdup.ingest.parking import PARKED_INDEX
 
         self.worker.stop()
         self.proxy.close()
@@ -126,7 +126,7 @@ class Stack:
             self.client.indices.delete(index=",".join(self.indices), ignore_unavailable=True)
 
     def fresh_index(self, scenario: str) -> str:
-        from semdup.indexer.lexical_index import create_index
+        from semdup.ingest.lexical_index import create_index
 
         stem = scenario.split()[0].lower().replace("-", "")
         index = f"semdup-reliability-{self.kind}-{stem}-{uuid.uuid4().hex[:6]}"
@@ -138,8 +138,8 @@ class Stack:
         """Count every sent post where it is found; ``final``: the job settled, so nothing may be queued."""
         from opensearchpy.helpers import scan
 
-        from semdup.indexer.backlog import queued_post_ids
-        from semdup.indexer.parking import iter_parked
+        from semdup.ingest.backlog import queued_post_ids
+        from semdup.ingest.parking import iter_parked
 
         self.client.indices.refresh(index=index)
         query = {"query": {"term": {"semdup.model": self.bundle.version}}, "_source": False}
@@ -156,7 +156,7 @@ class Stack:
         """Messages ready on the indexer's queue (RabbitMQ's own count; None on Redis, whose census reads them)."""
         if self.kind == "redis":
             return None
-        from semdup.indexer.celery_app import QUEUE
+        from semdup.ingest.celery_app import QUEUE
 
         with self.app.connection_for_read() as conn:
             return int(conn.default_channel.queue_declare(QUEUE, passive=True).message_count)
@@ -170,7 +170,7 @@ class Stack:
             raise RuntimeError(f"the {self.name} broker came back at another URL ({url}); the worker cannot follow")
 
     def written(self, job: Any) -> int:
-        from semdup.indexer.outcomes import job_counts
+        from semdup.ingest.outcomes import job_counts
 
         return job_counts(self.client, job.id).written
 

@@ -23,7 +23,7 @@ from semdup.core.errors import BulkWriteError, DataError
 from semdup.core.posts import Post
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
-from semdup.indexer.lexical_index import create_index, delete_index
+from semdup.ingest.lexical_index import create_index, delete_index
 from semdup.search_templates import register_templates
 
 __all__ = ["TableEncoder", "vector_table", "title_table", "similar_index"]

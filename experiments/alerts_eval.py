@@ -53,7 +53,7 @@ from semdup.core.errors import BulkWriteError, DataError
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump, load_stackexchange_dump
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
-from semdup.indexer.lexical_index import create_index, delete_index
+from semdup.ingest.lexical_index import create_index, delete_index
 from semdup.reranker.calibration import Calibration, calibration_path, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings

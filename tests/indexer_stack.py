@@ -55,7 +55,7 @@ def travel_bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def configure_celery(redis_url: str) -> Any:
     """The indexer's Celery app on the test broker, its queue emptied of what an interrupted run left."""
-    from semdup.indexer.celery_app import configure_app
+    from semdup.ingest.celery_app import configure_app
 
     app = configure_app(redis_url, visibility_timeout=10)
     with app.connection_for_write() as conn:
@@ -80,7 +80,7 @@ def worker_env(opensearch_url: str, redis_url: str, bundle_dir: Path, **extra: s
 
 def create(client: Any, index: str, bundle: Any) -> None:
     """The index ``semdup index-posts`` creates by default: lexical fields + the packed vector and weights."""
-    from semdup.indexer.lexical_index import create_index
+    from semdup.ingest.lexical_index import create_index
 
     create_index(client, index, dimension=bundle.dimension)
 

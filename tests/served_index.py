@@ -8,7 +8,7 @@ from semdup.bundle import Bundle
 from semdup.core.clients import knn_available
 from semdup.core.posts import Post
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
-from semdup.indexer.lexical_index import create_index
+from semdup.ingest.lexical_index import create_index
 from semdup.search_templates import register_templates
 
 

@@ -5,7 +5,7 @@ candidate paths are the service's own (``SEMDUP_TEMPLATES``, ``SEMDUP_KNN`` ...:
 so the flagging workers and the service cannot rank with different templates), ``k`` is ``SEMDUP_FLAG_K`` (None
 when unset: the calibration's k, the one its threshold was chosen for, else :data:`DEFAULT_K`; :func:`resolve_k`),
 the calibration ``SEMDUP_CALIBRATION`` (None: beside the bundle). Whether the indexing tasks chain flagging at all
-(``SEMDUP_FLAG_DUPLICATES``) is the worker runtime's ``flag_duplicates`` (:mod:`semdup.indexer.celery_app`).
+(``SEMDUP_FLAG_DUPLICATES``) is the worker runtime's ``flag_duplicates`` (:mod:`semdup.ingest.celery_app`).
 """
 
 from __future__ import annotations

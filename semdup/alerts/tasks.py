@@ -33,8 +33,9 @@ from semdup.alerts.settings import AlertSettings, resolve_k
 from semdup.alerts.store import delete_flags
 from semdup.core.errors import SemdupError
 from semdup.core.task_names import FLAG_DUPLICATES
-from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
 from semdup.indexer.retry import TRANSIENT_ERRORS, RetryingTask, StillQueued
+from semdup.indexer.runtime import WorkerRuntime, runtime
+from semdup.ingest.celery_app import TASK_SOFT_TIME_LIMIT, app
 from semdup.reranker.calibration import calibration_path, load_calibration
 from semdup.reranker.reranker import Reranker
 

@@ -9,9 +9,12 @@ Each feature is an ``APIRouter`` of its own, importable and testable alone: ``/v
 (:mod:`semdup.reranker.routers.probes`), and the review page ``/review`` (:mod:`semdup.review.router`); their
 bodies come from one schema module (:mod:`semdup.reranker.routers.schemas`). ``/v1/similar`` (posts like a title
 being typed, :mod:`semdup.reranker.routers.similar`) is one of :data:`FEATURES` the same way. This factory only
-builds what the routers share and puts it in ``app.state`` (the settings, the reranker, the ingest sender, the
-admission gate, the metrics, the probes' threads, the review context), includes the routers, and adds the
-middleware and error handlers; no endpoint is defined here.
+builds what the routers share and puts it in ``app.state`` (the settings, the reranker, the Celery app ingest
+publishes through, the admission gate, the metrics, the probes' threads, the review context), includes the
+routers, and adds the middleware and error handlers; no endpoint is defined here. With ingest on, the app's
+lifespan also runs a sweeping thread (:class:`semdup.ingest.sweeper.SweepLoop`) over the unfinished jobs of the
+served indices: a batch of an HTTP request that a worker lost is sent again, as ``semdup index-posts`` does for
+its own jobs while it waits.
 
 Nothing is created at import time: the factory loads the bundle (one onnxruntime session per process, so one per
 uvicorn worker; :func:`load_reranker`, which ``semdup serve`` also runs once before any worker starts) and a
@@ -70,10 +73,10 @@ from semdup.core.json_input import TOO_DEEP, TOO_DEEP_TYPE, is_too_deep
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
-from semdup.reranker.ingest import NotASiteIndex, TaskSender
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
 from semdup.reranker.routers import ingest, pipeline, probes, rerank, similar
 from semdup.reranker.routers.access import AuthError, ScopeError, ops_access
+from semdup.reranker.routers.ingest import NotASiteIndex
 from semdup.reranker.routers.schemas import cluster_message
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
@@ -357,19 +360,41 @@ async def _any(request: Request, exc: Exception) -> JSONResponse:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # the pool that runs the blocking endpoints (and so the OpenSearch calls)
     anyio.to_thread.current_default_thread_limiter().total_tokens = app.state.settings.threads
-    yield
+    sweeps = app.state.sweeps
+    if sweeps is not None:
+        sweeps.start()
+    try:
+        yield
+    finally:
+        if sweeps is not None:
+            sweeps.stop()
+
+
+def _ingest(settings: ServiceSettings, reranker: Reranker, broker: Any) -> tuple[Any, Any]:
+    """The Celery app the ingest endpoints publish through (``broker``, else one of their own on the settings'
+    broker, connecting on the first request) and the thread that sweeps the served indices' unfinished jobs;
+    (None, None) with ingest off."""
+    if not settings.ingest:
+        return None, None
+    from semdup.ingest.celery_app import producer_app
+    from semdup.ingest.sweeper import Sweeper, SweepLoop, SweepSettings
+
+    if broker is None:
+        broker = producer_app(settings.broker.url)  # type: ignore[union-attr]  # ingest on: a broker is set
+    sweeper = Sweeper(reranker.client, broker, SweepSettings(settings.sweep_after), indices=settings.indices)
+    return broker, SweepLoop(sweeper)
 
 
 def create_app(
     settings: ServiceSettings,
     reranker: Reranker | None = None,
-    sender: TaskSender | None = None,
+    broker: Any = None,
     routers: Sequence[APIRouter] = (),
 ) -> Any:
     """The ASGI app. ``reranker`` may be given (tests, embedding); else it is built from ``settings``
-    (:func:`load_reranker`). ``sender`` takes the ingest endpoints' tasks (tests); else a Celery client on
-    ``settings.broker`` when ingest is on. The feature routers (:data:`FEATURES`, the review page) are included;
-    ``routers`` adds more.
+    (:func:`load_reranker`). ``broker`` is the Celery app the ingest endpoints publish through (tests); else an app
+    of their own on ``settings.broker`` when ingest is on. The feature routers (:data:`FEATURES`, the review page)
+    are included; ``routers`` adds more.
 
     Raises:
         ConfigError: a bad setting. BundleError: a bad bundle.
@@ -382,10 +407,6 @@ def create_app(
 
     if reranker is None:
         reranker = load_reranker(settings)
-    if sender is None and settings.ingest and settings.broker is not None:
-        from semdup.reranker.ingest import CelerySender
-
-        sender = CelerySender(settings.broker.url)  # connects on the first request, not here
     metrics = ServiceMetrics.create()
     gate = Gate(settings.max_in_flight, on_shed=metrics.shed)
     Gauge(
@@ -404,7 +425,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.reranker = reranker
-    app.state.sender = sender if settings.ingest else None
+    app.state.broker, app.state.sweeps = _ingest(settings, reranker, broker)
     app.state.gate = gate
     app.state.metrics = metrics
     app.state.registry = metrics.registry  # what /metrics serves; routers from above add their collectors to it

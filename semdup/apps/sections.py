@@ -32,7 +32,7 @@ __all__ = [
     "SECTION_TYPES",
 ]
 
-# The defaults of semdup.indexer.celery_app and .sweeper (modules that import Celery: a test checks they agree)
+# The defaults of semdup.ingest.celery_app and .sweeper (modules that import Celery: a test checks they agree)
 DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; celery_app's doc says why it must exceed a task plus a retry wait
 DEFAULT_SWEEP_AFTER = 300.0
 

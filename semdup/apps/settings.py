@@ -47,8 +47,8 @@ from semdup.apps.sections import (
     DEFAULT_VISIBILITY_TIMEOUT,
     AlertsSection,
     LoggingSection,
-    PipelineSection,
     ModelSection,
+    PipelineSection,
     ReviewSection,
     ServiceSection,
     WorkerSection,
@@ -231,6 +231,7 @@ class Settings(BaseSettings):
             onnx_threads=s.onnx_threads,
             broker=self.broker,
             ingest=s.ingest,
+            sweep_after=self.worker.sweep_after,
             max_ingest_posts=s.max_ingest_posts,
             max_in_flight=s.max_in_flight,
             session_secret=r.session_secret,
@@ -261,8 +262,8 @@ class Settings(BaseSettings):
         )
 
     def sweep_settings(self) -> Any:
-        """The producers' sweeper (:class:`semdup.indexer.sweeper.SweepSettings`; imported here, it loads Celery)."""
-        from semdup.indexer.sweeper import SweepSettings
+        """The producers' sweeper (:class:`semdup.ingest.sweeper.SweepSettings`; imported here, it loads Celery)."""
+        from semdup.ingest.sweeper import SweepSettings
 
         return SweepSettings(after_s=self.worker.sweep_after)
 

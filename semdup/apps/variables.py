@@ -90,7 +90,7 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_RETRY_BUDGET", "worker.retry_budget", "seconds a batch retries an unreachable cluster before it is "
         "parked", expect="seconds >= 0"),
     Var("SEMDUP_SWEEP_AFTER", "worker.sweep_after", "seconds a batch may be neither done nor queued before a waiting "
-        "producer sends it again", expect="seconds > 0"),
+        "producer, `semdup watch` or `semdup serve` sends it again", expect="seconds > 0"),
     Var("SEMDUP_DEVICE", "worker.device", "what the workers encode on: auto (CUDA where it can be used, else CPU), "
         "cpu or cuda (refuses to start without CUDA)", expect="auto, cpu or cuda"),
     Var("SEMDUP_FP16", "worker.fp16", "the encoder's fp16 variant: auto (on CUDA where it verifies against fp32), "

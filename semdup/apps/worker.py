@@ -3,12 +3,12 @@
     celery -A semdup.apps.worker worker --pool prefork -c 2     # settings from the environment / $SEMDUP_CONFIG
     semdup worker --bundle /bundles/current -c 2                # the same, through run_worker
 
-The app object is the indexer queue's (:data:`semdup.indexer.celery_app.app`; producers send through it too).
+The app object is the indexer queue's (:data:`semdup.ingest.celery_app.app`; producers send through it too).
 This module is where it is wired: it lists the task modules a worker loads (the indexer's, and the alerts' from a
 layer above the indexer, which therefore never names them), points the app at the settings tree's broker when it
 is first configured, hands the worker metrics their settings, and gives the app the loader of a worker process's
 runtime (bundle, client, retry policy, flagging settings). Each pool process builds its runtime once, after fork
-(``worker_process_init`` in :mod:`semdup.indexer.celery_app`): an onnxruntime session never crosses a fork.
+(``worker_process_init`` in :mod:`semdup.ingest.celery_app`): an onnxruntime session never crosses a fork.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from celery import Celery, signals
 from semdup.apps.settings import Settings, load_settings
 from semdup.core.errors import ConfigError
 from semdup.indexer import worker_metrics
-from semdup.indexer.celery_app import WorkerRuntime, app, celery_config, explicitly_configured, set_runtime_loader
 from semdup.indexer.retry import annotations
+from semdup.indexer.runtime import WorkerRuntime, set_runtime_loader
+from semdup.ingest.celery_app import app, celery_config, explicitly_configured
 
 __all__ = ["app", "TASK_MODULES", "configure_worker", "load_worker_bundle", "build_runtime", "run_worker"]
 
@@ -121,7 +122,7 @@ def _configure_from_settings(sender: Celery, **_: Any) -> None:
 
 def run_worker(settings: Settings, argv: Sequence[str]) -> None:
     """Run a worker in this process with ``settings`` (``semdup worker``); ``argv``: Celery's worker options."""
-    from semdup.indexer.celery_app import configure_app
+    from semdup.ingest.celery_app import configure_app
 
     configure_app(settings.broker_settings().url, visibility_timeout=settings.worker.visibility_timeout)
     configure_worker(settings)

@@ -46,8 +46,13 @@ def bundle_path(given: str | None) -> str:
 
 
 def connect_broker() -> Any:
-    """Point the producers' Celery app at the configured broker and check that it answers
-    (:func:`semdup.apps.producers.connect_producers`)."""
-    from semdup.apps.producers import connect_producers
+    """Point the producers' Celery app (:mod:`semdup.ingest.celery_app`) at the configured broker and check that it
+    answers.
 
-    return connect_producers(settings())
+    Raises:
+        BrokerUnavailable: no broker configured, or it did not answer.
+    """
+    from semdup.ingest.celery_app import connect_broker as connect
+
+    tree = settings()
+    return connect(tree.broker_settings().url, visibility_timeout=tree.worker.visibility_timeout)

@@ -1,7 +1,8 @@
 """``semdup worker``, ``semdup index-posts``, ``semdup backfill``, ``semdup enable``: the Celery indexer's CLI.
 
-Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`semdup.indexer.jobs`,
-:mod:`semdup.indexer.backfill`, :mod:`semdup.indexer.enable`) and prints what it returns.
+Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`semdup.ingest.jobs`,
+:mod:`semdup.ingest.backfill`, :mod:`semdup.ingest.reconcile`, :mod:`semdup.indexer.enable`) and prints what it
+returns.
 """
 
 from __future__ import annotations
@@ -24,23 +25,10 @@ logger = logging.getLogger(__name__)
 _BUNDLE_HELP = "Model bundle directory or .tar.gz (default: $SEMDUP_BUNDLE)."
 
 
-def _bundle_path(value: str | None) -> str:
-    return edge.bundle_path(value)
-
-
 def _load_bundle(path: str) -> Any:
     from semdup.bundle.bundle import Bundle
 
     return Bundle.load(path)
-
-
-def _client() -> Any:
-    return edge.client()
-
-
-def _broker() -> None:
-    """Point the producers' Celery app at the configured broker and check that it answers."""
-    edge.connect_broker()
 
 
 @click.command("worker")
@@ -75,7 +63,7 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     from semdup.apps.worker import load_worker_bundle, run_worker
     from semdup.bundle.devices import choose_device
 
-    path = _bundle_path(bundle)
+    path = edge.bundle_path(bundle)
     overrides: dict[str, Any] = {"model.bundle": path, "worker.device": device and device.lower()}
     settings = load_settings(overrides=overrides)
     if settings.worker.encode_threads is None:  # each process its share of the cores
@@ -88,8 +76,8 @@ def worker(bundle: str | None, concurrency: int, queues: str, pool: str, logleve
     b = load_worker_bundle(settings, path, device="cpu", fp16=False)
     click.echo(f"worker: bundle {b.version} ({b.arch}), device {choice.device}, providers {list(choice.providers)}")
     del b
-    _client().info()
-    _broker()
+    edge.client().info()
+    edge.connect_broker()
     run_worker(
         settings,
         [
@@ -122,7 +110,7 @@ def _candidate_field_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool) -> None:
     from semdup.core.errors import ConfigError
     from semdup.index_format.schema import CandidateFields
-    from semdup.indexer.jobs import ensure_index
+    from semdup.ingest.jobs import ensure_index
 
     try:
         state = ensure_index(client, index, dimension=bundle.dimension, fields=CandidateFields(sparse, knn))
@@ -185,33 +173,33 @@ def index_posts(
       semdup index-posts --index travel --job 3f9c0e1d2b4a5968   # follow a job that timed out
     """
     if list_parked:
-        client = _client()
-        from semdup.indexer.parking import count_parked
+        client = edge.client()
+        from semdup.ingest.parking import count_parked, iter_parked
 
         click.echo(f"{count_parked(client, index)} parked posts in {index}")
-        show_parked(client, index, limit=10_000)
+        show_parked(iter_parked(client, index), index, limit=10_000)
         return
-    from semdup.indexer import jobs
+    from semdup.ingest import jobs
 
     follow = f"semdup index-posts --index {index}"
     if job_id:
-        from semdup.indexer.outcomes import read_job
+        from semdup.ingest.outcomes import read_job
 
-        client = _client()
-        _broker()
+        client = edge.client()
+        edge.connect_broker()
         job = read_job(client, job_id)
         if job.index != index:
             raise click.UsageError(f"job {job_id} indexes {job.index!r}, not {index!r}")
         done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
-        finish_job(client, done, timeout=timeout, follow=follow, again="enqueue them again with --input")
+        finish_job(done, timeout=timeout, follow=follow, again="enqueue them again with --input")
         return
     if not replay_parked and input_path is None:
         raise click.UsageError("give --input FILE (or --replay-parked / --list-parked / --job ID)")
     from semdup.cli.input_report import end_input, read_input
 
-    b = _load_bundle(_bundle_path(bundle))
-    client = _client()
-    _broker()
+    b = _load_bundle(edge.bundle_path(bundle))
+    client = edge.client()
+    edge.connect_broker()
     read = None
     if replay_parked:
         job = jobs.replay_parked(client, index, b.version, batch_size=batch_size)
@@ -227,15 +215,15 @@ def index_posts(
         end_input(read, "enqueued", lambda: None)
         return
     done = wait_job(client, job, timeout=timeout, label=f"indexing {index}")
-    end_input(read, "written", partial(finish_job, client, done, timeout=timeout, follow=follow, again=again))
+    end_input(read, "written", partial(finish_job, done, timeout=timeout, follow=follow, again=again))
 
 
 def _index_version(client: Any, index: str, bundle: str | None) -> str:
     """The bundle's version when --bundle (or $SEMDUP_BUNDLE) names one, else the model the index is claimed for."""
-    from semdup.indexer.backfill import index_version
+    from semdup.ingest.backfill import index_version
 
     if bundle or edge.settings().model.bundle:
-        return str(_load_bundle(_bundle_path(bundle)).version)
+        return str(_load_bundle(edge.bundle_path(bundle)).version)
     return index_version(client, index)
 
 
@@ -256,18 +244,17 @@ def backfill(index: str, bundle: str | None, batch_size: int, wait: bool, timeou
     Example:
       semdup backfill --index questions
     """
-    from semdup.indexer.backfill import enqueue_backfill
+    from semdup.ingest.backfill import enqueue_backfill
 
-    client = _client()
+    client = edge.client()
     version = _index_version(client, index, bundle)
-    _broker()
+    edge.connect_broker()
     job = enqueue_backfill(client, index, version, batch_size=batch_size)
     click.echo(f"job {job.id}: enqueued {job.total} posts of {index} for backfill (model {version})")
     if not wait or not job.total:
         return
     done = wait_job(client, job, timeout=timeout, label=f"backfill {index}")
     finish_job(
-        client,
         done,
         timeout=timeout,
         follow=f"semdup index-posts --index {index}",
@@ -288,11 +275,11 @@ def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -
     Example:
       semdup watch --index site-posts --interval 30
     """
-    from semdup.indexer.reconcile import watch as watch_index
+    from semdup.ingest.reconcile import watch as watch_index
 
-    client = _client()
+    client = edge.client()
     version = _index_version(client, index, bundle)
-    _broker()
+    edge.connect_broker()
     click.echo(f"watching {index} every {interval:g} s (model {version}); Ctrl-C stops")
 
     def report(job: Any) -> None:
@@ -329,8 +316,8 @@ def enable(
     from semdup.index_format.schema import CandidateFields
     from semdup.indexer.enable import enable_index
 
-    b = _load_bundle(_bundle_path(bundle))
-    client = _client()
+    b = _load_bundle(edge.bundle_path(bundle))
+    client = edge.client()
     out = enable_index(
         client,
         index,
@@ -346,9 +333,9 @@ def enable(
         f"{out.fields.describe()}; text from {index}.{title_field} and .{body_field}"
     )
     if run_backfill:
-        from semdup.indexer.backfill import enqueue_backfill
+        from semdup.ingest.backfill import enqueue_backfill
 
-        _broker()
+        edge.connect_broker()
         job = enqueue_backfill(client, index, b.version)
         click.echo(
             f"job {job.id}: enqueued {job.total} posts for backfill; follow it with "

@@ -1,9 +1,10 @@
 """Waiting for an index job in the CLI (``index-posts``, ``backfill``, ``--job``): what the wait prints while it
 lasts and when it ends.
 
-The library (:func:`semdup.indexer.jobs.wait_for`, with the sweeper on) returns each look's progress and what holds
-the job up (:class:`semdup.indexer.waiting.WaitState`); this module only prints it: in the progress bar on a
-terminal, as log lines otherwise (:class:`WaitReport`), and the result with what to do (:func:`finish_job`).
+The library (:func:`semdup.ingest.jobs.follow`, with the sweeper on) returns each look's progress and what holds
+the job up (:class:`semdup.ingest.waiting.WaitState`), then how the wait ended (:class:`semdup.ingest.jobs.
+JobResult`); this module only prints them: in the progress bar on a terminal, as log lines otherwise
+(:class:`WaitReport`), and the result with what to do (:func:`finish_job`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ __all__ = ["WaitReport", "wait_job", "finish_job", "show_parked", "sweep_setting
 logger = logging.getLogger(__name__)
 
 
-def show_parked(client: Any, index: str, limit: int = 20) -> None:
-    """Print the index's parked posts (the first ``limit``), and how to list them all."""
-    from semdup.indexer.parking import iter_parked
-
-    for n, rec in enumerate(iter_parked(client, index)):
+def show_parked(records: Any, index: str, limit: int = 20) -> None:
+    """Print parked ``records`` (the first ``limit``), and how to list them all."""
+    for n, rec in enumerate(records):
         if n >= limit:
             click.echo(f"... more: semdup index-posts --index {index} --list-parked")
             break
@@ -71,30 +70,30 @@ class WaitReport:
 
 
 def wait_job(client: Any, job: Any, *, timeout: float, label: str) -> Any:
-    """Wait for ``job`` with the sweeper on; say what holds it up (in the bar on a terminal, else in the log)."""
+    """Follow ``job`` with the sweeper on (:func:`semdup.ingest.jobs.follow`); say what holds it up (in the bar on a
+    terminal, else in the log). Returns how the wait ended."""
     import sys
 
-    from semdup.indexer.jobs import wait_for
+    from semdup.ingest.jobs import follow
 
     report = WaitReport(tty=sys.stderr.isatty())
-    return wait_for(client, job, timeout=timeout, label=label, sweep=sweep_settings(), on_progress=report)
+    return follow(client, job, timeout=timeout, label=label, sweep=sweep_settings(), on_progress=report)
 
 
-def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: str) -> None:
-    """Print a job's result; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
+def finish_job(result: Any, *, timeout: float, follow: str, again: str) -> None:
+    """Print how a job's wait ended; exit 1 ("Error: ...") when any post is parked or not done, saying what to do."""
     from semdup.cli.edge import settings
-    from semdup.indexer.jobs import census
 
+    done = result.progress
     job = done.job
     gone = f", {done.skipped} gone before the backfill reached them" if done.skipped else ""
     click.echo(
         f"{done.written} posts written to {job.index} with model {job.model_version}, {done.parked} parked{gone}"
     )
     if done.parked:
-        show_parked(client, job.index)
-    if not done.finished:
-        sweep = sweep_settings()
-        found = census(client, job, sweep=sweep)  # two reads: a message in flight at one is seen at the other
+        show_parked(result.parked, job.index)
+    if result.census is not None:
+        found = result.census  # two reads: a message in flight at one is seen at the other
         if found.queued is None:
             where = "the broker cannot tell how many of them are still queued"
         else:
@@ -107,7 +106,7 @@ def finish_job(client: Any, done: Any, *, timeout: float, follow: str, again: st
         )
         if found.missing:
             advice += (
-                f"; it sends again the batches that stay neither queued nor done for {sweep.after_s:.0f} s "
+                f"; it sends again the batches that stay neither queued nor done for {sweep_settings().after_s:.0f} s "
                 f"(SEMDUP_SWEEP_AFTER), or {again} (writes are idempotent)"
             )
         raise click.ClickException(

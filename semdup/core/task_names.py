@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["INDEXER_QUEUE", "INDEX_POSTS", "BACKFILL_BATCH", "SYNC_POSTS", "DELETE_POSTS", "FLAG_DUPLICATES"]
 
-INDEXER_QUEUE = "semdup.indexer"  # the indexing workers' queue: semdup.indexer.celery_app.QUEUE (a test checks)
+INDEXER_QUEUE = "semdup.indexer"  # the indexing workers' queue: semdup.ingest.celery_app.QUEUE (a test checks)
 INDEX_POSTS = "semdup.indexer.index_posts"  # (index, posts as JSON, model_version, job=None)
 BACKFILL_BATCH = "semdup.indexer.backfill_batch"  # (index, ids, model_version, job=None)
 SYNC_POSTS = "semdup.indexer.sync_posts"  # (site index or alias, ids, model_version, job=None): re-read, encode, write

@@ -33,7 +33,7 @@ from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
-from semdup.indexer.lexical_index import create_index, delete_index
+from semdup.ingest.lexical_index import create_index, delete_index
 from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, save_calibration
 from semdup.reranker.fusion import compute_fused
 from semdup.reranker.reranker import Reranker

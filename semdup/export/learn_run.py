@@ -7,7 +7,7 @@ Where the labels come from (``data``):
 * a path: a Stack Exchange dump folder, SemEval XML / pairs JSONL, a JSONL of labelled pairs (what ``semdup
   verdicts`` exports) or of groups (:func:`semdup.data.supervision.load_supervision`), all of it;
 * ``None`` with ``index`` and ``duplicate_field``: the links a field of the site's own index records
-  (:func:`semdup.indexer.site_links.site_supervision`), read through the name given (an alias is followed).
+  (:func:`semdup.index_format.site_links.site_supervision`), read through the name given (an alias is followed).
 
 The base encoder's bundle is ``artifacts/bundles/<encoder>`` unless given, exported there (torch) when absent, as
 ``semdup fit-default`` does. The work folder (checkpoints: a rerun resumes) defaults to ``<out>.work``.
@@ -87,7 +87,7 @@ def _labels(data: str | None, client: Any, index: str | None, duplicate_field: s
         if not (index and duplicate_field and client is not None):
             raise ValueError("no labels: give data (a bundled set's name or a path) or an index and its duplicate "
                              "field")
-        from semdup.indexer.site_links import site_supervision
+        from semdup.index_format.site_links import site_supervision
 
         sup = site_supervision(client, index, duplicate_field, title_field, body_field)
         return NamedSupervision(sup), f"index {index} ({duplicate_field})"

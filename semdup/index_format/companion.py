@@ -32,6 +32,7 @@ __all__ = [
     "companion_alias",
     "companion_index_name",
     "companion_of",
+    "companion_for",
     "pinned_companion",
     "search_target",
     "source_field",
@@ -118,6 +119,22 @@ def pinned_companion(client: OpenSearch, index: str, version: str | None) -> tup
         return (own, source) if set(behind) == {own} else found
     if _mappings(client, own):
         return own, source
+    return found
+
+
+def companion_for(client: OpenSearch, index: str, version: str | None = None) -> tuple[str, SourceFields]:
+    """The companion (for model ``version``: :func:`pinned_companion`) and source of a site's ``index``, or why
+    there is none.
+
+    Raises:
+        SearchIndexError: ``index`` was not connected with ``semdup enable``.
+    """
+    found = pinned_companion(client, index, version)
+    if found is None:
+        raise SearchIndexError(
+            f"index {index!r} has no semdup companion; connect it first with `semdup enable --index {index} "
+            "--title-field FIELD --body-field FIELD --bundle PATH`"
+        )
     return found
 
 

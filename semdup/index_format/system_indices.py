@@ -9,9 +9,9 @@ creates it unless it exists (workers and service processes race to create it fir
 since (a mapping only grows), once per client and name in a process. Every call uses the client's timeout
 (``SEMDUP_OPENSEARCH_TIMEOUT``, set where the client is built, :func:`semdup.core.clients.connect`).
 
-The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.indexer.parking`), ``semdup-jobs``
-(index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.indexer.outcomes`,
-:mod:`semdup.indexer.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
+The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.ingest.parking`), ``semdup-jobs``
+(index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.ingest.outcomes`,
+:mod:`semdup.ingest.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
 ``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`) and ``semdup-sessions`` (the review page's
 logins, :mod:`semdup.review.sessions`).
 """
@@ -72,7 +72,7 @@ JOBS = SystemIndex(
         "parked": {"type": "integer"},
         "skipped": {"type": "integer"},
         "at": {"type": "date", "format": "epoch_second"},
-        # the ledger (semdup.indexer.ledger): a batch's key, order and size, its message (stored, not indexed:
+        # the ledger (semdup.ingest.ledger): a batch's key, order and size, its message (stored, not indexed:
         # it is only read back to send the batch again), and on the job record the batches published so far
         "batch": {"type": "keyword"},
         "seq": {"type": "integer"},

@@ -13,7 +13,7 @@ kept queued and retried every ``cap_s`` seconds, never dropped (:mod:`semdup.ind
 ``cap_s`` is bounded by the Redis visibility timeout: a retried task waits out its countdown in the worker
 unacknowledged, and Redis hands a message unacknowledged for longer than the visibility timeout to another
 consumer, which would run the batch twice. ``cap_s <= visibility_timeout / 5`` leaves room for the task itself
-(``semdup.indexer.celery_app``). The worker's composition root puts the policy's waits on the tasks as Celery
+(``semdup.ingest.celery_app``). The worker's composition root puts the policy's waits on the tasks as Celery
 task annotations (:func:`annotations`), read when the app is finalized.
 
 Example::

@@ -17,33 +17,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from semdup.core.errors import SearchIndexError
 from semdup.core.opensearch import OpenSearch
-from semdup.index_format.companion import SourceFields, pinned_companion, source_post
+from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import BatchResult, DocumentEncoder, delete_batch, index_batch
 
-__all__ = ["read_source_posts", "site_indices", "sync_batch", "companion_for"]
+__all__ = ["read_source_posts", "site_indices", "sync_batch"]
 
 logger = logging.getLogger(__name__)
-
-
-def companion_for(client: OpenSearch, index: str, version: str | None = None) -> tuple[str, SourceFields]:
-    """The companion (for model ``version``: :func:`~semdup.index_format.companion.pinned_companion`) and source
-    of a site's ``index``.
-
-    Raises:
-        SearchIndexError: ``index`` was not connected with ``semdup enable``.
-    """
-    found = pinned_companion(client, index, version)
-    if found is None:
-        raise SearchIndexError(
-            f"index {index!r} has no semdup companion; connect it first with `semdup enable --index {index} "
-            "--title-field FIELD --body-field FIELD --bundle PATH`"
-        )
-    return found
 
 
 def site_indices(client: OpenSearch, source: SourceFields) -> list[str]:

@@ -19,7 +19,7 @@ Arguments are JSON-native (index name, small batches of posts or ids, the bundle
 write has a deterministic ``_id`` and content, so a task delivered twice writes the same thing (``acks_late`` is
 safe, see ``celery_app``). A task of a job records its outcome (:mod:`semdup.ingest.outcomes`) as its last step.
 
-Example (the producers do this for you, :func:`semdup.ingest.submit`)::
+Example (the producers do this for you, :func:`semdup.ingest.jobs.submit`)::
 
     from semdup.indexer.tasks import index_posts
     index_posts.delay("travel", [{"id": "1", "title": "Visa?", "body": "..."}], bundle.version, job="9f2c...")
@@ -37,9 +37,12 @@ from celery.utils.log import get_task_logger
 from semdup.core import task_names
 from semdup.core.errors import OpenSearchError, SearchIndexError
 from semdup.core.opensearch import ItemFailure
-from semdup.indexer import batch_writer, outcomes, parking, sync, worker_metrics
-from semdup.indexer.celery_app import TASK_SOFT_TIME_LIMIT, WorkerRuntime, app, runtime
+from semdup.index_format.companion import companion_for
+from semdup.indexer import batch_writer, sync, worker_metrics
 from semdup.indexer.retry import TRANSIENT_ERRORS, OtherBundle, RetryingTask, StillQueued
+from semdup.indexer.runtime import WorkerRuntime, runtime
+from semdup.ingest import outcomes, parking
+from semdup.ingest.celery_app import TASK_SOFT_TIME_LIMIT, app
 
 __all__ = [
     "index_posts",
@@ -248,7 +251,7 @@ def sync_posts(
 
     def work(rt: WorkerRuntime) -> Outcome:
         _check_version(rt, model_version)
-        companion, source = sync.companion_for(rt.client, index, model_version)
+        companion, source = companion_for(rt.client, index, model_version)
         search = batch_writer.ensure_index_model(rt.client, companion, model_version)
         result = sync.sync_batch(rt.client, companion, source, ids, rt.bundle, search=search)
         parking.park(rt.client, index, result.failed, task="sync_posts", model_version=model_version)

@@ -2,7 +2,7 @@
 
 The new model gets its own companion (``companion_index_name(index, new_version)``), created beside the old one and
 kept out of the companion alias while it is filled. The copy runs in this process with the new bundle: rounds of
-:func:`~semdup.indexer.reconcile.plan_sync` against the new companion and :func:`~semdup.indexer.sync.sync_batch`
+:func:`~semdup.ingest.reconcile.plan_sync` against the new companion and :func:`~semdup.indexer.sync.sync_batch`
 of what it finds, until a round finds at most one batch left. That one loop is both the copy and the catch-up on
 what the site wrote meanwhile, and it keeps no checkpoint: each round asks both indices, so running the command
 again after a crash (or OpenSearch restarting) resumes where the indices stand. Workers and rerankers still on the
@@ -39,8 +39,8 @@ from semdup.index_format.companion import (
 from semdup.index_format.mapping import MODEL_META_KEY, common_fields
 from semdup.index_format.schema import CandidateFields, index_body
 from semdup.indexer.batch_writer import DocumentEncoder
-from semdup.indexer.reconcile import plan_sync
 from semdup.indexer.sync import sync_batch
+from semdup.ingest.reconcile import plan_sync
 
 __all__ = ["UPGRADE_META_KEY", "UpgradeResult", "Removed", "upgrade", "remove_old"]
 

@@ -274,7 +274,8 @@ class ServiceSettings:
     wrong login) within ``auth_window`` seconds; then it gets 429 for ``auth_block`` seconds, twice as long for
     each block in a row (at most an hour). ``runtime_dir`` holds what the worker processes of one ``semdup serve``
     share (those counts); None: kept in this process only. Review sessions (:mod:`semdup.review.sessions`) end
-    after ``session_idle`` seconds unused or ``session_max_age`` after login.
+    after ``session_idle`` seconds unused or ``session_max_age`` after login. With ingest on, each process sweeps the
+    unfinished jobs of the served indices (:mod:`semdup.ingest.sweeper`), with the bound ``sweep_after``.
     """
 
     bundle: str
@@ -293,6 +294,7 @@ class ServiceSettings:
     onnx_threads: int = 2
     broker: BrokerSettings | None = None
     ingest: bool | None = None  # None: on exactly when a broker is set
+    sweep_after: float = 300.0  # SEMDUP_SWEEP_AFTER: its HTTP jobs' batches missing this long are sent again
     max_ingest_posts: int = 1000
     max_in_flight: int = 4
     session_secret: str | None = field(default=None, repr=False)  # the review page's cookies; None: random

@@ -30,7 +30,7 @@ from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import pack_semdup_fields, unpack_semdup_fields
 from semdup.index_format.schema import HNSW_PARAMETERS, CandidateFields, index_body
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
-from semdup.indexer.lexical_index import create_index
+from semdup.ingest.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.sources import SourceQuery, TemplateSource, knn_query, sparse_query
 from semdup.reranker.stored_fields import DOCVALUE_FIELDS, stored_semdup_fields

@@ -61,7 +61,7 @@ def _assert_matches_offline(docs: dict[str, dict[str, Any]], posts: list[Post], 
 # --- tests --------------------------------------------------------------------------------------------------
 def test_travel_dump_survives_worker_sigkill(opensearch_client, unique_index, worker, bundle, travel_posts):
     """The whole Travel dump (4,919 posts); the worker is SIGKILLed mid-job, restarted, and nothing is lost."""
-    from semdup.indexer.parking import count_parked
+    from semdup.ingest.parking import count_parked
 
     create(opensearch_client, unique_index, bundle)
     enqueue(unique_index, travel_posts, bundle.version)
@@ -139,7 +139,7 @@ def test_opensearch_down_mid_job_is_retried_and_nothing_lost(
     finally:
         w.stop()
         outage.down()
-    from semdup.indexer.parking import count_parked
+    from semdup.ingest.parking import count_parked
 
     assert count_parked(opensearch_client, unique_index) == 0
     _assert_matches_offline(all_docs(opensearch_client, unique_index), posts, bundle)
@@ -157,8 +157,8 @@ def test_bad_posts_are_parked_visible_and_replayable(
     opensearch_client, unique_index, short_budget_worker, bundle, travel_posts
 ):
     """The index job's library API (enqueue, wait, replay parked) against a real worker."""
-    from semdup.indexer.jobs import enqueue_posts, replay_parked, wait_for
-    from semdup.indexer.parking import count_parked, iter_parked
+    from semdup.ingest.jobs import enqueue_posts, replay_parked, wait_for
+    from semdup.ingest.parking import count_parked, iter_parked
 
     good = travel_posts[:5]
     create(opensearch_client, unique_index, bundle)
@@ -198,7 +198,7 @@ def test_index_posts_cli_reads_enqueues_waits_and_replays(
     and the command exits 1 while it is parked."""
     import json
 
-    from semdup.indexer.parking import count_parked
+    from semdup.ingest.parking import count_parked
 
     posts = travel_posts[:20]
     source = tmp_path / "posts.jsonl"

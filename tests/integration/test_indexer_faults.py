@@ -61,8 +61,8 @@ def worker(tmp_path: Path, env: dict[str, str]):
 
 
 def _queued(job: Any) -> set[str]:
-    from semdup.indexer.backlog import queued_post_ids
-    from semdup.indexer.celery_app import app
+    from semdup.ingest.backlog import queued_post_ids
+    from semdup.ingest.celery_app import app
 
     ids = queued_post_ids(app, job=job.id)
     assert ids is not None, "the test broker is Redis: its queue can be read"
@@ -84,8 +84,8 @@ def test_an_outage_longer_than_the_retry_budget_keeps_the_batches_queued(
 ):
     """The worker's only path to OpenSearch is cut for 4x the retry budget: no batch is acknowledged and dropped.
     Parking fails too (same cluster), so every post stays on the broker, and all are written once it is back."""
-    from semdup.indexer.jobs import enqueue_posts, wait_for
-    from semdup.indexer.outcomes import job_counts
+    from semdup.ingest.jobs import enqueue_posts, wait_for
+    from semdup.ingest.outcomes import job_counts
 
     sent = posts[:200]
     create(opensearch_client, unique_index, bundle)
@@ -117,8 +117,8 @@ def test_a_bad_id_is_parked_alone_and_the_rest_of_its_batch_written(
     opensearch_client, unique_index, worker, bundle, posts
 ):
     from semdup.indexer.batch_writer import _bulk_or_split
-    from semdup.indexer.jobs import enqueue_posts, replay_parked, wait_for
-    from semdup.indexer.parking import PARKED_INDEX, iter_parked
+    from semdup.ingest.jobs import enqueue_posts, replay_parked, wait_for
+    from semdup.ingest.parking import PARKED_INDEX, iter_parked
 
     long_id = "q" * 600
     batch = posts[:9] + [Post(long_id, "A valid post", "whose id OpenSearch refuses")]
@@ -152,7 +152,7 @@ def test_a_write_blocked_index_parks_every_post_and_the_cli_exits_1(
     opensearch_client, unique_index, worker, env, bundle, posts, tmp_path
 ):
     """Old copies of the posts are already there (same model): they must not pass for this run's writes."""
-    from semdup.indexer.parking import count_parked
+    from semdup.ingest.parking import count_parked
 
     sent = posts[:30]
     source = _jsonl(tmp_path / "posts.jsonl", sent)
@@ -232,12 +232,12 @@ def test_a_worker_killed_whole_hands_its_batches_back_after_the_visibility_timeo
 ):
     """Killed while it runs its 5th batch (held there, so the kill never races it): that batch is unacknowledged
     in Redis, the other 35 are queued, and the visibility timeout (10 s) hands it to the next worker."""
-    from semdup.indexer.backlog import queued_tasks
-    from semdup.indexer.celery_app import app
-    from semdup.indexer.jobs import enqueue_posts, wait_for
-    from semdup.indexer.ledger import task_id
-    from semdup.indexer.outcomes import job_counts
-    from semdup.indexer.sweeper import SweepSettings
+    from semdup.ingest.backlog import queued_tasks
+    from semdup.ingest.celery_app import app
+    from semdup.ingest.jobs import enqueue_posts, wait_for
+    from semdup.ingest.ledger import task_id
+    from semdup.ingest.outcomes import job_counts
+    from semdup.ingest.sweeper import SweepSettings
 
     sent = posts[:2000]
     create(opensearch_client, unique_index, bundle)
@@ -268,11 +268,11 @@ def test_a_worker_killed_between_taking_a_batch_and_recording_it_unacknowledged_
     """The gap of issue #17: kombu's BRPOP took the 2nd batch off the queue, the worker dies before its HSET into
     ``unacked``. Redis holds it nowhere and no visibility timeout brings it back; the job's ledger does: the
     sweeper sends it again once it has been neither done nor queued for its bound (5 s here)."""
-    from semdup.indexer.backlog import queued_task_ids
-    from semdup.indexer.celery_app import app
-    from semdup.indexer.jobs import enqueue_posts, wait_for
-    from semdup.indexer.ledger import done_batches, ledger_entries, task_id
-    from semdup.indexer.sweeper import SweepSettings
+    from semdup.ingest.backlog import queued_task_ids
+    from semdup.ingest.celery_app import app
+    from semdup.ingest.jobs import enqueue_posts, wait_for
+    from semdup.ingest.ledger import done_batches, ledger_entries, task_id
+    from semdup.ingest.sweeper import SweepSettings
 
     sent = posts[:300]
     create(opensearch_client, unique_index, bundle)
@@ -283,7 +283,8 @@ def test_a_worker_killed_between_taking_a_batch_and_recording_it_unacknowledged_
         wait_until(signal.exists, "the worker to take its 2nd batch", STEP_S, every=0.1)
         lost = json.loads(signal.read_text())["task_id"]
         assert lost == task_id(job.id, "1")
-        assert lost not in (queued_task_ids(app) or {}) and "1" not in done_batches(opensearch_client, job.id)
+        assert lost not in (queued_task_ids(app) or {})
+        assert (job.id, "1") not in done_batches(opensearch_client, [job.id])
         held.kill()
     finally:
         held.stop()
@@ -297,15 +298,15 @@ def test_a_worker_killed_between_taking_a_batch_and_recording_it_unacknowledged_
     assert done.finished and (done.written, done.parked) == (len(sent), 0)
     assert done.waiting.resent_batches == 1
     assert count(opensearch_client, unique_index, bundle.version) == len(sent)
-    assert done_batches(opensearch_client, job.id) == {str(k) for k in range(6)}  # one outcome record per batch
-    assert ledger_entries(opensearch_client, job.id) == {}  # a finished job's ledger is deleted
+    assert done_batches(opensearch_client, [job.id]) == {(job.id, str(k)) for k in range(6)}  # one outcome each
+    assert ledger_entries(opensearch_client, jobs=[job.id]) == {}  # a finished job's ledger is deleted
 
 
 def test_a_wait_says_that_opensearch_is_unreachable_while_it_is(
     opensearch_client, opensearch_url, unique_index, worker, env, bundle, posts, tmp_path
 ):
     """``--job`` through a proxy cut mid-wait: the CLI (no terminal: log lines) says what it waits on, then goes on."""
-    from semdup.indexer.jobs import enqueue_posts
+    from semdup.ingest.jobs import enqueue_posts
 
     sent = posts[:40]
     create(opensearch_client, unique_index, bundle)

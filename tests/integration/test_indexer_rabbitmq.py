@@ -25,7 +25,7 @@ STEP_S = 60.0
 @pytest.fixture(scope="module")
 def amqp_app(rabbitmq_url: str, redis_url: str) -> Iterator[Any]:
     """The indexer's Celery app on RabbitMQ for this module; back on the session's Redis afterwards."""
-    from semdup.indexer.celery_app import configure_app
+    from semdup.ingest.celery_app import configure_app
 
     yield configure_app(rabbitmq_url, visibility_timeout=10)
     configure_celery(redis_url)
@@ -35,11 +35,11 @@ def test_a_worker_killed_whole_on_rabbitmq_has_its_batch_handed_back_and_written
     opensearch_client, opensearch_url, rabbitmq_url, amqp_app, unique_index, bundle_dir, bundle, travel_posts,
     tmp_path,
 ):  # fmt: skip
-    from semdup.indexer.backlog import queued_tasks
-    from semdup.indexer.jobs import enqueue_posts, wait_for
-    from semdup.indexer.ledger import task_id
-    from semdup.indexer.outcomes import job_counts
-    from semdup.indexer.sweeper import SweepSettings
+    from semdup.ingest.backlog import queued_tasks
+    from semdup.ingest.jobs import enqueue_posts, wait_for
+    from semdup.ingest.ledger import task_id
+    from semdup.ingest.outcomes import job_counts
+    from semdup.ingest.sweeper import SweepSettings
 
     env = worker_env(opensearch_url, rabbitmq_url, bundle_dir)
     sent = travel_posts[:400]

@@ -16,7 +16,7 @@ from semdup.core.errors import DataError, SearchIndexError
 from semdup.data import load_stackexchange_dump
 from semdup.data.paths import travel_dir
 from semdup.data.learn_folds import fold_supervision
-from semdup.indexer.site_links import site_supervision
+from semdup.index_format.site_links import site_supervision
 
 pytestmark = pytest.mark.opensearch
 

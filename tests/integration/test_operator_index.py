@@ -40,7 +40,7 @@ def site(opensearch_client: Any, unique_index: str) -> Any:
 
 
 def _wait(client: Any, job: Any) -> Any:
-    from semdup.indexer.jobs import wait_for
+    from semdup.ingest.jobs import wait_for
 
     done = wait_for(client, job, timeout=WAIT_S, progress=False)
     assert done.finished, done
@@ -56,10 +56,10 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
 ) -> None:
     from semdup.core.errors import SearchIndexError
     from semdup.index_format.documents import content_hash
-    from semdup.indexer.backfill import enqueue_backfill, index_version
     from semdup.indexer.batch_writer import ensure_index_model, index_batch
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.reconcile import plan_sync, watch
+    from semdup.ingest.backfill import enqueue_backfill, index_version
+    from semdup.ingest.reconcile import plan_sync, watch
     from semdup.reranker.reranker import NothingIndexed, Reranker
     from semdup.reranker.settings import RerankerSettings
 
@@ -85,7 +85,7 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     # semdup never writes the site's documents: index-posts into the site's index is refused before any write.
     with pytest.raises(SearchIndexError, match="not created by semdup"):
         ensure_index_model(client, site, bundle.version)
-    from semdup.indexer.jobs import ensure_index
+    from semdup.ingest.jobs import ensure_index
 
     with pytest.raises(
         SearchIndexError, match="not created by semdup.*semdup enable"
@@ -104,7 +104,7 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
 
     # Rerank on the site's alias equals rerank on an index semdup created with the same posts: same ids, same scores.
     own = f"{site}-own"
-    from semdup.indexer.lexical_index import create_index
+    from semdup.ingest.lexical_index import create_index
 
     create_index(client, own, dimension=bundle.dimension)
     site_posts = [Post(p.id, p.title, p.body) for p in posts]
@@ -191,7 +191,7 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
 def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, bundle: Any) -> None:
     from semdup.core.errors import SearchIndexError
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.lexical_index import create_index
+    from semdup.ingest.lexical_index import create_index
 
     def enable(index: str, **kw: Any) -> Any:
         return enable_index(opensearch_client, index, version=bundle.version, dimension=bundle.dimension, **kw)
@@ -236,9 +236,9 @@ def test_duplicates_are_flagged_as_the_site_writes_them(
     from indexer_stack import wait_until, worker_env
 
     from semdup.alerts.store import delete_flags, list_flags
-    from semdup.indexer.backfill import enqueue_backfill
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.reconcile import enqueue_sync
+    from semdup.ingest.backfill import enqueue_backfill
+    from semdup.ingest.reconcile import enqueue_sync
     from semdup.reranker.calibration import Calibration, save_calibration
 
     client = opensearch_client

@@ -91,6 +91,7 @@ def test_posts_sent_over_http_are_written_by_a_real_worker(
         "model": bundle.version,
         "enqueued": len(posts),
         "tasks": 2,
+        "job": r.json()["job"],
     }
     assert queue.llen(INDEXER_QUEUE) == 2  # queued, not yet written: no worker runs
     assert count(opensearch_client, fresh_index, bundle.version) == 0

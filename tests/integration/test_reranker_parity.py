@@ -21,7 +21,7 @@ from semdup.core.clients import knn_available
 from semdup.core.posts import Post
 from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.indexer.batch_writer import index_batch
-from semdup.indexer.lexical_index import create_index
+from semdup.ingest.lexical_index import create_index
 from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
 from semdup.reranker.sources import SourceQuery, SparseSource, search, sparse_query
 

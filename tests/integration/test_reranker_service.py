@@ -31,7 +31,7 @@ from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_process import any_free_port
 from semdup.index_format.mapping import MODEL_META_KEY
-from semdup.indexer.lexical_index import create_index
+from semdup.ingest.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.reranker.settings import ServiceSettings
 

@@ -13,7 +13,7 @@ import pytest
 
 from semdup.bundle import Bundle
 from semdup.core.posts import Post
-from semdup.indexer.lexical_index import create_index
+from semdup.ingest.lexical_index import create_index
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings
 from semdup.search_templates import all_templates, template_id

@@ -6,7 +6,7 @@ import pytest
 
 from semdup.core.posts import Post
 from semdup.index_format.schema import LEXICAL_MODELS, feature_name, index_body, lexical_field
-from semdup.indexer.lexical_index import create_index, load_posts
+from semdup.ingest.lexical_index import create_index, load_posts
 from semdup.search_templates import (
     VARIANTS,
     all_templates,

@@ -51,7 +51,7 @@ from semdup.bundle import Bundle
 from semdup.core.clients import connect
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
-from semdup.indexer.lexical_index import create_index
+from semdup.ingest.lexical_index import create_index
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.reranker import Reranker
 from semdup.search_templates import register_templates

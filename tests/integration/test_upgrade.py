@@ -71,9 +71,10 @@ def _make_connected_site(client: Any, alias: str, posts: list[Post], bundle: Any
     """Two site indices behind ``alias``, connected by ``enable`` and filled with ``bundle``: its companion."""
     from opensearchpy.helpers import bulk
 
+    from semdup.index_format.companion import companion_for
     from semdup.indexer.enable import enable_index
-    from semdup.indexer.reconcile import plan_sync
-    from semdup.indexer.sync import companion_for, sync_batch
+    from semdup.indexer.sync import sync_batch
+    from semdup.ingest.reconcile import plan_sync
 
     mapping = {"properties": {"Title": {"type": "text"}, "Body": {"type": "text"}, "Tags": {"type": "keyword"}}}
     half = len(posts) // 2
@@ -161,10 +162,10 @@ class _Writer(threading.Thread):
 def test_upgrade_under_reads_and_writes(
     opensearch_client: Any, site: str, bundle_a: Any, bundle_b: Any, travel_posts: list[Post]
 ) -> None:
-    from semdup.index_format.companion import companion_alias, companion_index_name, search_target
-    from semdup.indexer.reconcile import plan_sync
-    from semdup.indexer.sync import companion_for, sync_batch
+    from semdup.index_format.companion import companion_alias, companion_for, companion_index_name, search_target
+    from semdup.indexer.sync import sync_batch
     from semdup.indexer.upgrade import remove_old, upgrade
+    from semdup.ingest.reconcile import plan_sync
     from semdup.reranker.reranker import Reranker
     from semdup.reranker.settings import RerankerSettings
 

@@ -4,7 +4,7 @@ A router's endpoints are module-level functions; the app factory binds each to i
 body model with this server's bounds (:mod:`.schemas`) and the access dependency of its scope (:func:`key_access`
 for ``search``, :func:`ingest_access` for ``ingest``, or :func:`open_access` when ``SEMDUP_AUTH=off``). What an
 endpoint needs at run time it reads from ``app.state`` (:func:`state`): the settings, the reranker, the ingest
-sender, the admission gate, the failure throttle.
+broker (the Celery app ingest publishes through), the admission gate, the failure throttle.
 
 Every key check goes through :func:`authenticate`: a blocked address gets 429 (:class:`Throttled`) before its key is
 looked at, a wrong key 401 (:class:`AuthError`, counted as a failure of the address,
@@ -60,7 +60,7 @@ KEY_HEADER = APIKeyHeader(
 
 
 def state(request: Request) -> Any:
-    """The app's state: ``settings``, ``reranker``, ``sender``, ``gate``, ``metrics``, ``probes`` (the factory)."""
+    """The app's state: ``settings``, ``reranker``, ``broker``, ``gate``, ``metrics``, ``probes`` (the factory)."""
     return request.app.state
 
 

@@ -234,13 +234,17 @@ class ReadyResponse(BaseModel):
 
 
 class IngestAccepted(BaseModel):
-    """What went to the broker: ``enqueued`` posts or ids in ``tasks`` tasks (queued, not yet written)."""
+    """What went to the broker: ``enqueued`` posts or ids in ``tasks`` tasks of one job (queued, not yet written)."""
 
     index: str
     task: str = Field(description="The indexer task enqueued: index_posts, sync_posts or delete_posts.")
     model: str | None = Field(description="The bundle version the workers must run (none for deletes).")
     enqueued: int
     tasks: int
+    job: str = Field(
+        description="The job the tasks belong to (its batches are in semdup's ledger until written); follow it "
+        "with `semdup index-posts --index INDEX --job JOB`."
+    )
 
 
 class IngestErrorResponse(BaseModel):

@@ -15,8 +15,9 @@ from semdup.alerts.store import Flag
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 from semdup.core.posts import Post
 from semdup.core.task_names import FLAG_DUPLICATES
-from semdup.indexer.celery_app import WorkerRuntime, app
 from semdup.indexer.retry import RetryPolicy
+from semdup.indexer.runtime import WorkerRuntime
+from semdup.ingest.celery_app import app
 
 POLICY = RetryPolicy(budget_s=10, first_s=2, cap_s=4)
 

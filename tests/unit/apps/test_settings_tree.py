@@ -60,10 +60,12 @@ def test_the_tree_has_one_field_per_section() -> None:
 
 
 def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
-    from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT as celery_default
-    from semdup.indexer.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
+    from semdup.ingest.celery_app import DEFAULT_VISIBILITY_TIMEOUT as celery_default
+    from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
+    from semdup.reranker.settings import ServiceSettings
 
     assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default)
+    assert ServiceSettings.__dataclass_fields__["sweep_after"].default == sweeper_default  # the service's sweeper
     tree = load_settings(env={})
     assert tree.opensearch is None and tree.broker is None and tree.candidates.k_candidates == 100
     with pytest.raises(OpenSearchUnavailable, match="SEMDUP_OPENSEARCH_URL"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from semdup.cli.job_wait import WaitReport
-from semdup.indexer.outcomes import Job
-from semdup.indexer.waiting import JobProgress, WaitState
+from semdup.ingest.outcomes import Job
+from semdup.ingest.waiting import JobProgress, WaitState
 
 JOB = Job("j1", "travel", "bow-cnn-0123456789ab", total=1000)
 

@@ -331,7 +331,7 @@ def test_k8s_references_resolve() -> None:
 
 
 def test_k8s_keda_scales_on_the_celery_queue() -> None:
-    from semdup.indexer.celery_app import QUEUE
+    from semdup.ingest.celery_app import QUEUE
 
     scaled = _by_kind("ScaledObject")
     assert {"semdup-cpu-worker", "semdup-gpu-worker"} <= set(scaled)

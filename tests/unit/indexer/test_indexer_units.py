@@ -14,7 +14,7 @@ from semdup.core.posts import Post
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields, semdup_fields_mapping
 from semdup.indexer import batch_writer
-from semdup.indexer.celery_app import celery_config
+from semdup.ingest.celery_app import celery_config
 
 
 class FakeBundle:

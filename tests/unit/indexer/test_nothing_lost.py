@@ -19,10 +19,10 @@ from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, PostError
 from semdup.core.opensearch import ItemFailure, client_error
 from semdup.indexer import batch_writer, tasks
-from semdup.indexer.backlog import decode_message
-from semdup.indexer.celery_app import WorkerRuntime
-from semdup.indexer.parking import parked_id
 from semdup.indexer.retry import RetryPolicy
+from semdup.indexer.runtime import WorkerRuntime
+from semdup.ingest.backlog import decode_message
+from semdup.ingest.parking import parked_id
 
 
 # --- retry budget ---------------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_queued_messages_are_read_with_their_posts_and_job() -> None:
 
 
 def test_a_parked_error_keeps_no_credential(monkeypatch) -> None:
-    from semdup.indexer import parking
+    from semdup.ingest import parking
 
     written: list[dict[str, Any]] = []
     monkeypatch.setattr(parking, "ensure", lambda client, decl: None)

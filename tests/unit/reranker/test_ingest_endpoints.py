@@ -1,6 +1,7 @@
-"""HTTP ingest (``/v1/posts``, ``/sync``, ``/delete``) with a fake sender: batching, auth, index scoping, bounds,
+"""HTTP ingest (``/v1/posts``, ``/sync``, ``/delete``) with an in-memory jobs index and a recording broker: each
+request one job whose batches are in the ledger before they are published, batching, auth, index scoping, bounds,
 and a broker that is missing, off, down or fails part-way. The real broker and worker: tests/integration/
-test_reranker_ingest.py."""
+test_reranker_ingest.py and test_ingest_faults.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from jobs_store import JobsStore, RecordingBroker
 from settings_tree import service_settings
 
 from semdup.apps.http import create_app
@@ -18,7 +20,7 @@ from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, SearchIndexError
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
-from semdup.reranker.ingest import CelerySender
+from semdup.ingest.celery_app import producer_app
 from semdup.reranker.settings import ServiceSettings
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
@@ -30,30 +32,18 @@ VERSION = "bow-cnn-0123abcd"
 
 class FakeReranker:
     """``target``: a site's index (travel, cooking) is searched through its companion; ``own`` are indices semdup
-    created (searched themselves), ``missing`` do not exist."""
+    created (searched themselves), ``missing`` do not exist. Its ``client`` holds the jobs' records."""
 
     version = VERSION
 
     def __init__(self, own: tuple[str, ...] = (), missing: tuple[str, ...] = ()) -> None:
         self.own, self.missing = own, missing
+        self.client = JobsStore()
 
     def target(self, index: str) -> str:
         if index in self.missing:
             raise SearchIndexError(f"index {index!r} does not exist")
         return index if index in self.own else f"{index}.semdup-0123456789"
-
-
-class FakeSender:
-    """Records every task; raises from the ``fail_at``-th send on (1-based)."""
-
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.sent: list[tuple[str, list[Any]]] = []
-        self.fail_at = fail_at
-
-    def send(self, name: str, args: list[Any]) -> None:
-        if self.fail_at is not None and len(self.sent) + 1 >= self.fail_at:
-            raise ConnectionRefusedError("[Errno 111] Connection refused")
-        self.sent.append((name, args))
 
 
 def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSettings:
@@ -69,7 +59,8 @@ def settings(broker: BrokerSettings | None = BROKER, **values: Any) -> ServiceSe
 
 
 def client(sender: Any = None, reranker: FakeReranker | None = None, **kw: Any) -> TestClient:
-    app = create_app(settings(**kw), reranker=reranker or FakeReranker(), sender=sender)  # type: ignore[arg-type]
+    """The service's app with ``sender`` as the Celery app it publishes through (``kw``: its settings)."""
+    app = create_app(settings(**kw), reranker=reranker or FakeReranker(), broker=sender)  # type: ignore[arg-type]
     return TestClient(app)
 
 
@@ -78,10 +69,13 @@ def posts(n: int, start: int = 0) -> list[dict[str, str]]:
 
 
 def test_posts_go_out_in_batches_of_64_as_index_posts_with_the_bundle_version() -> None:
-    sender = FakeSender()
+    sender = RecordingBroker()
     r = client(sender).post("/v1/posts", json={"posts": posts(130)}, headers={"X-API-Key": KEY})
     assert r.status_code == 202, r.text
-    assert r.json() == {"index": "travel", "task": "index_posts", "model": VERSION, "enqueued": 130, "tasks": 3}
+    job = r.json()["job"]
+    assert r.json() == {
+        "index": "travel", "task": "index_posts", "model": VERSION, "enqueued": 130, "tasks": 3, "job": job,
+    }  # fmt: skip
     assert [name for name, _ in sender.sent] == [INDEX_POSTS] * 3
     assert [len(args[1]) for _, args in sender.sent] == [64, 64, 2]
     index, batch, version = sender.sent[2][1]
@@ -89,8 +83,25 @@ def test_posts_go_out_in_batches_of_64_as_index_posts_with_the_bundle_version() 
     assert batch[-1] == {"id": "129", "title": "Visa question 129", "body": "<p>Do I need one?</p>"}
 
 
+def test_a_request_is_one_job_whose_batches_are_in_the_ledger_with_the_messages_they_were_sent_as() -> None:
+    """As ``semdup index-posts`` submits a file: so a batch a worker loses can be sent again by the sweeper."""
+    sender, reranker = RecordingBroker(), FakeReranker()
+    r = client(sender, reranker).post("/v1/posts", json={"posts": posts(70)}, headers={"X-API-Key": KEY})
+    assert r.status_code == 202, r.text
+    job, docs = r.json()["job"], reranker.client.docs
+    assert docs[f"job/{job}"] | {"at": 0, "sent_at": 0} == {
+        "kind": "job", "job": job, "index": "travel", "model_version": VERSION, "total": 70, "at": 0,
+        "sent": 2, "sent_at": 0,
+    }  # fmt: skip
+    ledger = reranker.client.batches(job)
+    assert [(b["batch"], b["size"], b["task"]) for b in ledger] == [("0", 64, "index_posts"), ("1", 6, "index_posts")]
+    assert [m["kwargs"] for m in sender.messages] == [{"job": job, "batch": "0"}, {"job": job, "batch": "1"}]
+    assert [m["task_id"] for m in sender.messages] == [f"{job}-0", f"{job}-1"]
+    assert [b["call"] for b in ledger] == [{"task": m["name"], "args": m["args"]} for m in sender.messages]
+
+
 def test_sync_and_delete_send_distinct_ids_in_order() -> None:
-    sender = FakeSender()
+    sender = RecordingBroker()
     app = client(sender)
     ids = ["7", "3", "7", "10"]
     r = app.post("/v1/posts/sync", json={"index": "cooking", "ids": ids}, headers={"X-API-Key": KEY})
@@ -103,7 +114,7 @@ def test_sync_and_delete_send_distinct_ids_in_order() -> None:
 def test_sync_into_an_index_semdup_created_is_refused_up_front_and_nothing_is_sent() -> None:
     """Such an index has no site's index behind it: the workers would park every id as "has no semdup companion"
     after a 202. A served index that does not exist gets rerank's 404."""
-    sender = FakeSender()
+    sender = RecordingBroker()
     app = client(sender, reranker=FakeReranker(own=("travel",), missing=("cooking",)))
     r = app.post("/v1/posts/sync", json={"ids": ["1", "2"]}, headers={"X-API-Key": KEY})
     assert r.status_code == 409 and r.json()["error"]["type"] == "NotASiteIndex", r.text
@@ -119,7 +130,7 @@ def test_sync_into_an_index_semdup_created_is_refused_up_front_and_nothing_is_se
 
 @pytest.mark.parametrize("path", ["/v1/posts", "/v1/posts/sync", "/v1/posts/delete"])
 def test_keys_and_indices_are_checked_like_rerank_and_nothing_is_sent(path: str) -> None:
-    sender = FakeSender()
+    sender = RecordingBroker()
     app = client(sender)
     body: dict[str, Any] = {"posts": posts(1)} if path == "/v1/posts" else {"ids": ["1"]}
     for headers in ({}, {"X-API-Key": "wrong"}, {"X-API-Key": KEY + " "}):
@@ -140,7 +151,7 @@ def test_keys_and_indices_are_checked_like_rerank_and_nothing_is_sent(path: str)
 
 
 def test_bad_input_is_refused_whole_with_a_clear_message_and_nothing_is_sent() -> None:
-    sender = FakeSender()
+    sender = RecordingBroker()
     app = client(sender, max_ingest_posts=100, max_text_chars=50)
     post = {"id": "1", "title": "Visa?"}
     refused = {
@@ -176,7 +187,7 @@ def test_bad_input_is_refused_whole_with_a_clear_message_and_nothing_is_sent() -
 
 
 def test_a_broker_failing_part_way_is_a_503_that_says_how_many_went_out() -> None:
-    sender = FakeSender(fail_at=3)
+    sender = RecordingBroker(fail_at=3)
     r = client(sender).post("/v1/posts", json={"posts": posts(200)}, headers={"X-API-Key": KEY})
     assert r.status_code == 503, r.text
     body = r.json()
@@ -190,7 +201,7 @@ def test_without_a_broker_or_with_ingest_off_the_endpoints_answer_503_and_say_wh
     r = client(broker=None).post("/v1/posts/sync", json={"ids": ["1"]}, headers={"X-API-Key": KEY})
     assert r.status_code == 503 and r.json()["error"]["type"] == "BrokerUnavailable", r.text
     assert "SEMDUP_BROKER_URL" in r.json()["error"]["message"]
-    sender = FakeSender()
+    sender = RecordingBroker()
     r = client(sender, ingest="0").post("/v1/posts", json={"posts": posts(1)}, headers={"X-API-Key": KEY})
     assert r.status_code == 503 and "SEMDUP_INGEST=0" in r.json()["error"]["message"], r.text
     assert sender.sent == []
@@ -217,7 +228,7 @@ def test_a_real_celery_client_on_a_closed_port_answers_503_quickly() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: connection refused
-    sender = CelerySender(f"redis://127.0.0.1:{port}/0", timeout=2.0)
+    sender = producer_app(f"redis://127.0.0.1:{port}/0", timeout=2.0)
     start = time.monotonic()
     r = client(sender).post("/v1/posts", json={"posts": posts(3)}, headers={"X-API-Key": KEY})
     took = time.monotonic() - start
@@ -227,15 +238,17 @@ def test_a_real_celery_client_on_a_closed_port_answers_503_quickly() -> None:
 
 
 def test_tasks_go_to_the_queue_the_workers_consume() -> None:
-    from semdup.indexer.celery_app import QUEUE, celery_config
+    from semdup.ingest.celery_app import QUEUE, app, celery_config
 
-    sender = CelerySender("redis://127.0.0.1:9/0")
-    assert sender.queue == QUEUE == celery_config("redis://h/0")["task_default_queue"]
-    assert sender.app.conf.task_serializer == "json" and "json" in celery_config("redis://h/0")["accept_content"]
+    sender = producer_app("redis://127.0.0.1:9/0")
+    assert sender is not app  # the service's own: its request threads wait 5 s at most for the broker
+    assert sender.conf.task_default_queue == QUEUE == celery_config("redis://h/0")["task_default_queue"]
+    assert sender.conf.task_serializer == "json" and sender.conf.accept_content == ["json"]
+    assert sender.conf.broker_connection_timeout == 5.0
 
 
 def test_the_openapi_document_states_202_503_and_the_bounds() -> None:
-    doc = client(FakeSender(), max_ingest_posts=100).app.openapi()
+    doc = client(RecordingBroker(), max_ingest_posts=100).app.openapi()
     for path in ("/v1/posts", "/v1/posts/sync", "/v1/posts/delete"):
         op = doc["paths"][path]["post"]
         assert {"202", "401", "404", "413", "422", "503"} <= set(op["responses"]), path
@@ -320,7 +333,7 @@ def test_the_http_models_the_cli_reader_the_workers_and_the_schema_take_exactly_
     from semdup.data.posts_input import read_post_input
     from semdup.indexer.batch_writer import BatchResult, _parse_posts
 
-    sender = FakeSender()
+    sender = RecordingBroker()
     app = client(sender)
     schemas = app.app.openapi()["components"]["schemas"]
     schema = schemas["PostIn"]["properties"]["id"]
@@ -382,7 +395,7 @@ def test_the_http_models_and_the_cli_reader_take_the_same_titles_and_bodies(tmp_
     from semdup.core.posts import Post
     from semdup.data.posts_input import read_post_input
 
-    app = client(FakeSender(), max_text_chars=50)
+    app = client(RecordingBroker(), max_text_chars=50)
     source = tmp_path / "posts.jsonl"
     lines = [json.dumps({"id": "anchor", "title": "A post every reader takes"})]
     lines += [json.dumps({"id": f"p{n}", "title": t, "body": b}) for n, (t, b) in enumerate(TEXT_CASES)]
@@ -400,7 +413,7 @@ def test_the_http_models_and_the_cli_reader_take_the_same_titles_and_bodies(tmp_
 def test_a_batch_with_bad_posts_is_refused_whole_and_each_bad_post_is_named() -> None:
     """The HTTP ingest answers per post where it can: one 422 whose detail names every bad post by its position
     and why, and nothing is enqueued (the client holds the posts; it resends the batch fixed)."""
-    sender = FakeSender()
+    sender = RecordingBroker()
     batch = posts(5)
     batch[1]["id"] = " "
     batch[3] = {"id": "3", "title": "<p></p>"}
@@ -419,7 +432,7 @@ def test_a_batch_with_bad_posts_is_refused_whole_and_each_bad_post_is_named() ->
 
 def test_an_unknown_query_parameter_is_refused_naming_it_after_the_key_check() -> None:
     """Issue #34: ``POST /v1/posts?index=other`` wrote to the key's default index, the parameter silently ignored."""
-    sender = FakeSender()
+    sender = RecordingBroker()
     app = client(sender)
     for path, body in (
         ("/v1/posts", {"posts": posts(1)}),

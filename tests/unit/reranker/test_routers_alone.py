@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from jobs_store import JobsStore, RecordingBroker
 from settings_tree import service_settings
 
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
@@ -26,6 +27,7 @@ THROTTLE = FailureThrottle(None)  # what a router alone needs in app.state besid
 class FakeReranker:
     version = "bow-cnn-0123abcd"
     threshold = 0.5
+    client = JobsStore()  # the ingest router records its jobs through the reranker's client
 
     def rank(self, post: Any, k: int, exclude_id: Any, index: str) -> list[Any]:
         found = {"id": "87", "score": 0.9, "components": {}, "probability": None, "is_duplicate": True}
@@ -54,17 +56,17 @@ def test_the_rerank_router_alone() -> None:
 
 
 def test_the_ingest_router_alone() -> None:
-    sent: list[tuple[str, list[Any]]] = []
-    sender = SimpleNamespace(send=lambda name, args: sent.append((name, args)))
+    broker = RecordingBroker()
     settings = service_settings(
         {"bundle": "b", "index": "travel", "api_keys": f"{KEY}:*:ingest"},
         OS,
         broker=BrokerSettings("redis://127.0.0.1:9/0"),
     )
-    app = _app(ingest.router(settings), settings=settings, reranker=FakeReranker(), sender=sender, throttle=THROTTLE)
+    app = _app(ingest.router(settings), settings=settings, reranker=FakeReranker(), broker=broker, throttle=THROTTLE)
     r = TestClient(app).post("/v1/posts", json={"posts": [{"id": "1", "title": "Visa?"}]}, headers={"X-API-Key": KEY})
     assert r.status_code == 202 and r.json()["enqueued"] == 1, r.text
-    assert sent == [(INDEX_POSTS, ["travel", [{"id": "1", "title": "Visa?", "body": ""}], FakeReranker.version])]
+    post = {"id": "1", "title": "Visa?", "body": ""}
+    assert broker.sent == [(INDEX_POSTS, ["travel", [post], FakeReranker.version])]
 
 
 def test_the_probes_router_alone() -> None:

@@ -4,10 +4,11 @@ A batch is one task message: task name, JSON arguments, and a key (its sequence 
 producer writes the ledger records of a chunk of batches (one bulk request), publishes them, then records on the
 job how many batches are published so far (``sent``). Each message carries ``job`` and ``batch`` in its kwargs
 and has the task id ``<job>-<batch>``, the same every time the batch is sent, so the broker's copy can be matched
-to the ledger (:func:`semdup.indexer.backlog.queued_task_ids`) and a task's outcome is recorded once per batch
-(:func:`semdup.indexer.outcomes.record_outcome`). A batch is then *done* (an outcome record), *queued* (a message
-on the broker), or *missing*: neither, which the sweeper (:mod:`semdup.indexer.sweeper`) confirms over time and
-sends again from its record here.
+to the ledger (:func:`semdup.ingest.backlog.queued_task_ids`) and a task's outcome is recorded once per batch
+(:func:`semdup.ingest.outcomes.record_outcome`). A batch is then *done* (an outcome record), *queued* (a message
+on the broker), or *missing*: neither, which the sweeper (:mod:`semdup.ingest.sweeper`) confirms over time and
+sends again from its record here. The readers take a set of jobs (or every unfinished job of some indices), so a
+sweeper of many jobs reads each store once per sweep; a batch is named by its :data:`Key`, (job, batch key).
 
 What it costs: one more bulk request per :data:`CHUNK` batches while enqueueing, one small update of the job
 record per chunk, and the batches' arguments stored once more in ``semdup-jobs`` (``call`` is an object with
@@ -18,9 +19,9 @@ per batch) stay.
 
 Example::
 
-    calls = [TaskCall(INDEX_POSTS, [index, posts, version], job.id) for posts in chunked(payload, 64)]
-    publish(client, job, calls)                  # ledger chunk, publish chunk, job.sent, ... in that order
-    ledger_entries(client, job.id)               # {"0": LedgerEntry(seq=0, size=64), ...}
+    calls = [TaskCall(INDEX_POSTS, [index, posts, version]) for posts in chunked(payload, 64)]
+    publish(client, job, calls, app=app)         # ledger chunk, publish chunk, job.sent, ... in that order
+    ledger_entries(client, jobs=[job.id])        # {(job.id, "0"): LedgerEntry(seq=0, size=64), ...}
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from semdup.core.bulk import bulk_write, chunked
-from semdup.core.errors import OpenSearchMissing, OpenSearchRefused, OpenSearchUnavailable
+from semdup.core.errors import BrokerUnavailable, OpenSearchRefused, OpenSearchUnavailable
 from semdup.core.opensearch import OpenSearch, scan
-from semdup.indexer.outcomes import JOBS_INDEX, Job, ensure_jobs_index
+from semdup.ingest.outcomes import JOBS_INDEX, Job, ensure_jobs_index
 
 __all__ = [
     "CHUNK",
+    "Key",
     "TaskCall",
     "LedgerEntry",
     "SentMark",
@@ -46,9 +48,11 @@ __all__ = [
     "ledger_entries",
     "done_batches",
     "read_calls",
-    "sent_mark",
+    "sent_marks",
     "forget_batches",
 ]
+
+Key = tuple[str, str]  # (job id, batch key): one batch of one job
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +71,8 @@ def task_id(job: str, batch: str) -> str:
 class TaskCall:
     """One task message: the task's name (:mod:`semdup.core.task_names`), its JSON-native arguments, the job it
     belongs to and its key in the job's ledger (given by :func:`publish`). Sent by name through the indexer queue's
-    app (:data:`semdup.indexer.celery_app.app`, pointed at the broker by the composition root): a producer never
-    needs the workers' task module."""
+    app (:mod:`semdup.ingest.celery_app`, pointed at the broker by the composition root): a producer never needs
+    the workers' task module."""
 
     task: str
     args: list[Any]
@@ -84,11 +88,13 @@ class TaskCall:
     def kwargs(self) -> dict[str, str]:
         return {k: v for k, v in (("job", self.job), ("batch", self.batch)) if v}
 
-    def send(self) -> None:
+    def send(self, app: Any) -> None:
+        """Publish through ``app`` (a Celery app); a broker that refuses is :class:`BrokerUnavailable`."""
         tid = task_id(self.job, self.batch) if self.job and self.batch else None
-        from semdup.indexer.celery_app import app
-
-        app.send_task(self.task, args=self.args, kwargs=self.kwargs, task_id=tid)
+        try:
+            app.send_task(self.task, args=self.args, kwargs=self.kwargs, task_id=tid)
+        except Exception as exc:  # kombu and redis raise transport-specific errors
+            raise BrokerUnavailable(f"the broker refused a message ({type(exc).__name__}: {exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -157,16 +163,18 @@ def publish(
     job: Job,
     calls: Iterable[TaskCall],
     *,
+    app: Any,
     on_sent: Callable[[TaskCall], None] | None = None,
 ) -> int:
-    """Record each chunk of ``calls`` in the ledger, publish it, then mark it sent on the job record. The job
-    record must exist (:func:`semdup.indexer.outcomes.record_job`). ``on_sent`` is called after each message
-    (a progress bar). Returns the posts or ids sent.
+    """Record each chunk of ``calls`` in the ledger, publish it through ``app``, then mark it sent on the job
+    record. The job record must exist (:func:`semdup.ingest.outcomes.record_job`). ``on_sent`` is called after
+    each message (a progress bar). Returns the posts or ids sent.
 
     A producer that dies part-way leaves its unpublished batches in the ledger: the sweeper sends them.
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer (the batches published so far are in the ledger).
+        BrokerUnavailable: the broker refused a message (the batches from it on are in the ledger, unsent).
     """
     ensure_jobs_index(client)
     seq = sent = 0
@@ -174,7 +182,7 @@ def publish(
         keyed = [replace(c, job=job.id, batch=str(seq + n)) for n, c in enumerate(chunk)]
         _record(client, job, keyed, seq)
         for call in keyed:
-            call.send()
+            call.send(app)
             sent += call.size
             if on_sent is not None:
                 on_sent(call)
@@ -183,71 +191,81 @@ def publish(
     return sent
 
 
-def _scan(client: OpenSearch, job_id: str, kind: str, fields: list[str]) -> Iterable[dict[str, Any]]:
-    query = {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": kind}}]}}
+def _scan(client: OpenSearch, kind: str, field: str, values: Sequence[str], fields: list[str]) -> Iterable[dict]:
+    """The records of ``kind`` whose ``field`` is one of ``values`` (by 1,000: a terms query's comfortable size)."""
     client.indices.refresh(index=JOBS_INDEX, ignore_unavailable=True)
-    yield from scan(
-        client,
-        index=JOBS_INDEX,
-        query={"query": query, "_source": fields},
-        size=2000,
-        scroll="2m",
-        ignore_unavailable=True,
-    )
+    for part in chunked(list(dict.fromkeys(values)), 1000):
+        query = {"bool": {"filter": [{"terms": {field: part}}, {"term": {"kind": kind}}]}}
+        yield from scan(
+            client,
+            index=JOBS_INDEX,
+            query={"query": query, "_source": fields},
+            size=2000,
+            scroll="2m",
+            ignore_unavailable=True,
+        )
 
 
-def ledger_entries(client: OpenSearch, job_id: str) -> dict[str, LedgerEntry]:
-    """``batch key -> LedgerEntry`` of every batch recorded for ``job_id`` (none for a job before the ledger).
+def ledger_entries(
+    client: OpenSearch, *, jobs: Sequence[str] = (), indices: Sequence[str] = ()
+) -> dict[Key, LedgerEntry]:
+    """``(job, batch) -> LedgerEntry`` of every batch recorded for ``jobs``, or for the unfinished jobs of ``indices``
+    (a finished job's records are deleted); none for a job recorded before the ledger.
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer.
     """
-    out: dict[str, LedgerEntry] = {}
-    for hit in _scan(client, job_id, "batch", ["batch", "seq", "size"]):
+    field, values = ("job", jobs) if jobs else ("index", indices)
+    out: dict[Key, LedgerEntry] = {}
+    for hit in _scan(client, "batch", field, values, ["job", "batch", "seq", "size"]):
         src = hit.get("_source") or {}
-        out[str(src["batch"])] = LedgerEntry(int(src.get("seq", 0)), int(src.get("size", 0)))
+        out[(str(src["job"]), str(src["batch"]))] = LedgerEntry(int(src.get("seq", 0)), int(src.get("size", 0)))
     return out
 
 
-def done_batches(client: OpenSearch, job_id: str) -> set[str]:
-    """Keys of ``job_id``'s batches that recorded an outcome (written, parked or skipped: finished).
+def done_batches(client: OpenSearch, jobs: Sequence[str]) -> set[Key]:
+    """The batches of ``jobs`` that recorded an outcome (written, parked or skipped: finished).
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer.
     """
-    return {str(h["_source"]["batch"]) for h in _scan(client, job_id, "outcome", ["batch"]) if "batch" in h["_source"]}
+    hits = _scan(client, "outcome", "job", jobs, ["job", "batch"])
+    return {(str(h["_source"]["job"]), str(h["_source"]["batch"])) for h in hits if "batch" in h["_source"]}
 
 
-def read_calls(client: OpenSearch, job_id: str, keys: Sequence[str]) -> list[tuple[str, str, list[Any]]]:
-    """``(batch key, task name, args)`` of the given batches, from their ledger records (those still there).
+def read_calls(client: OpenSearch, keys: Sequence[Key]) -> list[tuple[Key, str, list[Any]]]:
+    """``(key, task name, args)`` of the given batches, from their ledger records (those still there).
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer.
     """
     if not keys:
         return []
-    found = client.mget(index=JOBS_INDEX, body={"ids": [f"batch/{job_id}/{k}" for k in keys]})
+    found = client.mget(index=JOBS_INDEX, body={"ids": [f"batch/{job}/{batch}" for job, batch in keys]})
     out = []
     for doc in found.get("docs", []):
         if doc.get("found"):
             src = doc["_source"]
-            out.append((str(src["batch"]), str(src["call"]["task"]), list(src["call"]["args"])))
+            key = (str(src["job"]), str(src["batch"]))
+            out.append((key, str(src["call"]["task"]), list(src["call"]["args"])))
     return out
 
 
-def sent_mark(client: OpenSearch, job_id: str) -> SentMark | None:
-    """How many of the job's batches are published, per its producer; None for a job recorded before the ledger.
+def sent_marks(client: OpenSearch, jobs: Sequence[str]) -> dict[str, SentMark]:
+    """How many of each job's batches are published, per its producer (none for a job recorded before the ledger).
 
     Raises:
         OpenSearchUnavailable: the cluster did not answer.
     """
-    try:
-        doc = client.get(index=JOBS_INDEX, id=f"job/{job_id}")["_source"]
-    except OpenSearchMissing:
-        return None
-    if "sent" not in doc:
-        return None
-    return SentMark(int(doc["sent"]), float(doc.get("sent_at") or doc.get("at") or 0))
+    if not jobs:
+        return {}
+    found = client.mget(index=JOBS_INDEX, body={"ids": [f"job/{j}" for j in jobs]})
+    out = {}
+    for doc in found.get("docs", []):
+        src = doc.get("_source") or {}
+        if doc.get("found") and "sent" in src:
+            out[str(src["job"])] = SentMark(int(src["sent"]), float(src.get("sent_at") or src.get("at") or 0))
+    return out
 
 
 def forget_batches(client: OpenSearch, job_id: str) -> int:

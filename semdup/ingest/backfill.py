@@ -1,13 +1,13 @@
 """Backfill: find posts whose ``semdup.model`` is missing or not the current bundle's, and enqueue them.
 
 For a site's index connected with ``semdup enable`` the work is the companion's sync instead
-(:func:`semdup.indexer.reconcile.enqueue_sync`: new, edited and deleted posts by content hash);
+(:func:`semdup.ingest.reconcile.enqueue_sync`: new, edited and deleted posts by content hash);
 :func:`enqueue_backfill` picks the right one.
 
 Resumable by construction: it keeps no checkpoint of its own, it asks the index what is still missing.
 After a crash (of the CLI, a worker, or the cluster) running it again enqueues only what is left, and a
 post enqueued twice is written twice with the same content. Its batches go through the job's ledger
-(:mod:`semdup.indexer.ledger`) like every job's, so the sweeper sends again one a worker lost.
+(:mod:`semdup.ingest.ledger`) like every job's, so the sweeper sends again one a worker lost.
 
 The ids are listed with a scroll over ``bool.must_not(term semdup.model = version)`` with ``_source``
 off, so listing costs little even on a large index.
@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
-from semdup.core.bulk import chunked
 from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
 from semdup.core.opensearch import OpenSearch, scan
-from semdup.core.progress import progress as progress_bar
+from semdup.core.task_names import BACKFILL_BATCH
 from semdup.index_format.companion import companion_of
 from semdup.index_format.mapping import candidate_fields, index_model
-from semdup.indexer.ledger import TaskCall, publish
-from semdup.indexer.outcomes import Job, new_job, record_job
+from semdup.ingest.jobs import BATCH, batches, submit
+from semdup.ingest.outcomes import Job
 
 __all__ = [
     "pending_query",
@@ -101,31 +99,22 @@ def iter_pending_ids(client: OpenSearch, index: str, version: str, page: int = 1
 
 
 def enqueue_backfill(
-    client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True
+    client: OpenSearch, index: str, version: str, *, batch_size: int = BATCH, progress: bool = True
 ) -> Job:
-    """Enqueue ``backfill_batch`` tasks for every pending post as one job (:mod:`semdup.indexer.outcomes`);
-    its total is the number of posts enqueued (0: nothing was left to fill). A site's index connected with
-    ``semdup enable`` is synced into its companion instead (:func:`semdup.indexer.reconcile.enqueue_sync`)."""
-    from semdup.core.task_names import BACKFILL_BATCH
-
+    """Submit ``backfill_batch`` tasks for every pending post as one job (:func:`semdup.ingest.jobs.submit`); its
+    total is the number of posts enqueued (0: nothing was left to fill). A site's index connected with ``semdup
+    enable`` is synced into its companion instead (:func:`semdup.ingest.reconcile.enqueue_sync`)."""
     check_index_name(index)
     if companion_of(client, index) is not None:
-        from semdup.indexer.reconcile import enqueue_sync
+        from semdup.ingest.reconcile import enqueue_sync
 
         return enqueue_sync(client, index, version, batch_size=batch_size, progress=progress)
     check_backfill_target(client, index, version)
+    ids = iter_pending_ids(client, index, version)
+    calls = batches(BACKFILL_BATCH, index, ids, [version], batch_size)
     total = count_pending(client, index, version)
-    job = new_job(index, version, total=total)
-    record_job(client, job)  # the listed count first, so the job can be followed while it is being enqueued
-    calls = (
-        TaskCall(BACKFILL_BATCH, [index, ids, version])
-        for ids in chunked(iter_pending_ids(client, index, version), batch_size)
-    )
-    with progress_bar(total=total, desc=f"enqueue backfill {index}", unit="post", enabled=progress) as bar:
-        enqueued = publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
-    job = replace(job, total=enqueued)
-    record_job(client, job)
-    logger.info("job %s: enqueued %d posts of %s for backfill with model %s", job.id, enqueued, index, version)
+    job = submit(client, index, version, calls, total=total, label=f"enqueue backfill {index}", progress=progress)
+    logger.info("job %s: enqueued %d posts of %s for backfill with model %s", job.id, job.total, index, version)
     return job
 
 

@@ -4,7 +4,7 @@ between Redis and RabbitMQ) must never hand out the closed pool of the first: th
 
 from __future__ import annotations
 
-from semdup.indexer.celery_app import app, configure_app
+from semdup.ingest.celery_app import app, configure_app
 
 
 def test_switching_back_to_a_broker_gives_an_open_pool_for_it() -> None:

@@ -1,4 +1,5 @@
-"""The index job's library API without a broker or a cluster: which task messages it sends, how it waits."""
+"""The index job's library API without a broker or a cluster: which task messages it sends (through the one way in,
+``submit``), how it waits."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from jobs_store import JobsStore, RecordingBroker
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import ConfigError
@@ -13,9 +15,9 @@ from semdup.core.opensearch import client_error
 from semdup.core.posts import Post
 from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer import jobs, ledger
-from semdup.indexer.outcomes import JOBS_INDEX, Job
-from semdup.indexer.parking import ParkedPost
+from semdup.ingest import jobs, ledger
+from semdup.ingest.outcomes import JOBS_INDEX, Job
+from semdup.ingest.parking import ParkedPost
 
 V = "bow-cnn-0123456789ab"
 
@@ -33,7 +35,7 @@ def test_replay_sends_each_record_to_its_task_and_leaves_unknown_tasks_parked(ca
         _parked("5", "reindex_everything"),
         _parked("6", "backfill_batch"),
     ]
-    with caplog.at_level(logging.WARNING, logger="semdup.indexer.jobs"):
+    with caplog.at_level(logging.WARNING, logger="semdup.ingest.jobs"):
         calls, covered = jobs.replay_batches(records, "travel", V, batch_size=1)
     got = [(c.task, c.args) for c in calls]
     assert got == [
@@ -100,12 +102,12 @@ def test_enqueue_posts_records_each_batch_in_the_ledger_before_sending_it_with_i
         ledger, "_record", lambda client, job, calls, seq: events.append(("ledger", [c.batch for c in calls]))
     )
     monkeypatch.setattr(ledger, "_mark_sent", lambda client, job, n: events.append(("sent", n)))
-    monkeypatch.setattr(jobs.TaskCall, "send", lambda self: events.append(("publish", self)))
+    monkeypatch.setattr(jobs.TaskCall, "send", lambda self, app: events.append(("publish", self)))
     monkeypatch.setattr(ledger, "CHUNK", 2)  # two batches per ledger chunk
     posts = [Post(str(i % 7), f"title {i}", "") for i in range(9)]  # ids 0..6, then 0 and 1 again
     cluster = FakeCluster()
     job = jobs.enqueue_posts(cluster, "travel", posts, V, batch_size=3, progress=False)
-    assert (job.index, job.model_version, job.total) == ("travel", V, 7)
+    assert (job.index, job.model_version, job.total, job.batches) == ("travel", V, 7, 3)
     assert cluster.records[f"job/{job.id}"]["total"] == 7
     # each chunk: its ledger records, then its messages, then the job's count of published batches
     kinds = [(k, v if k != "publish" else v.batch) for k, v in events]
@@ -118,20 +120,43 @@ def test_enqueue_posts_records_each_batch_in_the_ledger_before_sending_it_with_i
     assert all(c.args[0] == "travel" and c.args[2] == V and c.job == job.id for c in sent)
 
 
-def test_a_task_call_sends_its_job_and_batch_with_the_message_under_the_batch_s_own_task_id(monkeypatch) -> None:
-    from semdup.indexer.celery_app import app
-
-    seen: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(app, "send_task", lambda name, **kw: seen.append((name, kw)))  # by name: no task module
-    jobs.TaskCall(INDEX_POSTS, ["travel", [{"id": "1"}], V], "j1").send()
-    jobs.TaskCall(INDEX_POSTS, ["travel", [{"id": "1"}], V], "j1", "7").send()
-    assert seen == [
-        (INDEX_POSTS, {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}, "task_id": None}),
-        (
-            INDEX_POSTS,
-            {"args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1", "batch": "7"}, "task_id": "j1-7"},
-        ),
+def test_a_task_call_sends_its_job_and_batch_with_the_message_under_the_batch_s_own_task_id() -> None:
+    broker = RecordingBroker()  # by name: no task module
+    jobs.TaskCall(INDEX_POSTS, ["travel", [{"id": "1"}], V], "j1").send(broker)
+    jobs.TaskCall(INDEX_POSTS, ["travel", [{"id": "1"}], V], "j1", "7").send(broker)
+    assert broker.messages == [
+        {"name": INDEX_POSTS, "args": ["travel", [{"id": "1"}], V], "kwargs": {"job": "j1"}, "task_id": None},
+        {
+            "name": INDEX_POSTS,
+            "args": ["travel", [{"id": "1"}], V],
+            "kwargs": {"job": "j1", "batch": "7"},
+            "task_id": "j1-7",
+        },
     ]
+
+
+def test_submit_counts_an_iterator_of_calls_as_it_sends_them_and_says_how_far_a_failing_broker_got() -> None:
+    """A backfill lists its posts while it sends them: the job first holds the count listed, then what was sent. A
+    broker that stops part-way leaves the unsent batches in the ledger and says how far it got."""
+    store, broker = JobsStore(), RecordingBroker()
+    ids = iter(str(i) for i in range(10))
+    job = jobs.submit(store, "travel", V, jobs.batches(BACKFILL_BATCH, "travel", ids, [V], 4), total=12, app=broker)
+    assert (job.total, job.batches) == (10, 3) and store.docs[f"job/{job.id}"]["total"] == 10
+    assert broker.sent == [
+        (BACKFILL_BATCH, ["travel", b, V]) for b in (["0", "1", "2", "3"], ["4", "5", "6", "7"], ["8", "9"])
+    ]
+    failing = RecordingBroker(fail_at=2)
+    with pytest.raises(jobs.EnqueueFailed, match=r"4 of 10 were enqueued in 1 task\(s\) before it failed") as caught:
+        jobs.submit(
+            store,
+            "travel",
+            V,
+            list(jobs.batches(BACKFILL_BATCH, "travel", [str(i) for i in range(10)], [V], 4)),
+            app=failing,
+        )
+    assert caught.value.details == {"enqueued": 4, "tasks": 1} and "ConnectionRefusedError" in str(caught.value)
+    failed = [d for d in store.docs.values() if d.get("kind") == "job" and d["job"] != job.id][0]["job"]
+    assert [b["batch"] for b in store.batches(failed)] == ["0", "1", "2"]  # all recorded: a sweeper sends the rest
 
 
 JOB = Job("j1", "travel", V, total=5)
@@ -174,9 +199,11 @@ def test_ensure_index_reports_an_existing_index_and_refuses_knn_it_cannot_serve(
 @pytest.mark.parametrize("name", ["a*", "_all", "a,b", ".kibana", "../x", "_search"])
 def test_a_job_is_never_sent_to_a_pattern_list_or_system_name(name: str) -> None:
     from semdup.core.errors import ConfigError
-    from semdup.indexer.jobs import enqueue_posts, ensure_index
+    from semdup.ingest.jobs import enqueue_posts, ensure_index
 
     with pytest.raises(ConfigError):
         ensure_index(None, name, dimension=None)  # type: ignore[arg-type]  # refused before any call
     with pytest.raises(ConfigError):
         enqueue_posts(None, name, [], "v")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        jobs.submit(None, name, "v", [])  # type: ignore[arg-type]  # the HTTP endpoints' way in too

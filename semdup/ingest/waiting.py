@@ -1,7 +1,7 @@
 """What a wait for an index job sees: how far the job is (:class:`JobProgress`), and what holds it up
 (:class:`WaitState`: OpenSearch or the broker unreachable, posts held on the broker, batches sent again).
 
-:func:`semdup.indexer.jobs.poll` yields these; the CLI prints :meth:`WaitState.describe` (in the progress bar on a
+:func:`semdup.ingest.jobs.poll` yields these; the CLI prints :meth:`WaitState.describe` (in the progress bar on a
 terminal, as a log line every so often otherwise), so an outage is never silent::
 
     OpenSearch unreachable for 2 min; 808 posts held on the broker, the workers retry them
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from semdup.indexer.outcomes import Job
+from semdup.ingest.outcomes import Job
 
 __all__ = ["JobProgress", "WaitState", "format_duration"]
 

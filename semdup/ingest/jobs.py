@@ -1,87 +1,106 @@
-"""An index job: enqueue posts (or the parked ones again) as Celery tasks, then wait until each is written or parked.
+"""Index jobs: the one way posts, ids or parked records reach the workers (:func:`submit`), and the wait for them.
 
-The library API under ``semdup index-posts`` and ``semdup backfill``; the CLI only prints what it returns::
+Every producer submits a job: ``semdup index-posts`` (:func:`enqueue_posts`, :func:`replay_parked`), ``semdup
+backfill`` (:func:`semdup.ingest.backfill.enqueue_backfill`, or the sync of a connected site's index), ``semdup
+watch`` (:func:`semdup.ingest.reconcile.enqueue_sync` every round), and the HTTP endpoints ``POST /v1/posts``,
+``/v1/posts/sync`` and ``/v1/posts/delete`` (:mod:`semdup.reranker.routers.ingest`). :func:`submit` records the
+job, then each batch in the job's ledger before it publishes it (:mod:`semdup.ingest.ledger`), so whoever sweeps the
+job (:mod:`semdup.ingest.sweeper`: the CLI's wait, ``semdup watch``, the service's sweeping thread) can send again a
+batch a worker lost. The CLI only prints what these return::
 
     settings = load_settings()                                # semdup.apps.settings: once, at the edge
-    connect_broker(settings.broker_settings().url)
+    connect_broker(settings.broker_settings().url)            # semdup.ingest.celery_app
     ensure_index(client, "travel", dimension=bundle.dimension)
     job = enqueue_posts(client, "travel", read_posts("posts.jsonl"), bundle.version)
-    done = wait_for(client, job, timeout=3600, sweep=settings.sweep_settings())
+    result = follow(client, job, timeout=3600, sweep=settings.sweep_settings())
+    done = result.progress
     print(f"{done.written} written, {done.parked} parked, {done.pending} not done")
-    if not done.finished:
-        census(client, job)                                   # how many are still on the broker, how many missing
+    if result.census:                                         # the time was up
+        print(f"{result.census.queued} still on the broker, {result.census.missing} missing")
     job = replay_parked(client, "travel", bundle.version)     # after fixing what parked them
 
 A job counts what its own tasks did: each task records its outcome as its last step
-(:mod:`semdup.indexer.outcomes`), and :func:`poll` sums them. So old copies already in the index, another job's
+(:mod:`semdup.ingest.outcomes`), and :func:`poll` sums them. So old copies already in the index, another job's
 writes, or posts parked after a quick count never pass for this job's work, and a post is *pending* until its
 task has finished: still queued (on the broker, :func:`queued_posts`) or, if not even there, missing.
 :func:`wait_for` is a fold over :func:`poll` (as opensearch-py's ``bulk`` over ``streaming_bulk``) and returns
-the last progress when the time is up (``finished`` False), so the caller can say what is left and why.
+the last progress when the time is up (``finished`` False); :func:`follow` adds where the rest is (:func:`census`)
+and the parked posts to show.
 
-Every batch is recorded in the job's ledger before it is published (:mod:`semdup.indexer.ledger`), and a poll
-with sweep settings runs the sweeper (:mod:`semdup.indexer.sweeper`): a batch neither done nor queued for longer
-than the bound (a worker killed between taking a message and recording it as unacknowledged, a producer that
-died mid-enqueue) is sent again. Each progress carries what holds the job up (:class:`WaitState`: OpenSearch or
-the broker unreachable and for how long, posts held on the broker), for the caller to print.
+A poll with sweep settings runs the sweeper on its job: a batch neither done nor queued for longer than the bound
+(a worker killed between taking a message and recording it as unacknowledged, a producer that died mid-enqueue) is
+sent again. Each progress carries what holds the job up (:class:`WaitState`: OpenSearch or the broker unreachable
+and for how long, posts held on the broker), for the caller to print.
 
-Tasks are sent by name (:mod:`semdup.core.task_names`) through the indexer queue's app, which the composition root
-points at the broker (:mod:`semdup.apps.producers`); a parked record names its task, and a record whose task is not
-one of the indexer's is left parked, with a warning.
+Tasks are sent by name (:mod:`semdup.core.task_names`) through the indexer queue's app
+(:mod:`semdup.ingest.celery_app`; the service publishes through an app of its own); a parked record names its task,
+and a record whose task is not one of the indexer's is left parked, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any
-
-from celery import Celery
 
 from semdup.core.bulk import chunked
 from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
-from semdup.core.logs import scrub
 from semdup.core.opensearch import OpenSearch
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
-from semdup.core.settings import redact_url
 from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.index_format.mapping import common_fields, semdup_props
 from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
-from semdup.indexer import ledger
-from semdup.indexer.celery_app import DEFAULT_VISIBILITY_TIMEOUT, app, configure_app
-from semdup.indexer.ledger import TaskCall
-from semdup.indexer.lexical_index import create_index
-from semdup.indexer.outcomes import Job, job_counts, new_job, record_job
-from semdup.indexer.parking import ParkedPost, forget_parked, iter_parked
-from semdup.indexer.sweeper import Sweep, Sweeper, SweepSettings
-from semdup.indexer.waiting import JobProgress, WaitState
+from semdup.ingest import celery_app, ledger
+from semdup.ingest.ledger import TaskCall
+from semdup.ingest.lexical_index import create_index
+from semdup.ingest.outcomes import Job, job_counts, new_job, record_job
+from semdup.ingest.parking import ParkedPost, forget_parked, iter_parked
+from semdup.ingest.sweeper import Sweeper, SweepSettings
+from semdup.ingest.waiting import JobProgress, WaitState
 
 __all__ = [
+    "BATCH",
     "Job",
     "JobProgress",
+    "JobResult",
     "WaitState",
     "Census",
+    "EnqueueFailed",
     "IndexState",
     "TaskCall",
-    "connect_broker",
+    "batches",
+    "submit",
     "ensure_index",
     "enqueue_posts",
     "replay_batches",
     "replay_parked",
     "poll",
     "wait_for",
+    "follow",
     "queued_posts",
     "census",
-    "publish_job",
 ]
 
 logger = logging.getLogger(__name__)
+
+BATCH = 64  # posts or ids per task: small enough to retry whole, large enough to encode well
+_PARKED_SHOWN = 20  # parked records a finished wait hands its caller to show
+
+
+class EnqueueFailed(BrokerUnavailable):
+    """The broker failed part-way through a job; ``details`` (enqueued, tasks) say how far it got (the service
+    answers them beside the error). The unsent batches stay in the job's ledger."""
+
+    def __init__(self, message: str, enqueued: int, tasks: int) -> None:
+        super().__init__(message)
+        self.details = {"enqueued": enqueued, "tasks": tasks}
 
 
 @dataclass(frozen=True)
@@ -90,24 +109,6 @@ class IndexState:
 
     created: bool
     fields: CandidateFields
-
-
-def connect_broker(url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> Celery:
-    """Point the indexer's Celery app at the broker ``url`` and check that it answers.
-
-    Raises:
-        BrokerUnavailable: the broker did not answer (the message says how to start the local one).
-    """
-    app = configure_app(url, visibility_timeout=visibility_timeout)
-    try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=2, interval_start=0.5, interval_step=0.5, timeout=10)
-    except Exception as exc:  # kombu raises transport-specific errors
-        raise BrokerUnavailable(
-            f"the Celery broker at {redact_url(url)} did not answer ({scrub(str(exc))}); start the local one with "
-            "`semdup broker start` or set SEMDUP_BROKER_URL"
-        ) from exc
-    return app
 
 
 def ensure_index(
@@ -146,20 +147,64 @@ def ensure_index(
     return IndexState(created=True, fields=fields)
 
 
-def publish_job(
+def batches(
+    task: str, index: str, items: Iterable[Any], extra: Sequence[Any] = (), size: int = BATCH
+) -> Iterator[TaskCall]:
+    """``task(index, items[i:i+size], *extra)`` for each batch of ``items``, in order (an iterator stays lazy)."""
+    return (TaskCall(task, [index, chunk, *extra]) for chunk in chunked(items, size))
+
+
+def submit(
     client: OpenSearch,
-    job: Job,
-    calls: Iterator[TaskCall] | Sequence[TaskCall],
-    label: str,
-    progress: bool,
+    index: str,
+    model_version: str,
+    calls: Iterable[TaskCall],
+    *,
     total: int | None = None,
-) -> int:
-    """Publish ``calls`` as ``job``'s batches through the ledger (:func:`semdup.indexer.ledger.publish`), with a
-    progress bar of posts; returns the posts sent."""
-    if total is None and isinstance(calls, Sequence):
+    app: Any = None,
+    label: str = "enqueue",
+    progress: bool = False,
+) -> Job:
+    """Record a job of ``calls`` for ``index`` with ``model_version``, then each chunk of its batches in the
+    ledger, publish them through ``app`` (default: the queue's app), and return the job with the posts (or ids)
+    sent and the batches published. ``total``: the posts an iterator of calls will send, as listed beforehand (the
+    job's count until they are sent; a list of calls counts itself).
+
+    Raises:
+        ConfigError: ``index`` is not one index name (a pattern, a list, a system index); nothing is recorded.
+        EnqueueFailed: the broker failed part-way (how far it got in ``details``; the rest is in the ledger).
+        OpenSearchUnavailable: the cluster did not answer (what was published so far is in the ledger).
+    """
+    check_index_name(index)
+    if total is None:
+        calls = list(calls)
         total = sum(c.size for c in calls)
+    job = new_job(index, model_version, total=total)
+    record_job(client, job)  # the count first, so the job can be followed while it is being sent
+    published: list[TaskCall] = []
+
+    def sent(call: TaskCall) -> None:
+        published.append(call)
+        bar.update(call.size)
+
     with progress_bar(total=total, desc=label, unit="post", enabled=progress) as bar:
-        return ledger.publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
+        try:
+            posts = ledger.publish(client, job, calls, app=app or celery_app.app, on_sent=sent)
+        except BrokerUnavailable as exc:
+            cause = exc.__cause__ or exc
+            done = sum(c.size for c in published)
+            logger.warning("job %s for %s: broker failed after %d of %d items: %s", job.id, index, done, total, cause)
+            raise EnqueueFailed(
+                f"the broker did not take the tasks ({type(cause).__name__}: {cause}); {done} of {total} were "
+                f"enqueued in {len(published)} task(s) before it failed. Send the request again once the broker is "
+                "back (sending posts twice is harmless)",
+                enqueued=done,
+                tasks=len(published),
+            ) from exc
+    job = replace(job, total=posts, batches=len(published))
+    if posts != total:
+        record_job(client, job)
+    return job
 
 
 def enqueue_posts(
@@ -168,20 +213,17 @@ def enqueue_posts(
     posts: Sequence[Post],
     model_version: str,
     *,
-    batch_size: int = 64,
+    batch_size: int = BATCH,
     progress: bool = True,
 ) -> Job:
-    """Record a job and send ``posts`` as its ``index_posts`` tasks of ``batch_size`` posts.
+    """Submit ``posts`` as a job of ``index_posts`` tasks of ``batch_size`` posts.
 
     A post id given twice is sent once, with its last content (the one that would have been written last).
     """
-    check_index_name(index)
     payload = [p.to_json() for p in {p.id: p for p in posts}.values()]
-    job = new_job(index, model_version, total=len(payload))
-    record_job(client, job)
-    calls = [TaskCall(INDEX_POSTS, [index, b, model_version], job.id) for b in chunked(payload, batch_size)]
-    publish_job(client, job, calls, "enqueue", progress)
-    logger.info("job %s: enqueued %d posts for %s with model %s", job.id, len(payload), index, model_version)
+    calls = list(batches(INDEX_POSTS, index, payload, [model_version], batch_size))
+    job = submit(client, index, model_version, calls, progress=progress)
+    logger.info("job %s: enqueued %d posts for %s with model %s", job.id, job.total, index, model_version)
     return job
 
 
@@ -191,7 +233,7 @@ def _replayable() -> dict[str, str]:
 
 
 def replay_batches(
-    records: Sequence[ParkedPost], index: str, model_version: str, batch_size: int = 64, job: str | None = None
+    records: Sequence[ParkedPost], index: str, model_version: str, batch_size: int = BATCH
 ) -> tuple[list[TaskCall], list[ParkedPost]]:
     """The task messages that replay parked ``records``, and the records they cover (unknown tasks left out).
 
@@ -216,26 +258,19 @@ def replay_batches(
                 name,
             )
             continue
-        if task == INDEX_POSTS:
-            items: list[Any] = [r.payload or {"id": r.post_id} for r in recs]
-        else:
-            items = [r.post_id for r in recs]
-        extra = [] if task == DELETE_POSTS else [model_version]
-        calls += [TaskCall(task, [index, batch, *extra], job) for batch in chunked(items, batch_size)]
+        items = [r.payload or {"id": r.post_id} for r in recs] if task == INDEX_POSTS else [r.post_id for r in recs]
+        calls += batches(task, index, items, [] if task == DELETE_POSTS else [model_version], batch_size)
         covered += recs
     return calls, covered
 
 
 def replay_parked(
-    client: OpenSearch, index: str, model_version: str, *, batch_size: int = 64, progress: bool = True
+    client: OpenSearch, index: str, model_version: str, *, batch_size: int = BATCH, progress: bool = True
 ) -> Job:
-    """Enqueue the parked posts of ``index`` again as a job and forget their records. A post that fails again is
+    """Submit the parked posts of ``index`` again as a job and forget their records. A post that fails again is
     parked again, with the new error."""
-    job = new_job(index, model_version)
-    calls, covered = replay_batches(list(iter_parked(client, index)), index, model_version, batch_size, job.id)
-    job = Job(job.id, index, model_version, total=sum(c.size for c in calls))
-    record_job(client, job)
-    publish_job(client, job, calls, "replay", progress)
+    calls, covered = replay_batches(list(iter_parked(client, index)), index, model_version, batch_size)
+    job = submit(client, index, model_version, calls, label="replay", progress=progress)
     forget_parked(client, covered)
     logger.info("job %s: replayed %d parked posts of %s", job.id, len(covered), index)
     return job
@@ -256,11 +291,11 @@ def poll(
 
     A look that finds OpenSearch unreachable yields the last counts with ``waiting.opensearch_down_s`` set (the
     workers retry meanwhile; the wait goes on). With ``sweep`` settings the sweeper runs every
-    ``sweep.every_s`` (:mod:`semdup.indexer.sweeper`), and the progress says what it found; once the job is
+    ``sweep.every_s`` (:mod:`semdup.ingest.sweeper`), and the progress says what it found; once the job is
     finished its ledger records are deleted.
     """
     deadline = clock() + timeout
-    sweeper = Sweeper(client, app, job, sweep, clock=clock) if sweep is not None else None
+    sweeper = Sweeper(client, celery_app.app, sweep, jobs=[job.id], clock=clock) if sweep is not None else None
     counts = JobProgress(job)
     state = WaitState(sweep_after_s=sweep.after_s if sweep else None)
     down_since: float | None = None
@@ -287,14 +322,14 @@ def poll(
         yield last
         if last.finished:
             if sweeper is not None:
-                _forget_ledger(client, job)
+                sweeper.forget(job.id)
             return
         if clock() > deadline:
             return
         sleep(interval)
 
 
-def _with_sweep(state: WaitState, found: Sweep, resent: int, now: float, broker_down_since: float | None) -> WaitState:
+def _with_sweep(state: WaitState, found: Any, resent: int, now: float, broker_down_since: float | None) -> WaitState:
     return replace(
         state,
         queued_posts=found.queued_posts if found.queued_posts is not None else state.queued_posts,
@@ -303,13 +338,6 @@ def _with_sweep(state: WaitState, found: Sweep, resent: int, now: float, broker_
         resent_batches=resent,
         broker_down_s=None if broker_down_since is None else now - broker_down_since,
     )
-
-
-def _forget_ledger(client: OpenSearch, job: Job) -> None:
-    try:
-        ledger.forget_batches(client, job.id)
-    except OpenSearchUnavailable as exc:  # harmless: the records are only read while the job is unfinished
-        logger.warning("job %s finished but its ledger records stay in the jobs index for now: %s", job.id, exc)
 
 
 def wait_for(
@@ -341,10 +369,10 @@ def wait_for(
 def queued_posts(job: Job) -> int | None:
     """How many of ``job``'s posts are held by task messages on the broker (queued, or held unacknowledged by a
     worker), read atomically; None when the broker cannot tell (RabbitMQ) or does not answer."""
-    from semdup.indexer.backlog import queued_post_ids
+    from semdup.ingest.backlog import queued_post_ids
 
     try:
-        ids = queued_post_ids(app, job=job.id)
+        ids = queued_post_ids(celery_app.app, job=job.id)
     except BrokerUnavailable as exc:
         logger.warning("could not count the queued posts of job %s: %s", job.id, exc)
         return None
@@ -366,7 +394,7 @@ def census(client: OpenSearch, job: Job, *, sweep: SweepSettings | None = None, 
     apart (a message caught between a worker's BRPOP and its HSET at one read is seen at the other); a batch
     missing for the sweep bound is sent again on the way. A job recorded before the ledger is counted by post id
     from one atomic read of the broker."""
-    sweeper = Sweeper(client, app, job, sweep or SweepSettings())
+    sweeper = Sweeper(client, celery_app.app, sweep or SweepSettings(), jobs=[job.id])
     first = sweeper.sweep()
     if first.batches == 0:
         queued = queued_posts(job)
@@ -378,3 +406,32 @@ def census(client: OpenSearch, job: Job, *, sweep: SweepSettings | None = None, 
             second.opensearch_error or second.broker_error
         )
     return Census(queued=second.queued_posts, missing=second.missing_posts, resent=sweeper.resent_total)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a wait for a job ended: its last progress; where its pending posts are when the time was up (None:
+    finished); and, when any of its posts was parked, the index's first parked records (more than
+    :data:`_PARKED_SHOWN`: there are more), for the caller to show."""
+
+    progress: JobProgress
+    census: Census | None = None
+    parked: tuple[ParkedPost, ...] = ()
+
+
+def follow(
+    client: OpenSearch,
+    job: Job,
+    *,
+    timeout: float,
+    sweep: SweepSettings,
+    label: str | None = None,
+    progress: bool = True,
+    on_progress: Any = None,
+) -> JobResult:
+    """Wait for ``job`` with the sweeper on (:func:`wait_for`); then what its caller shows: the parked posts, and
+    when the time was up, where the pending ones are (:func:`census`)."""
+    done = wait_for(client, job, timeout=timeout, label=label, progress=progress, sweep=sweep, on_progress=on_progress)
+    parked = tuple(islice(iter_parked(client, job.index), _PARKED_SHOWN + 1)) if done.parked else ()
+    found = None if done.finished else census(client, job, sweep=sweep)
+    return JobResult(done, found, parked)

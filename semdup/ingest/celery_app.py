@@ -1,11 +1,13 @@
-"""The Celery app of the indexer's queue, its delivery settings, and the per-process state (ONNX bundle, client).
+"""The Celery app of the indexer's queue and its delivery settings: what producers publish through and workers
+consume from.
 
-This module reads no settings and names no task module: the composition root (:mod:`semdup.apps.worker`) points
-the app at the broker of the settings tree (:func:`configure_app`), tells it which task modules a worker loads
-(the indexer's and the alerts'), and gives it the loader of a process's :class:`WorkerRuntime`
-(:func:`set_runtime_loader`). Producers send through the same app. Nothing connects at import time: the app
-object is lazy, and each worker process loads its bundle once, after fork, in ``worker_process_init`` (an
-onnxruntime session must not cross a fork).
+This module reads no settings and names no task module: the composition root points the app at the broker of the
+settings tree (:func:`configure_app`: :mod:`semdup.apps.worker` for workers, which also tells it which task modules
+a worker loads; :func:`connect_broker` for the CLI's producers). The HTTP service publishes through an app of its
+own with the same settings and shorter timeouts (:func:`producer_app`), so a request thread never waits on the
+broker for long. Nothing connects at import time: the app object is lazy. Producers send tasks by name
+(:mod:`semdup.core.task_names`) and never import the workers' task modules; the workers' per-process state (bundle,
+client) is :mod:`semdup.indexer.runtime`.
 
 Delivery guarantees, and why they are safe here (the three states a post ends in: written, parked, or still
 queued on the broker; README.md in this folder):
@@ -42,24 +44,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
 
-from semdup.core.errors import ConfigError
-from semdup.indexer.retry import RetryPolicy
+from semdup.core.errors import BrokerUnavailable
+from semdup.core.logs import scrub
+from semdup.core.settings import redact_url
+from semdup.core.task_names import INDEXER_QUEUE
 
 __all__ = [
     "app",
     "celery_config",
     "configure_app",
+    "connect_broker",
+    "producer_app",
     "is_amqp",
-    "WorkerRuntime",
-    "runtime",
-    "set_runtime_loader",
     "explicitly_configured",
     "QUEUE",
     "DEFAULT_VISIBILITY_TIMEOUT",
@@ -68,13 +68,17 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-QUEUE = "semdup.indexer"
+QUEUE = INDEXER_QUEUE  # semdup.indexer: the workers' queue
 DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; see the module doc for why it must exceed a task plus a retry wait
 TASK_SOFT_TIME_LIMIT = 120  # seconds a batch may run; past it the task is retried (a hung request, not a bad post)
 _BROKER_SOCKET_TIMEOUT = 30.0
 _BROKER_CONNECT_TIMEOUT = 10.0
 _BROKER_HEARTBEAT = 60  # seconds; RabbitMQ closes a connection that misses two, and requeues what it held
 _AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+_REQUEST_TIMEOUT = 5.0  # seconds an HTTP request's publish may wait to connect to / write to the broker
+# A request's publish that fails is tried again twice within about a second (a broker restarting), then given up:
+# the caller is waiting on an HTTP request and gets a 503 it can retry, rather than a hung thread.
+_REQUEST_RETRY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.4, "interval_max": 0.6}
 
 
 def is_amqp(broker_url: str) -> bool:
@@ -82,7 +86,7 @@ def is_amqp(broker_url: str) -> bool:
     return broker_url.split("://", 1)[0].lower() in _AMQP_SCHEMES
 
 
-def _transport_options(broker_url: str, visibility_timeout: int) -> dict[str, Any]:
+def _transport_options(broker_url: str, visibility_timeout: int, timeout: float | None) -> dict[str, Any]:
     """The transport options of ``broker_url``'s kind (each transport gets only its own keys)."""
     if is_amqp(broker_url):
         return {"confirm_publish": True}
@@ -91,20 +95,23 @@ def _transport_options(broker_url: str, visibility_timeout: int) -> dict[str, An
         "visibility_timeout": visibility_timeout,
         "unacked_restore_interval": restore_every,
         "unacked_restore_throttle": 1,
-        "socket_timeout": _BROKER_SOCKET_TIMEOUT,
-        "socket_connect_timeout": _BROKER_CONNECT_TIMEOUT,
+        "socket_timeout": timeout or _BROKER_SOCKET_TIMEOUT,
+        "socket_connect_timeout": timeout or _BROKER_CONNECT_TIMEOUT,
     }
 
 
-def celery_config(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> dict[str, Any]:
-    """Celery settings for the indexer; the broker URL may be ``redis://`` or ``amqp://`` (module doc)."""
+def celery_config(
+    broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT, timeout: float | None = None
+) -> dict[str, Any]:
+    """Celery settings for the indexer; the broker URL may be ``redis://`` or ``amqp://`` (module doc). ``timeout``:
+    seconds to connect to and write to the broker (default 10 and 30)."""
     if visibility_timeout < 10:
         raise ValueError(f"visibility_timeout must be at least 10 seconds, got {visibility_timeout}")
     return {
         "broker_url": broker_url,
         "broker_connection_retry_on_startup": True,
-        "broker_connection_timeout": _BROKER_CONNECT_TIMEOUT,
-        "broker_transport_options": _transport_options(broker_url, visibility_timeout),
+        "broker_connection_timeout": timeout or _BROKER_CONNECT_TIMEOUT,
+        "broker_transport_options": _transport_options(broker_url, visibility_timeout, timeout),
         "broker_heartbeat": _BROKER_HEARTBEAT,  # AMQP only
         "task_default_queue_type": "classic",  # AMQP only; see the module doc for why not quorum
         "task_default_delivery_mode": "persistent",
@@ -139,6 +146,33 @@ def configure_app(broker_url: str, *, visibility_timeout: int = DEFAULT_VISIBILI
     return app
 
 
+def connect_broker(url: str, *, visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT) -> Celery:
+    """Point the app at the broker ``url`` and check that it answers (the CLI's producers).
+
+    Raises:
+        BrokerUnavailable: the broker did not answer (the message says how to start the local one).
+    """
+    configure_app(url, visibility_timeout=visibility_timeout)
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=2, interval_start=0.5, interval_step=0.5, timeout=10)
+    except Exception as exc:  # kombu raises transport-specific errors
+        raise BrokerUnavailable(
+            f"the Celery broker at {redact_url(url)} did not answer ({scrub(str(exc))}); start the local one with "
+            "`semdup broker start` or set SEMDUP_BROKER_URL"
+        ) from exc
+    return app
+
+
+def producer_app(broker_url: str, *, timeout: float = _REQUEST_TIMEOUT) -> Celery:
+    """An app of its own for a service's request threads: this queue's settings, ``timeout`` seconds to reach the
+    broker. Thread-safe (kombu's producer pool); nothing connects until the first publish, so the service starts
+    (and ``/readyz`` answers) while the broker is down."""
+    own = Celery("semdup.ingest", set_as_current=False)
+    own.conf.update(celery_config(broker_url, timeout=timeout), task_publish_retry_policy=_REQUEST_RETRY)
+    return own
+
+
 def explicitly_configured() -> bool:
     """Whether :func:`configure_app` pointed the app at a broker (else the root configures it on first use)."""
     return _explicit
@@ -164,57 +198,3 @@ def _drop_connections() -> None:
                 dict.__delitem__(group, key)
 
 
-@dataclass
-class WorkerRuntime:
-    """The per-process bundle (one onnxruntime session), OpenSearch client and retry policy, whether the indexing
-    tasks chain duplicate flagging (``SEMDUP_FLAG_DUPLICATES``), and how the flagging task flags (an
-    :class:`semdup.alerts.settings.AlertSettings`, given by the composition root: ``alerts`` sits above this
-    package)."""
-
-    bundle: Any
-    client: Any
-    retry: RetryPolicy
-    flag_duplicates: bool = False
-    alerts: Any = None
-
-
-_runtime: WorkerRuntime | None = None
-_runtime_lock = threading.Lock()
-
-
-_loader: Callable[[], WorkerRuntime] | None = None
-
-
-def set_runtime_loader(loader: Callable[[], WorkerRuntime] | None) -> None:
-    """How a worker process builds its runtime (the composition root sets it before the pool forks; tests may
-    give their own). The runtime already built in this process, if any, is dropped."""
-    global _loader, _runtime
-    with _runtime_lock:
-        _loader, _runtime = loader, None
-
-
-def _load_runtime() -> WorkerRuntime:
-    if _loader is None:
-        raise ConfigError(
-            "this process has no worker runtime: start workers through the composition root, `semdup worker` or "
-            "`celery -A semdup.apps.worker worker`"
-        )
-    return _loader()
-
-
-def runtime() -> WorkerRuntime:
-    """This process's bundle and client, loaded on first use (the solo pool sends no ``worker_process_init``)."""
-    global _runtime
-    with _runtime_lock:
-        if _runtime is None:
-            _runtime = _load_runtime()
-        return _runtime
-
-
-@worker_process_init.connect
-def _init_worker_process(**_: Any) -> None:
-    """Load the bundle in each pool process after fork, before the first task arrives."""
-    global _runtime
-    with _runtime_lock:
-        _runtime = None  # never reuse a session inherited from the parent
-    runtime()

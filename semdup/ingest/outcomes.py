@@ -1,12 +1,12 @@
 """Index jobs, their batches and their tasks' outcomes, kept in the ``semdup-jobs`` index: how a job counts what it
 did, and the ledger that lets nothing of it be lost.
 
-A job (one ``semdup index-posts``, backfill, sync or replay) has a record ``job/<id>`` with its index, model
-version, the number of posts it sends and how many of its batches are published so far (``sent``). Each batch
-is recorded in the ledger (``batch/<job>/<key>``, :mod:`semdup.indexer.ledger`) before it is published, and
-each task of the job writes, as its last step, an outcome record ``outcome/<job>/<key>``: how many of its posts
-it wrote, parked, or skipped (deleted before a backfill reached them). A job's progress is the sum of its
-outcomes, so it counts what its own tasks did: never documents that happen to exist (old copies, another job's
+A job (one ``semdup index-posts``, backfill, sync, replay, or HTTP ingest request) has a record ``job/<id>`` with
+its index, model version, the number of posts it sends and how many of its batches are published so far
+(``sent``). Each batch is recorded in the ledger (``batch/<job>/<key>``, :mod:`semdup.ingest.ledger`) before it is
+published, and each task of the job writes, as its last step, an outcome record ``outcome/<job>/<key>``: how many
+of its posts it wrote, parked, or skipped (deleted before a backfill reached them). A job's progress is the sum of
+its outcomes, so it counts what its own tasks did: never documents that happen to exist (old copies, another job's
 writes), and nothing for a task that has not finished (no worker running, a batch still retried). The record is
 keyed by job and batch, not by Celery task id, so a batch that runs twice (retried, redelivered after a crash,
 or sent again by the sweeper while its first message was still alive) rewrites the same record: it is never
@@ -54,12 +54,14 @@ JOBS_INDEX = JOBS.name  # semdup-jobs, declared in semdup.index_format.system_in
 
 @dataclass(frozen=True)
 class Job:
-    """One index job: its id (sent with every task), target index, model version and posts sent."""
+    """One index job: its id (sent with every task), target index, model version, posts (or ids) sent, and the
+    batches published (known once they are: :func:`semdup.ingest.jobs.submit`, the record's ``sent``)."""
 
     id: str
     index: str
     model_version: str
     total: int
+    batches: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def read_job(client: OpenSearch, job_id: str) -> Job:
             f"no index job {job_id!r} in {JOBS_INDEX!r}; use the job id `semdup index-posts` printed when it "
             "enqueued the posts"
         ) from exc
-    return Job(id=job_id, index=doc["index"], model_version=doc["model_version"], total=int(doc["total"]))
+    return Job(job_id, doc["index"], doc["model_version"], int(doc["total"]), int(doc.get("sent") or 0))
 
 
 def outcome_id(job_id: str, batch: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from semdup.index_format.system_indices import JOBS
-from semdup.indexer import ledger, outcomes
+from semdup.ingest import ledger, outcomes
 
 _LEDGER_FIELDS = ("batch", "seq", "size", "call", "sent", "sent_at")  # added to semdup-jobs with the ledger
 
@@ -46,7 +46,7 @@ def test_an_older_jobs_index_gets_the_ledger_fields_once_per_client() -> None:
 def test_a_batch_record_gives_back_its_message() -> None:
     old = OldJobsIndex()
     args = ["travel", [{"id": "7", "title": "Visa?", "body": "..."}], "bow-cnn-0123456789ab"]
-    old.docs["batch/j1/3"] = {"batch": "3", "call": {"task": "semdup.indexer.index_posts", "args": args}}
-    got = ledger.read_calls(old, "j1", ["3", "4"])  # type: ignore[arg-type]
-    assert got == [("3", "semdup.indexer.index_posts", args)]  # "4" is gone (its job finished): nothing to send
+    old.docs["batch/j1/3"] = {"job": "j1", "batch": "3", "call": {"task": "semdup.indexer.index_posts", "args": args}}
+    got = ledger.read_calls(old, [("j1", "3"), ("j1", "4")])  # type: ignore[arg-type]
+    assert got == [(("j1", "3"), "semdup.indexer.index_posts", args)]  # "4" is gone (job finished): nothing to send
     assert ledger.task_id("j1", "3") == "j1-3"

@@ -1,5 +1,6 @@
 """The sweeper's rules without a broker or a cluster (issue #17): what counts as missing, when a batch is sent
-again, and what is left alone (a message in flight, a batch on an unreadable broker)."""
+again, and what is left alone (a message in flight, a batch on an unreadable broker); a sweeper of several jobs
+(``semdup serve``'s, ``semdup watch``'s) forgets the finished ones, and its thread sweeps until stopped."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from typing import Any
 import pytest
 
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
-from semdup.indexer import ledger, sweeper
-from semdup.indexer.ledger import LedgerEntry, SentMark, task_id
-from semdup.indexer.outcomes import Job
-from semdup.indexer.sweeper import DEFAULT_SWEEP_AFTER, Sweeper, SweepSettings
-from semdup.indexer.waiting import WaitState, format_duration
+from semdup.ingest import ledger, sweeper
+from semdup.ingest.ledger import LedgerEntry, SentMark, task_id
+from semdup.ingest.outcomes import Job
+from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER, Sweeper, SweepSettings
+from semdup.ingest.waiting import WaitState, format_duration
 
 JOB = Job("j1", "travel", "bow-cnn-0123456789ab", total=40)
 
@@ -26,25 +27,36 @@ class FakeApp:
 
 
 class World:
-    """The ledger (4 batches of 10), the done set, the broker's task ids and a clock, all settable by a test."""
+    """The ledger (job j1: 4 batches of 10), the done set, the broker's task ids and a clock, all settable by a
+    test; ``reads`` counts the broker's reads and ``forgotten`` the jobs whose ledger was deleted."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.entries = {str(k): LedgerEntry(k, 10) for k in range(4)}
-        self.done: set[str] = set()
+        self.entries = {("j1", str(k)): LedgerEntry(k, 10) for k in range(4)}
+        self.done: set[str] = set()  # batch keys of j1
         self.broker: dict[str, bool] | None = {task_id("j1", str(k)): False for k in range(4)}
         self.broker_error: Exception | None = None
         self.rabbit_down = False  # an unreadable broker (RabbitMQ) that does not answer either
         self.opensearch_error: Exception | None = None
         self.mark: SentMark | None = SentMark(4, 0.0)
         self.now = 1000.0
-        monkeypatch.setattr(ledger, "done_batches", lambda c, j: self._os(set(self.done)))
-        monkeypatch.setattr(ledger, "ledger_entries", lambda c, j: self._os(dict(self.entries)))
-        monkeypatch.setattr(ledger, "sent_mark", lambda c, j: self._os(self.mark))
+        self.reads = 0
+        self.forgotten: list[str] = []
+        self.other_done: set[tuple[str, str]] = set()  # done batches of jobs other than j1
+        monkeypatch.setattr(ledger, "done_batches", lambda c, jobs: self._os(self._done(jobs)))
+        monkeypatch.setattr(ledger, "ledger_entries", lambda c, jobs=(), indices=(): self._os(dict(self.entries)))
         monkeypatch.setattr(
-            ledger, "read_calls", lambda c, j, keys: [(k, "semdup.indexer.index_posts", ["travel", [k]]) for k in keys]
+            ledger, "sent_marks", lambda c, jobs: self._os({} if self.mark is None else {"j1": self.mark})
         )
+        monkeypatch.setattr(
+            ledger, "read_calls", lambda c, keys: [(k, "semdup.indexer.index_posts", ["travel", [k[1]]]) for k in keys]
+        )
+        monkeypatch.setattr(ledger, "forget_batches", lambda c, job: self.forgotten.append(job))
         monkeypatch.setattr(sweeper, "queued_task_ids", self._broker)
         monkeypatch.setattr(sweeper, "check_broker", self._answer)
+
+    def _done(self, jobs: Any) -> set[tuple[str, str]]:
+        return {("j1", k) for k in self.done} | {k for k in self.entries if k[0] != "j1" and k in self.other_done}
+
 
     def _os(self, value: Any) -> Any:
         if self.opensearch_error is not None:
@@ -56,6 +68,7 @@ class World:
             raise BrokerUnavailable("connection refused")
 
     def _broker(self, app: Any) -> dict[str, bool] | None:
+        self.reads += 1
         if self.broker_error is not None:
             raise self.broker_error
         return None if self.broker is None else dict(self.broker)
@@ -65,9 +78,10 @@ class World:
         assert self.broker is not None
         del self.broker[task_id("j1", key)]
 
-    def sweeper(self, after: float = 60.0) -> tuple[Sweeper, FakeApp]:
+    def sweeper(self, after: float = 60.0, **scope: Any) -> tuple[Sweeper, FakeApp]:
         app = FakeApp()
-        return Sweeper(None, app, JOB, SweepSettings(after_s=after), clock=lambda: self.now), app  # type: ignore[arg-type]
+        scope = scope or {"jobs": [JOB.id]}
+        return Sweeper(None, app, SweepSettings(after_s=after), clock=lambda: self.now, **scope), app  # type: ignore[arg-type]
 
 
 def test_a_batch_in_flight_at_one_sweep_is_neither_reported_nor_sent(monkeypatch) -> None:
@@ -91,11 +105,11 @@ def test_a_batch_missing_past_the_bound_is_sent_again_once_with_its_own_task_id(
     assert s.sweep().missing == ()  # seen once: could be in flight
     world.now += 30
     confirmed = s.sweep()
-    assert confirmed.missing == ("2",) and confirmed.missing_posts == 10 and confirmed.missing_for_s == 30
+    assert confirmed.missing == ("j1-2",) and confirmed.missing_posts == 10 and confirmed.missing_for_s == 30
     assert app.sent == []  # not yet past the bound
     world.now += 30
     sent = s.sweep()
-    assert sent.resent == ("2",) and sent.missing == ()
+    assert sent.resent == ("j1-2",) and sent.missing == ()
     assert app.sent == [
         {
             "name": "semdup.indexer.index_posts",
@@ -123,7 +137,7 @@ def test_nothing_is_sent_while_the_broker_or_the_cluster_does_not_answer(monkeyp
     cut = s.sweep()
     assert cut.opensearch_error and cut.queued_posts == 30 and cut.resent == () and app.sent == []
     world.opensearch_error = None
-    assert s.sweep().resent == ("3",)  # missing all along, so sent at the first sweep that can tell
+    assert s.sweep().resent == ("j1-3",)  # missing all along, so sent at the first sweep that can tell
 
 
 def test_on_rabbitmq_only_batches_the_producer_never_published_are_sent_again(monkeypatch) -> None:
@@ -135,7 +149,7 @@ def test_on_rabbitmq_only_batches_the_producer_never_published_are_sent_again(mo
     first = s.sweep()
     assert first.queued is None and first.queued_posts is None
     world.now += 10
-    assert s.sweep().resent == ("2", "3")  # "1" is on the broker (published, confirmed): left to it
+    assert s.sweep().resent == ("j1-2", "j1-3")  # "1" is on the broker (published, confirmed): left to it
     world.now += 100
     assert s.sweep().resent == () and [m["task_id"] for m in app.sent] == ["j1-2", "j1-3"]
     world.rabbit_down = True  # stopped: said so, and nothing decided meanwhile
@@ -148,6 +162,50 @@ def test_on_rabbitmq_only_batches_the_producer_never_published_are_sent_again(mo
     s2.sweep()
     world.now += 5
     assert s2.sweep().resent == () and app2.sent == []
+
+
+def test_a_sweeper_of_indices_sweeps_every_open_job_and_forgets_the_finished_ones(monkeypatch) -> None:
+    """``semdup serve``'s sweeper: the unfinished jobs of its indices (HTTP requests, others' jobs), one read of
+    each store per sweep; nothing open, nothing read on the broker."""
+    world = World(monkeypatch)
+    world.entries |= {("j2", "0"): LedgerEntry(0, 5), ("j3", "0"): LedgerEntry(0, 7), ("j3", "1"): LedgerEntry(1, 7)}
+    world.other_done = {("j2", "0")}  # j2 (one batch) is finished; j3's two batches are not
+    world.broker |= {task_id("j3", "1"): False}  # j3's batch 0 was lost between BRPOP and HSET
+    s, app = world.sweeper(after=10, indices=["travel"])
+    first = s.sweep()
+    assert first.finished == ("j2",) and world.forgotten == ["j2"] and first.batches == 7 and first.queued == 5
+    world.now += 10
+    world.entries.pop(("j2", "0"))  # deleted with its job's ledger
+    again = s.sweep()
+    assert again.resent == ("j3-0",) and app.sent[0]["task_id"] == "j3-0" and again.finished == ()
+    world.done = {"0", "1", "2", "3"}
+    world.other_done = {("j3", "0"), ("j3", "1")}
+    assert s.sweep().finished == ("j1", "j3")
+    world.entries.clear()
+    reads = world.reads
+    idle = s.sweep()
+    assert (idle.batches, idle.queued, world.reads) == (0, None, reads)  # nothing open: the broker is not read
+    with pytest.raises(ValueError, match="either jobs or the unfinished jobs of indices"):
+        Sweeper(None, app, SweepSettings(), jobs=["j1"], indices=["travel"])  # type: ignore[arg-type]
+
+
+def test_the_sweeping_thread_sweeps_every_interval_until_stopped(monkeypatch) -> None:
+    import threading
+
+    world = World(monkeypatch)
+    s, _ = world.sweeper(after=4, indices=["travel"])  # every_s = 1
+    swept = threading.Event()
+    real = s.sweep
+    monkeypatch.setattr(s, "sweep", lambda: (swept.set(), real())[1])
+    loop = sweeper.SweepLoop(s)
+    loop.start()
+    try:
+        assert swept.wait(5), "the thread did not sweep within 5 s"
+    finally:
+        loop.stop()
+    reads = world.reads
+    swept.clear()
+    assert not swept.wait(1.5) and world.reads == reads  # stopped: no sweep after stop()
 
 
 def test_sweep_settings_come_from_the_environment_with_a_bound_above_a_task() -> None:

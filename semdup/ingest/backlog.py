@@ -13,7 +13,7 @@ Redis transport moves a delivery in two steps, BRPOP (the message leaves the lis
 worker has read the reply, HSET into ``unacked``; kombu 5.7 even keeps a BRPOP reply unread in the socket while
 the worker has no prefetch credit. A message is in that gap for milliseconds, or for as long as the worker's
 running task holds its credit; if the worker dies there the message is gone. So "neither queued nor done" is
-never final after one read: the job's ledger and sweeper (:mod:`semdup.indexer.sweeper`) confirm it over time and
+never final after one read: the job's ledger and sweeper (:mod:`semdup.ingest.sweeper`) confirm it over time and
 send such a batch again.
 
 Example::
@@ -33,7 +33,7 @@ from typing import Any
 from celery import Celery
 
 from semdup.core.errors import BrokerUnavailable
-from semdup.indexer.celery_app import QUEUE
+from semdup.ingest.celery_app import QUEUE
 
 __all__ = ["QueuedTask", "queued_tasks", "queued_task_ids", "queued_post_ids", "decode_message", "check_broker"]
 

@@ -19,17 +19,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from semdup.core.bulk import chunked
 from semdup.core.errors import OpenSearchUnavailable
 from semdup.core.opensearch import OpenSearch, scan
-from semdup.core.progress import progress as progress_bar
-from semdup.index_format.companion import SourceFields, source_post
+from semdup.core.task_names import SYNC_POSTS
+from semdup.index_format.companion import SourceFields, companion_for, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import candidate_fields
-from semdup.indexer.ledger import TaskCall, forget_batches, publish
-from semdup.indexer.outcomes import Job, job_counts, new_job, record_job
-from semdup.indexer.sweeper import Sweeper, SweepSettings
-from semdup.indexer.sync import companion_for
+from semdup.ingest import celery_app
+from semdup.ingest.jobs import BATCH, batches, submit
+from semdup.ingest.outcomes import Job
+from semdup.ingest.sweeper import Sweeper, SweepSettings
 
 __all__ = ["SyncPlan", "plan_sync", "enqueue_sync", "watch"]
 
@@ -108,17 +107,13 @@ def plan_sync(client: OpenSearch, index: str, version: str, companion: str | Non
     return plan
 
 
-def enqueue_sync(client: OpenSearch, index: str, version: str, *, batch_size: int = 64, progress: bool = True) -> Job:
-    """Plan, then enqueue ``sync_posts`` tasks for every stale or deleted id as one job (total 0: all current)."""
-    from semdup.core.task_names import SYNC_POSTS
-
+def enqueue_sync(
+    client: OpenSearch, index: str, version: str, *, batch_size: int = BATCH, progress: bool = True
+) -> Job:
+    """Plan, then submit ``sync_posts`` tasks for every stale or deleted id as one job (total 0: all current)."""
     plan = plan_sync(client, index, version)
-    ids = plan.ids
-    job = new_job(index, version, total=len(ids))
-    record_job(client, job)
-    calls = [TaskCall(SYNC_POSTS, [index, chunk, version]) for chunk in chunked(iter(ids), batch_size)]
-    with progress_bar(total=len(ids), desc=f"enqueue sync {index}", unit="post", enabled=progress) as bar:
-        publish(client, job, calls, on_sent=lambda c: bar.update(c.size))
+    calls = list(batches(SYNC_POSTS, index, plan.ids, [version], batch_size))
+    job = submit(client, index, version, calls, label=f"enqueue sync {index}", progress=progress)
     logger.info(
         "job %s: %d stale and %d deleted posts of %s enqueued (%d current)",
         job.id,
@@ -144,11 +139,12 @@ def watch(
     """Sync every ``interval`` seconds (``rounds`` times, or until interrupted): posts the site wrote, edited or
     deleted without calling semdup become current within about one interval plus the encoding time.
 
-    With ``sweep`` settings each round also sweeps the jobs of earlier rounds that are not finished yet
-    (:mod:`semdup.indexer.sweeper`): a batch a worker lost is sent again (the next round's plan would enqueue
-    its posts again too, but the lost round's job would never finish), and a finished job's ledger is deleted."""
+    With ``sweep`` settings each round also sweeps the unfinished jobs of ``index`` (:mod:`semdup.ingest.sweeper`:
+    the earlier rounds', and any other's, HTTP syncs included): a batch a worker lost is sent again (the next
+    round's plan would enqueue its posts again too, but the lost round's job would never finish), and a finished
+    job's ledger is deleted."""
     done = 0
-    open_jobs: dict[str, Sweeper] = {}
+    sweeper = Sweeper(client, celery_app.app, sweep, indices=[index]) if sweep is not None else None
     while rounds is None or done < rounds:
         started = time.monotonic()
         try:
@@ -158,27 +154,9 @@ def watch(
         else:
             if on_round is not None:
                 on_round(job)
-            if sweep is not None and job.total:
-                from semdup.indexer.celery_app import app
-
-                open_jobs[job.id] = Sweeper(client, app, job, sweep)
-        _sweep_rounds(client, open_jobs)
+        if sweeper is not None:
+            sweeper.sweep()  # says what it could not read: it never raises for an outage
         done += 1
         if rounds is not None and done >= rounds:
             break
         sleep(max(0.0, interval - (time.monotonic() - started)))
-
-
-def _sweep_rounds(client: OpenSearch, open_jobs: dict[str, Sweeper]) -> None:
-    """One sweep of each unfinished job of earlier rounds; finished ones are forgotten (ledger deleted)."""
-    for job_id, sweeper in list(open_jobs.items()):
-        try:
-            c = job_counts(client, job_id)
-            if c.written + c.parked + c.skipped >= sweeper.job.total:
-                forget_batches(client, job_id)
-                del open_jobs[job_id]
-                continue
-        except OpenSearchUnavailable as exc:
-            logger.warning("watch: could not look at job %s this round: %s", job_id, exc)
-            return
-        sweeper.sweep()

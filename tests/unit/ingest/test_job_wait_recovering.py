@@ -10,8 +10,8 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import OpenSearchRefused
 from semdup.core.opensearch import client_error
-from semdup.indexer import jobs
-from semdup.indexer.outcomes import new_job
+from semdup.ingest import jobs
+from semdup.ingest.outcomes import new_job
 
 
 class RecoveringCluster:
