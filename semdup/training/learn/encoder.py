@@ -26,8 +26,7 @@ import torch
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import check_post
 from semdup.training.checkpoint import WEIGHTS_FILE, load_checkpoint
-from semdup.training.learn.step import encode_sorted
-from semdup.training.learn.trainer import Tokens
+from semdup.training.learn.frozen import FrozenPrefix, PostVectors
 
 __all__ = ["LearnedEncoder"]
 
@@ -35,14 +34,15 @@ logger = logging.getLogger(__name__)
 
 
 class LearnedEncoder:
-    """Unit dense vectors of a learn checkpoint on ``device`` (float32; posts encoded in length-sorted chunks)."""
+    """Unit dense vectors of a learn checkpoint on ``device`` (float32; posts encoded in length-sorted chunks, the
+    frozen bottom read from ``prefix`` when one is given: it must be the checkpoint's own)."""
 
-    def __init__(self, checkpoint_dir: str | Path, device: str = "cpu", chunk_size: int = 64) -> None:
+    def __init__(self, checkpoint_dir: str | Path, device: str = "cpu", chunk_size: int = 64,
+                 prefix: FrozenPrefix | None = None) -> None:
         folder = Path(checkpoint_dir)
         model, _, _ = load_checkpoint(folder)
         self.model = model.to(device).eval()
-        self.tokens = Tokens(self.model)
-        self.chunk_size = chunk_size
+        self._vectors = PostVectors(self.model, prefix, chunk_size)
         self.dimension: int | None = int(self.model.dim)
         digest = hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
         self.version = f"learned-{digest}"  # names the weights: the dense-vector cache keys on it
@@ -58,5 +58,5 @@ class LearnedEncoder:
         if not posts:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
         with torch.no_grad():
-            x = encode_sorted(self.model.encoder, [self.tokens(p) for p in posts], self.tokens.pad, self.chunk_size)
+            x = self._vectors(posts)
         return x.cpu().numpy().astype(np.float32)
