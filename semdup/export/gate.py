@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 
 from semdup.core.fitting import best_threshold
-from semdup.core.fusion_fit import GRID_TITLE, Group, choose_fusion, group_scores
-from semdup.core.measures import retrieval_average_precisions, semeval_average_precisions
+from semdup.core.fusion_fit import GRID_TITLE, Group, PerQuery, average_precisions, choose_fusion, group_scores
+from semdup.core.measures import SEMEVAL_CUTOFF, retrieval_average_precisions, semeval_average_precisions
 from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
 from semdup.export.default_bundle import TOP, FitData
 
-__all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "cross_fitted_figures", "gate",
-           "DEFAULT_ALPHA"]
+__all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "ranked_figure", "cross_fitted_figures",
+           "gate", "DEFAULT_ALPHA"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,28 @@ def _labels(data: FitData) -> Any:
     if data.kind == "semeval":
         return data.dev.gold()
     return [p.duplicate for p in data.dev]
+
+
+def ranked_figure(data: FitData) -> PerQuery | None:
+    """The per-query figure of ranked data at many fusions at once (:func:`semdup.core.fusion_fit.choose_fusion`'s
+    ``per_query``), the same as :func:`figures_from_predictions` gives one fusion at a time: SemEval's AP over
+    its 10 candidates (ties in gold order), a dump's AP over the top 100 (TREC rule). None for pairs (their
+    figure hangs on a threshold fitted over every pair)."""
+    if data.kind == "pairs":
+        return None
+    labels = _labels(data)
+    if data.kind == "semeval":
+        def semeval(g: Group, scores: np.ndarray) -> np.ndarray:
+            row = labels[g.query_id]
+            return average_precisions(scores, np.array([row[c] for c in g.candidate_ids]), SEMEVAL_CUTOFF)
+
+        return semeval
+
+    def retrieval(g: Group, scores: np.ndarray) -> np.ndarray:
+        rel = set(labels[g.query_id]) - {g.query_id}
+        return average_precisions(scores, np.array([c in rel for c in g.candidate_ids]), TOP, len(rel))
+
+    return retrieval
 
 
 def figures_from_predictions(preds: Mapping[str, Mapping[str, float]], groups: Sequence[Group], data: FitData,
@@ -120,7 +142,8 @@ def cross_fitted_figures(
         def measure(preds: Mapping[str, Mapping[str, float]], gs: Sequence[Group] = fit_on) -> float:
             return float(np.mean(list(figures_from_predictions(preds, gs, data, None).values())))
 
-        fusion = dict(fixed[f]) if fixed is not None else choose_fusion(fit_on, measure, "fold", **kwargs).fusion
+        fusion = dict(fixed[f]) if fixed is not None else choose_fusion(
+            fit_on, measure, "fold", per_query=ranked_figure(data), **kwargs).fusion
         chosen[f] = fusion
         threshold = None
         if data.kind == "pairs":

@@ -70,10 +70,12 @@ from semdup.export.gate import (
     figures_from_predictions,
     gate,
     per_query_figures,
+    ranked_figure,
 )
 from semdup.export.onnx_export import export_checkpoint
 from semdup.export.out_of_fold import FoldRun, OutOfFold, fit_data, minutes_left, out_of_fold, side_data
 from semdup.training.devices import resolve_device
+from semdup.training.learn.encoder import base_encoder
 from semdup.training.learn.frozen import FrozenPrefix
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.trainer import Report, learn_encoder
@@ -176,7 +178,7 @@ def _mean(figures: Mapping[str, float], keys: Sequence[str] | None = None) -> fl
 def _fit(groups: Sequence[Group], data: FitData, grid_title: Sequence[float]) -> FusionFit:
     """The grid's best fusion on ``groups`` by the data's own measure (the mean per-query figure)."""
     return choose_fusion(groups, lambda preds: _mean(figures_from_predictions(preds, groups, data, None)),
-                         "out-of-fold figure", grid_title=grid_title)
+                         "out-of-fold figure", grid_title=grid_title, per_query=ranked_figure(data))
 
 
 def _threshold(groups: Sequence[Group], fusion: Mapping[str, float], data: FitData) -> float | None:
@@ -266,7 +268,8 @@ def judge_learning(
     phases.end("split")
 
     cache = work / "vectors"  # a dump's corpus is encoded once per encoder, whichever side asks
-    base_groups, _, _ = dev_groups(base, pipeline, idf, labelled, title=title, cache_dir=cache)
+    base_groups, _, _ = dev_groups(base_encoder(base, settings, prefix, device), pipeline, idf, labelled,
+                                   title=title, cache_dir=cache)
     default_dir = None
     if current_bundle is None:
         current, carried_folds = cross_fitted_figures(base_groups, labelled, fold_of, grid_title)

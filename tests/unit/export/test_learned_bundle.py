@@ -139,3 +139,18 @@ def test_a_spent_budget_ends_with_the_decision_the_finished_folds_support(
     again = learn_bundle(labels, tmp_path / "candidate", base_bundle, tmp_path / "work", TINY, **NO_TITLE)
     assert again.stopped == "" and again.fold_runs[0].reused
     assert again.fold_runs[1].summary.resumed_from_step == 1 and again.decision.test.n == sum(again.folds.queries)
+
+
+def test_the_base_bundle_scores_through_the_shared_frozen_bottom(base_bundle: Path, labels: Supervision) -> None:
+    from semdup.training.learn.encoder import LearnedEncoder, base_encoder
+    from semdup.training.learn.frozen import FrozenPrefix
+
+    bundle = Bundle.load(base_bundle)
+    prefix = FrozenPrefix.for_settings(TINY)
+    enc = base_encoder(bundle, TINY, prefix)
+    assert isinstance(enc, LearnedEncoder) and enc.version == bundle.version
+    posts = labels.posts()[:20]
+    got, want = enc.encode_dense(posts), bundle.encode_dense(posts)  # torch over the cache vs the ONNX encoder
+    assert float((got * want).sum(1).min()) > 0.999
+    other = LearnSettings(**{**TINY.to_json(), "max_len": 32})
+    assert base_encoder(bundle, other, FrozenPrefix.for_settings(other)) is bundle  # another length: ONNX
