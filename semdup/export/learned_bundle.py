@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +227,7 @@ class Judgement:
     fold_runs: list[FoldRun]
     per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
     oof: OutOfFold | None = field(default=None, repr=False)
+    settings: LearnSettings | None = None  # the recipe the models trained with (its epochs sized to the site)
 
 
 def judge_learning(
@@ -252,6 +253,7 @@ def judge_learning(
     bottom's cache to share (None: one is made here when the recipe freezes layers)."""
     phases = phases or Phases()
     say = report or (lambda line: None)
+    settings = settings.for_groups(len(side_data(cut.kind, cut.labelled, settings).groups))
     if prefix is None and settings.freeze_layers > 0:
         prefix = FrozenPrefix.for_settings(settings, device)
     work.mkdir(parents=True, exist_ok=True)
@@ -289,7 +291,8 @@ def judge_learning(
                       title=title, show_progress=show_progress, prefix=prefix, report=report)
     phases.end("folds")
     if not oof.complete:
-        return _partial(cut, pipeline, idf, oof, labelled, current, alpha, compared_with, default_dir)
+        return replace(_partial(cut, pipeline, idf, oof, labelled, current, alpha, compared_with, default_dir),
+                       settings=settings)
 
     c = _decide(oof, labelled, current, carried_folds, carried, alpha, grid_title)
     systems = {"current": current, **c.per_query, "base_dense": base_dense}
@@ -298,7 +301,7 @@ def judge_learning(
     say(f"candidate: {c.chosen}; gate: {c.decision.line()}")
     return Judgement(cut, pipeline, idf, c.decision, c.chosen, c.choices, c.fit,
                      _threshold(oof.groups, c.fit.fusion, labelled), figures, _per_fold(cut, systems), compared_with,
-                     default_dir, oof.runs, systems, oof)
+                     default_dir, oof.runs, systems, oof, settings)
 
 
 def _partial(cut: LearnFolds, pipeline: Any, idf: np.ndarray, oof: OutOfFold, labelled: FitData,
@@ -376,6 +379,7 @@ def learn_bundle(
     prefix = FrozenPrefix.for_settings(settings, device) if settings.freeze_layers > 0 else None
     j = judge_learning(sup, base_bundle, work, settings, cut, corpus, current_bundle, device, threads, deadline,
                        alpha, grid_title, show_progress, phases, prefix, report)
+    settings = j.settings or settings
     final_data = side_data(cut.kind, cut.labelled, settings)
 
     def outcome(candidate: Path | None = None, version: str | None = None, final: LearnSummary | None = None,
