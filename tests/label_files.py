@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -10,12 +11,23 @@ def post_row(i: int) -> dict[str, str]:
     return {"id": str(i), "title": f"title {i}", "body": f"body {i}"}
 
 
-def write_dump(tmp: Path, n_pairs: int = 30, dated: bool = True, one_date: bool = False) -> Path:
+def write_dump(tmp: Path, n_pairs: int = 30, dated: bool = True, one_date: bool = False,
+               owner: Callable[[int], int] | None = None, asked: bool = False, tag: Callable[[int], str] | None = None
+               ) -> Path:
     """Pairs (2k+1 -> 2k), pair k closed on day k (``one_date``: all on one day, as an export that stamps them at
-    once), plus a link to a missing post, a self link and a related link."""
+    once), plus a link to a missing post, a self link and a related link. Questions may carry ``OwnerUserId`` =
+    ``owner(i)``, a ``CreationDate`` (``asked``: question i asked in hour i of 2013-06-01... by its id) and ``Tags``
+    = ``<tag(i)><common>``."""
     d = tmp / "dump"
     d.mkdir(parents=True)
-    rows = "".join(f'<row Id="{i}" PostTypeId="1" Title="question {i}" Body="text {i}" />' for i in range(2 * n_pairs))
+
+    def extra(i: int) -> str:
+        out = f' OwnerUserId="{owner(i)}"' if owner else ""
+        out += f' CreationDate="2013-06-{1 + i // 24:02d}T{i % 24:02d}:00:00.000"' if asked else ""
+        return out + (f' Tags="&lt;{tag(i)}&gt;&lt;common&gt;"' if tag else "")
+
+    rows = "".join(f'<row Id="{i}" PostTypeId="1" Title="question {i}" Body="text {i}"{extra(i)} />'
+                   for i in range(2 * n_pairs))
     (d / "Posts.xml").write_text(f"<posts>{rows}</posts>", encoding="utf-8")
     links = []
     for k in range(n_pairs):

@@ -262,6 +262,9 @@ def _pair_rows(client, sets, bundle_path: Path, rows, dev) -> None:
         dev.setdefault(name, {})["askubuntu"] = {"Acc": r["train"]}
 
 
+_IN = {"encoder": "alone", "carried": "in the default's fusion", "hybrid": "in a fusion fitted on the fold models"}
+
+
 def _learned_rows(client, sets, workdir: Path, base_encoder: str, bundles: dict[str, Path], env, rows,
                   notes) -> None:
     """``semdup learn`` per set, as a user runs it; the row holds the test figures of the bundle its gate kept."""
@@ -282,7 +285,8 @@ def _learned_rows(client, sets, workdir: Path, base_encoder: str, bundles: dict[
         kept = Path(outcome["candidate"]) if outcome["candidate"] else bundles[data]
         notes.append(f"learned on {data}: {outcome['folds']['queries']} queries in folds; out of fold "
                      f"{outcome['decision']['metric']} {test['mean_a']:.2f} -> {test['mean_b']:.2f} "
-                     f"(the learned {outcome['chosen']}), p = {test['p_value']:.4f} on {test['n']} queries: "
+                     f"(the learned encoder {_IN[outcome['chosen']]}), p = {test['p_value']:.4f} on {test['n']} "
+                     "queries: "
                      + ("accepted" if outcome["candidate"] else "the gate kept the default (its figures below)")
                      + f"; {outcome['wall_seconds'] / 60:.1f} min wall, {outcome['cpu_seconds_total'] / 60:.1f} "
                      "min CPU")

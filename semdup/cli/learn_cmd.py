@@ -6,6 +6,7 @@ Parses, calls :func:`semdup.export.learn_run.learn_from` (and, with ``--promote`
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,29 +28,42 @@ def _minutes(text: str) -> float:
         raise click.BadParameter(f"{text!r} is no duration; write e.g. 30m, 1.5h or 900s") from None
 
 
+_NAMES = {"encoder": "the learned encoder alone", "carried": "the learned encoder in the bundle to beat's fusion",
+          "hybrid": "the learned hybrid (a fusion fitted on the fold models)"}
+
+
 def _summary(run: Any) -> list[str]:
     o = run.outcome
-    f, t, d = o.figures, o.choice, o.decision
-    metric = d.metric
-    lines = [
-        f"labels: {o.source.line()}",
-        f"folds: {o.folds.line()}",
-        *(f"fold {r.index + 1}: {r.summary.line()}" + (" (reused: the work folder held it)" if r.reused else "")
-          for r in o.fold_runs),
-        f"out-of-fold {metric} over {d.test.n} queries: bundle to beat ({o.compared_with}) {f['current']:.2f}; "
-        f"learned encoder alone {f['encoder']:.2f}; learned hybrid {f['hybrid']:.2f}; untrained encoder alone "
-        f"{f['base_dense']:.2f}",
-        *(f"  fold {p['fold'] + 1} ({p['queries']} queries): bundle to beat {p['current']:.2f}, encoder "
-          f"{p['encoder']:.2f}, hybrid {p['hybrid']:.2f}" for p in o.per_fold),
-        f"candidate: the learned {'hybrid' if o.chosen == 'hybrid' else 'encoder alone'} (hybrid vs encoder alone: "
-        f"{t.mean_difference:+.2f}, p = {t.p_value:.4f}; the hybrid is taken only at p < {d.alpha:g}); fusion "
-        f"{json.dumps(o.fusion)}",
-        f"gate (paired randomisation test, one-sided, alpha {d.alpha:g}): p = {d.test.p_value:.4f} on "
-        f"{d.test.n} queries; {d.line()}",
-    ]
+    f, d = o.figures, o.decision
+    lines = [f"labels: {o.source.line()}", f"folds: {o.folds.line()}",
+             *(f"fold {r.index + 1}: {r.summary.line()}" + (" (reused: the work folder held it)" if r.reused else "")
+               for r in o.fold_runs)]
+    if o.stopped and o.final is None:
+        lines += _stopped_in_folds(o)
+    else:
+        metric = d.metric
+        lines += [
+            f"out-of-fold {metric} over {d.test.n} queries: bundle to beat ({o.compared_with}) {f['current']:.2f}; "
+            f"learned encoder alone {f['encoder']:.2f}; in the bundle to beat's fusion {f['carried']:.2f}; learned "
+            f"hybrid {f['hybrid']:.2f}; untrained encoder alone {f['base_dense']:.2f}",
+            *(f"  fold {p['fold'] + 1} ({p['queries']} queries): bundle to beat {p['current']:.2f}, encoder "
+              f"{p['encoder']:.2f}, carried {p['carried']:.2f}, hybrid {p['hybrid']:.2f}" for p in o.per_fold),
+            *(f"  {name} vs the encoder alone: {t.mean_difference:+.2f} (95% CI {t.ci_low:+.2f}..{t.ci_high:+.2f}), "
+              f"p = {t.p_value:.4f}" for name, t in o.choices.items()),
+            f"candidate: {_NAMES[o.chosen]} (a fusion replaces the encoder alone only at p < {d.alpha:g} with its 95% "
+            f"interval above 0); fusion {json.dumps(o.fusion)}",
+            f"gate ({d.rule()}): p = {d.test.p_value:.4f} on {d.test.n} queries; {d.line()}",
+        ]
     if o.candidate_dir is not None:
         lines.append(f"final model: {o.final.line()}")
         lines.append(f"candidate written: {o.candidate_dir} ({o.version})")
+    elif o.stopped == "final model":
+        lines.append(f"final model: {o.final.line()}")
+        lines.append("stopped by the budget in the final model: the gate accepts the candidate, but it is written "
+                     "only when the final model is trained; run the same command again to finish (about "
+                     f"{o.minutes_left:.0f} min more)")
+    elif o.stopped:
+        lines.append("nothing written: the run is not finished")
     else:
         lines.append("no candidate written: the gate kept the bundle it was compared with")
     lines.append(f"kept: {run.kept}" + (" (the candidate)" if o.candidate_dir is not None else ""))
@@ -58,6 +72,19 @@ def _summary(run: Any) -> list[str]:
     lines.append(f"time: {run.wall_seconds / 60:.1f} min wall, {run.cpu_seconds / 60:.1f} min CPU (this process); "
                  f"load average {run.load[0]:.2f} -> {run.load[1]:.2f}")
     return lines
+
+
+def _stopped_in_folds(o: Any) -> list[str]:
+    """What a run the budget stopped in a fold model says: where, and the decision the finished folds support."""
+    d, f = o.decision, o.figures
+    head = (f"stopped by the budget in {o.stopped} (every step saved); run the same command again to go on (about "
+            f"{o.minutes_left:.0f} min more at this pace)")
+    if d is None:
+        return [head, "the decision it could make now: none (no fold model finished, so no query is judged yet); "
+                      "the bundle in service stays"]
+    return [head, f"the decision it could make now, on the {d.test.n} queries of the folds finished (the learned "
+                  f"encoder alone {f['encoder']:.2f} against the bundle to beat {f['current']:.2f}): {d.line()}; "
+                  f"nothing is written until the run finishes"]
 
 
 @click.command("learn")
@@ -75,7 +102,9 @@ def _summary(run: Any) -> list[str]:
 @click.option("--work", "work_dir", type=click.Path(path_type=Path),
               help="Checkpoints and intermediate bundles (default: <out>.work). A rerun with the same folder resumes.")
 @click.option("--budget", help="Wall-clock limit for this call (30m, 1h, 900s; default none). When it runs out, "
-                               "training stops at a step, everything is saved, and the same command goes on.")
+                               "training stops at a step, everything is saved, the run prints the decision the work "
+                               "done so far supports and about how long the rest takes, and the same command goes "
+                               "on.")
 @click.option("--base", "current", type=click.Path(exists=True, path_type=Path),
               help="The bundle to beat (the one the site runs). Default: the untrained default, fitted here on "
                    "the labelled queries and written to <work>/untrained-default.")
@@ -93,11 +122,13 @@ def _summary(run: Any) -> list[str]:
               help="K: one model per fold, each judged on the fold it never saw (default 5 on a GPU, 2 on a CPU).")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="CPU threads for training.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr (each phase, and every half minute of "
+                                            "training).")
 @click.pass_context
 def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, index: str | None, title_field: str,
           body_field: str, out_dir: Path, work_dir: Path | None, budget: str | None, current: Path | None,
           base_encoder: str, base_bundle: Path | None, epochs: float | None, seed: int | None, promote: bool,
-          device: str, folds: int | None, threads: int, as_json: bool) -> None:
+          device: str, folds: int | None, threads: int, as_json: bool, quiet: bool) -> None:
     """Learn from the site's own duplicates and keep the result only if it beats the bundle it would replace.
 
     Cuts every labelled query into K folds (by time where the link dates separate them, else by duplicate
@@ -135,10 +166,16 @@ def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, ind
         from semdup.cli import edge
 
         client = edge.client()
+    t0 = time.monotonic()
+
+    def tell(line: str) -> None:
+        click.echo(f"[{(time.monotonic() - t0) / 60:5.1f} min] {line}", err=True)
+
     run = learn_from(data, out_dir, budget_minutes=minutes, settings=recipe(base_encoder, epochs=epochs, seed=seed),
                      folds=folds, device=device,
                      base_bundle=base_bundle, current_bundle=current, work_dir=work_dir, client=client, index=index,
-                     duplicate_field=duplicate_field, title_field=title_field, body_field=body_field, threads=threads)
+                     duplicate_field=duplicate_field, title_field=title_field, body_field=body_field, threads=threads,
+                     report=None if quiet else tell)
     if as_json:
         click.echo(json.dumps(run.to_json(), indent=2))
     else:
@@ -146,7 +183,10 @@ def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, ind
             click.echo(line)
     if promote:
         if run.outcome.candidate_dir is None:
-            click.echo(f"--promote: not promoted ({run.outcome.decision.reason}); {index} keeps its bundle")
+            why = run.outcome.decision.reason if run.outcome.decision is not None else "no decision yet"
+            if run.outcome.stopped:
+                why = f"the run stopped in {run.outcome.stopped}"
+            click.echo(f"--promote: not promoted ({why}); {index} keeps its bundle")
             return
         from semdup.cli.upgrade_cmd import upgrade
 

@@ -42,6 +42,7 @@ SPLITS = ("train", "dev", "test")
 DUPLICATE_LINK = "3"
 RELATED_LINK = "1"
 QUESTION_TYPE = "1"
+POST_FIELDS = ("CreationDate", "OwnerUserId", "Tags")  # the question attributes kept beside the text
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class StackExchangeDump:
         link_dates: (PostId, RelatedPostId) of a kept duplicate link -> its ``CreationDate`` (ISO 8601 text as the
             dump writes it), for links that carry one: when a moderator closed the question, what a split by
             time orders by.
+        post_fields: :data:`POST_FIELDS` attribute -> post id -> its value, for the questions that carry it (when
+            it was asked, who asked it, its tags): what else may separate future posts from past ones.
     """
 
     posts: dict[str, Post]
@@ -79,6 +82,7 @@ class StackExchangeDump:
     self_links: int = 0
     other_posts: int = 0
     link_dates: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
+    post_fields: dict[str, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def _neighbours(self) -> dict[str, frozenset[str]]:
@@ -120,8 +124,9 @@ class StackExchangeDump:
         return list(self.posts.values())
 
 
-def _load_posts(path: Path) -> tuple[dict[str, Post], int, int]:
+def _load_posts(path: Path) -> tuple[dict[str, Post], int, int, dict[str, dict[str, str]]]:
     posts: dict[str, Post] = {}
+    fields: dict[str, dict[str, str]] = {name: {} for name in POST_FIELDS}
     skipped = other = 0
     for row in iter_xml_elements(path, "row", "a Stack Exchange Posts.xml (<posts><row Id=... PostTypeId=... />)"):
         post_id = require_attr(row, "Id", path, "")
@@ -136,13 +141,17 @@ def _load_posts(path: Path) -> tuple[dict[str, Post], int, int]:
             logger.debug("Post %s has neither title nor body; skipped", post_id)
             continue
         posts[post_id] = Post(id=post_id, title=title, body=body)
+        for name in POST_FIELDS:
+            value = row.get(name)
+            if value:
+                fields[name][post_id] = value
     if skipped:
         logger.warning(
             "%s: %d questions with neither title nor body were skipped (counted in skipped_posts).", path, skipped
         )
     if not posts:
         raise DataError(f"{path}: holds no usable question (PostTypeId=1 with a title or body).")
-    return posts, skipped, other
+    return posts, skipped, other, {name: values for name, values in fields.items() if values}
 
 
 class _AnyPost:
@@ -233,7 +242,7 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
         raise DataError(
             f"{d}: not a directory; expected a Stack Exchange dump directory with Posts.xml and PostLinks.xml."
         )
-    posts, skipped_posts, other = _load_posts(d / "Posts.xml")
+    posts, skipped_posts, other, post_fields = _load_posts(d / "Posts.xml")
     dup, rel, skipped_links, self_links, link_dates = _load_links(d / "PostLinks.xml", posts)
     split_file = Path(splits_path) if splits_path is not None else d / "splits.tsv"
     splits: dict[str, str] = {}
@@ -254,6 +263,7 @@ def load_stackexchange_dump(dump_dir: str | Path, splits_path: str | Path | None
         self_links=self_links,
         other_posts=other,
         link_dates=link_dates,
+        post_fields=post_fields,
     )
     logger.info(
         "Loaded %s: %d questions (%d skipped, %d non-question rows), %d duplicate + %d related links (%d skipped)",

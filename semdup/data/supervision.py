@@ -99,12 +99,15 @@ class Supervision:
         data: a :class:`StackExchangeDump` (retrieval; its ``splits`` mark what is held out), a :class:`SemEvalSet`
             (rerank) or a tuple of :class:`PostPair` (pairs).
         report: the source's counts.
+        sources: for labels read from several files, each file's name and the ids of the queries it holds, in the
+            order given (a field that may separate later labels from earlier ones); empty otherwise.
     """
 
     kind: str
     data: Any
     report: SourceReport
     extra_posts: tuple[Post, ...] = field(default=(), repr=False)
+    sources: tuple[tuple[str, frozenset[str]], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -159,7 +162,7 @@ def supervision_from_dump(dump_dir: str | Path) -> Supervision:
     """
     dump = load_stackexchange_dump(dump_dir)
     dump = StackExchangeDump(dump.posts, dump.duplicate_links, dump.related_links, dump.skipped_links, {},
-                             dump.skipped_posts, dump.self_links, dump.other_posts, dump.link_dates)
+                             dump.skipped_posts, dump.self_links, dump.other_posts, dump.link_dates, dump.post_fields)
     queries = {a for a, _ in dump.duplicate_links}
     report = SourceReport(str(dump_dir), "stackexchange-dump", len(queries), len(dump.duplicate_links),
                           len(dump.related_links), missing_post_links=dump.skipped_links, self_links=dump.self_links,
@@ -191,7 +194,8 @@ def supervision_from_semeval(paths: Sequence[str | Path]) -> Supervision:
                             "give each file once")
         seen.add(q.post.id)
     fmt = "semeval-pairs-jsonl" if all(Path(p).suffix == ".jsonl" for p in paths) else "semeval-xml"
-    return Supervision("rerank", merged, _semeval_report(", ".join(map(str, paths)), fmt, merged))
+    sources = tuple((s.name, frozenset(q.post.id for q in s.questions)) for s in sets) if len(sets) > 1 else ()
+    return Supervision("rerank", merged, _semeval_report(", ".join(map(str, paths)), fmt, merged), sources=sources)
 
 
 def _pairs_without_conflicts(pairs: Sequence[PostPair]) -> tuple[list[PostPair], int, int]:

@@ -4,8 +4,12 @@ Both systems score the same labelled queries the way the reranker does (:func:`s
 dev_groups`: BM25 ∪ k-NN candidates for a dump, the labelled candidates for a rerank set, each pair for pairs),
 each query gets one figure (average precision; for pairs, 100 if the pair is classified right, else 0), and a
 paired randomisation test (:mod:`semdup.core.significance`) asks whether the new system's mean is above the
-current one's by more than chance. The gate accepts only when it is (one-sided p < ``alpha``): where learning
-does not clearly help, the current bundle stays, so a site never gets a model that is worse on its own labels.
+current one's by more than chance. The gate accepts only when the evidence is clear on both counts: one-sided
+p < ``alpha`` **and** the bootstrap 95 % interval of the gain lies wholly above ``min_gain`` (0 by default). A
+p just under 0.05 whose interval still reaches zero is a coin toss an operator would rather not ship: on a
+medical set whose test split was written by other authors, a candidate accepted at p = 0.032 with an interval of
+−0.02..+1.40 out of fold scored 0.58 MAP below the default it replaced (issue #33). Where learning does not
+clearly help, the current bundle stays.
 
 A fusion (or a threshold) fitted on the queries it is judged on would flatter itself; so figures are
 **cross-fitted** (:func:`cross_fitted_figures`): each fold's queries are scored with the fusion (and, for pairs,
@@ -30,13 +34,13 @@ from typing import Any
 import numpy as np
 
 from semdup.core.fitting import best_threshold
-from semdup.core.fusion_fit import GRID_TITLE, Group, choose_fusion, group_scores
-from semdup.core.measures import retrieval_average_precisions, semeval_average_precisions
+from semdup.core.fusion_fit import GRID_TITLE, Group, PerQuery, average_precisions, choose_fusion, group_scores
+from semdup.core.measures import SEMEVAL_CUTOFF, retrieval_average_precisions, semeval_average_precisions
 from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
 from semdup.export.default_bundle import TOP, FitData
 
-__all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "cross_fitted_figures", "gate",
-           "DEFAULT_ALPHA"]
+__all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "ranked_figure", "cross_fitted_figures",
+           "gate", "DEFAULT_ALPHA"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +54,28 @@ def _labels(data: FitData) -> Any:
     if data.kind == "semeval":
         return data.dev.gold()
     return [p.duplicate for p in data.dev]
+
+
+def ranked_figure(data: FitData) -> PerQuery | None:
+    """The per-query figure of ranked data at many fusions at once (:func:`semdup.core.fusion_fit.choose_fusion`'s
+    ``per_query``), the same as :func:`figures_from_predictions` gives one fusion at a time: SemEval's AP over
+    its 10 candidates (ties in gold order), a dump's AP over the top 100 (TREC rule). None for pairs (their
+    figure hangs on a threshold fitted over every pair)."""
+    if data.kind == "pairs":
+        return None
+    labels = _labels(data)
+    if data.kind == "semeval":
+        def semeval(g: Group, scores: np.ndarray) -> np.ndarray:
+            row = labels[g.query_id]
+            return average_precisions(scores, np.array([row[c] for c in g.candidate_ids]), SEMEVAL_CUTOFF)
+
+        return semeval
+
+    def retrieval(g: Group, scores: np.ndarray) -> np.ndarray:
+        rel = set(labels[g.query_id]) - {g.query_id}
+        return average_precisions(scores, np.array([c in rel for c in g.candidate_ids]), TOP, len(rel))
+
+    return retrieval
 
 
 def figures_from_predictions(preds: Mapping[str, Mapping[str, float]], groups: Sequence[Group], data: FitData,
@@ -79,30 +105,35 @@ def per_query_figures(groups: Sequence[Group], fusion: Mapping[str, float], data
 def cross_fitted_figures(
     groups: Sequence[Group], data: FitData, fold_of: Mapping[str, int], grid_title: Sequence[float] = GRID_TITLE,
     grid: tuple[Sequence[float], Sequence[float]] | None = None,
-) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """(query id -> figure under the fusion chosen on the other folds, the fusion chosen for each fold).
+    fixed: Mapping[int, Mapping[str, float]] | None = None,
+) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+    """(query id -> figure under the fusion chosen on the other folds, fold -> the fusion used on it).
 
     Each fold's fusion maximises the mean figure of the other folds (their MAP; for pairs, the accuracy at the
     best threshold there, and that threshold is applied to the fold). A one-point grid (``grid=((0.0,), (0.0,))``,
-    ``grid_title=(0.0,)``) fixes the fusion and cross-fits only the pairs' threshold.
+    ``grid_title=(0.0,)``) fixes the fusion and cross-fits only the pairs' threshold; ``fixed`` gives each fold's
+    fusion outright (fold -> fusion: another system's fusions carried over) and cross-fits only the threshold.
 
     Args:
         groups: the labelled queries' groups.
         data: their labels.
         fold_of: query id -> fold (two folds or more).
         grid_title, grid: the fusion grid (:func:`semdup.core.fusion_fit.choose_fusion`).
+        fixed: fold -> the fusion to score it with, instead of a grid (every fold present must be named).
 
     Raises:
-        ValueError: fewer than two folds among the groups.
+        ValueError: fewer than two folds among the groups, or a fold missing from ``fixed``.
     """
     folds = sorted({fold_of[g.query_id] for g in groups})
     if len(folds) < 2:
         raise ValueError(f"cross-fitting needs queries in at least 2 folds; got {len(folds)}")
+    if fixed is not None and set(folds) - set(fixed):
+        raise ValueError(f"no fusion given for fold(s) {sorted(set(folds) - set(fixed))}")
     kwargs: dict[str, Any] = {"grid_title": tuple(grid_title)}
     if grid is not None:
         kwargs |= {"grid_bow": grid[0], "grid_alpha": grid[1]}
     out: dict[str, float] = {}
-    chosen = []
+    chosen: dict[int, dict[str, float]] = {}
     for f in folds:
         fit_on = [g for g in groups if fold_of[g.query_id] != f]
         score_on = [g for g in groups if fold_of[g.query_id] == f]
@@ -111,36 +142,46 @@ def cross_fitted_figures(
         def measure(preds: Mapping[str, Mapping[str, float]], gs: Sequence[Group] = fit_on) -> float:
             return float(np.mean(list(figures_from_predictions(preds, gs, data, None).values())))
 
-        fit = choose_fusion(fit_on, measure, "fold", **kwargs)
-        chosen.append(fit.fusion)
+        fusion = dict(fixed[f]) if fixed is not None else choose_fusion(
+            fit_on, measure, "fold", per_query=ranked_figure(data), **kwargs).fusion
+        chosen[f] = fusion
         threshold = None
         if data.kind == "pairs":
             labels = _labels(data)
-            preds = group_scores(fit_on, fit.fusion)
+            preds = group_scores(fit_on, fusion)
             threshold = best_threshold([next(iter(preds[g.query_id].values())) for g in fit_on],
                                        [labels[int(g.query_id)] for g in fit_on])[0]
-        out.update(per_query_figures(score_on, fit.fusion, data, threshold))
+        out.update(per_query_figures(score_on, fusion, data, threshold))
     return {g.query_id: out[g.query_id] for g in groups if g.query_id in out}, chosen
 
 
 @dataclass(frozen=True)
 class GateDecision:
-    """Accept or keep, with the paired test it rests on."""
+    """Accept or keep, with the paired test it rests on and the rule it applied (``rule()``)."""
 
     accept: bool
     metric: str
     alpha: float
     test: PairedTest
+    min_gain: float = 0.0
+
+    def rule(self) -> str:
+        """The acceptance rule, in words."""
+        return f"accept only at p < {self.alpha:g} with the gain's 95% interval above {self.min_gain:+g}"
 
     @property
     def reason(self) -> str:
         t = self.test
         if self.accept:
-            return f"the new bundle is better on {t.n} held-out queries (p = {t.p_value:.4f} < {self.alpha})"
+            return (f"the new bundle is better on {t.n} held-out queries (p = {t.p_value:.4f} < {self.alpha}, "
+                    f"95% interval from {t.ci_low:+.2f})")
         if t.mean_difference <= 0:
             return f"the new bundle is not better on {t.n} held-out queries (mean difference {t.mean_difference:+.2f})"
-        return (f"the gain ({t.mean_difference:+.2f}) on {t.n} held-out queries is within chance "
-                f"(p = {t.p_value:.4f} >= {self.alpha})")
+        if t.p_value >= self.alpha:
+            return (f"the gain ({t.mean_difference:+.2f}) on {t.n} held-out queries is within chance "
+                    f"(p = {t.p_value:.4f} >= {self.alpha})")
+        return (f"the gain ({t.mean_difference:+.2f}, p = {t.p_value:.4f}) on {t.n} held-out queries is not clear: "
+                f"its 95% interval reaches {t.ci_low:+.2f}, not above {self.min_gain:+g}")
 
     def line(self) -> str:
         t = self.test
@@ -150,13 +191,14 @@ class GateDecision:
                 f"{t.ties} tied queries; {self.reason}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"accept": self.accept, "metric": self.metric, "alpha": self.alpha, "reason": self.reason,
-                "test": self.test.to_json()}
+        return {"accept": self.accept, "metric": self.metric, "alpha": self.alpha, "min_gain": self.min_gain,
+                "rule": self.rule(), "reason": self.reason, "test": self.test.to_json()}
 
 
 def gate(current: Mapping[str, float], candidate: Mapping[str, float], metric: str,
-         alpha: float = DEFAULT_ALPHA, seed: int = 0) -> GateDecision:
-    """Decide on the queries both were scored on (see the module doc; the test is :data:`TEST_NAME`).
+         alpha: float = DEFAULT_ALPHA, seed: int = 0, min_gain: float = 0.0) -> GateDecision:
+    """Decide on the queries both were scored on (see the module doc; the test is :data:`TEST_NAME`): accept when
+    p < ``alpha`` and the gain's 95 % interval lies above ``min_gain`` (in the figure's points).
 
     Raises:
         ValueError: no query in common, or ``alpha`` outside (0, 1).
@@ -167,6 +209,7 @@ def gate(current: Mapping[str, float], candidate: Mapping[str, float], metric: s
     if not common:
         raise ValueError("the two bundles were scored on no common held-out query")
     test = paired_randomisation_test([current[q] for q in common], [candidate[q] for q in common], seed=seed)
-    decision = GateDecision(test.p_value < alpha and test.mean_difference > 0, metric, alpha, test)
+    clear = test.p_value < alpha and test.mean_difference > 0 and test.ci_low > min_gain
+    decision = GateDecision(clear, metric, alpha, test, min_gain)
     logger.info("gate (%s): %s", TEST_NAME, decision.line())
     return decision

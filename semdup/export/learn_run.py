@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,13 +115,15 @@ def learn_from(
     body_field: str = "body",
     threads: int = 2,
     show_progress: bool = True,
+    report: Callable[[str], None] | None = None,
 ) -> LearnRun:
     """Find the labels (see the module doc), learn (:func:`~semdup.export.learned_bundle.learn_bundle`), and
-    return what was written and which bundle is kept.
+    return what was written and which bundle is kept. A run the budget stops returns too: its outcome says where
+    it stopped and the decision it could make (the same call goes on). ``report`` hears progress lines.
 
     Raises:
         DataError: unreadable or too few labels. SearchIndexError / OpenSearchUnavailable: reading the site's index.
-        ConfigError: ``--device cuda`` without a GPU. BudgetSpent: the budget ran out (the same call goes on).
+        ConfigError: ``--device cuda`` without a GPU.
         ValueError: contradictory arguments.
     """
     device = resolve_device(device)  # --device cuda without a GPU: refused before anything loads
@@ -137,7 +140,8 @@ def learn_from(
     work = Path(work_dir) if work_dir is not None else work_dir_for(out_dir)
     outcome = learn_bundle(named.supervision, out_dir, base, work, settings=settings, folds=folds,
                            exclude=sorted(named.exclude), corpus=named.corpus, current_bundle=current_bundle,
-                           device=device, threads=threads, budget_minutes=budget_minutes, show_progress=show_progress)
+                           device=device, threads=threads, budget_minutes=budget_minutes, show_progress=show_progress,
+                           report=report)
     if outcome.candidate_dir is not None:
         kept = outcome.candidate_dir
     else:

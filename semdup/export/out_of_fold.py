@@ -33,8 +33,9 @@ from semdup.data.learn_folds import LearnFolds, check_out_of_fold, side_post_ids
 from semdup.export.default_bundle import FitData, dev_groups
 from semdup.training.learn.data import LearnData, learn_data
 from semdup.training.learn.encoder import LearnedEncoder
+from semdup.training.learn.frozen import FrozenPrefix
 from semdup.training.learn.settings import LearnSettings, LearnSummary
-from semdup.training.learn.trainer import BudgetSpent, learn_encoder
+from semdup.training.learn.trainer import Report, learn_encoder
 
 __all__ = ["FoldRun", "OutOfFold", "FIT_KIND", "fit_data", "side_data", "out_of_fold", "minutes_left"]
 
@@ -56,11 +57,21 @@ class FoldRun:
 
 @dataclass(frozen=True)
 class OutOfFold:
-    """Every labelled query's group (in the labelled data's order), the fold that judged it, the fold runs."""
+    """Every labelled query's group (in the labelled data's order), the fold that judged it, the fold runs.
+
+    ``stopped``: None when every fold model is trained; else the summary of the fold model the budget stopped
+    (saved: the same call goes on), and ``groups`` hold the queries of the folds finished before it only."""
 
     groups: list[Group]
     fold_of: dict[str, int]
     runs: list[FoldRun]
+    stopped: LearnSummary | None = None
+    stopped_fold: int | None = None
+    steps_left: int = 0  # planned steps of the fold models not finished
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped is None
 
 
 def fit_data(folds: LearnFolds, side: Any, name: str, posts: Sequence[Post]) -> FitData:
@@ -106,6 +117,8 @@ def out_of_fold(
     deadline: float | None = None,
     title: bool = True,
     show_progress: bool = True,
+    prefix: FrozenPrefix | None = None,
+    report: Report | None = None,
 ) -> OutOfFold:
     """Train a model per fold without it and score the fold's queries with it (see the module doc).
 
@@ -119,10 +132,14 @@ def out_of_fold(
         deadline: ``time.monotonic()`` by which training must stop (None = none).
         title: compute the title vectors' cosine too.
         show_progress: progress bars on a terminal.
+        prefix: the frozen bottom's cache shared by every fold model (:mod:`semdup.training.learn.frozen`).
+        report: hears each fold model's progress lines (prefixed ``fold i of K``).
+
+    Returns the queries of the folds finished when the deadline comes first (``stopped`` says where; every step is
+    saved and the same call goes on).
 
     Raises:
         DataError: a model would judge a post it trained on.
-        BudgetSpent: the deadline came before every fold model was trained (each saved; the same call goes on).
     """
     check_out_of_fold(folds)
     datas = [side_data(folds.kind, f.train, settings) for f in folds.folds]
@@ -133,14 +150,18 @@ def out_of_fold(
     runs = []
     for f, data in zip(folds.folds, datas, strict=True):
         w0, c0 = time.monotonic(), time.process_time()
+        label = f"fold {f.index + 1} of {folds.k}"
         run = learn_encoder(settings, data, work / f"fold-{f.index}", budget_minutes=minutes_left(deadline),
                             threads=threads, show_progress=show_progress, device=device,
-                            extra_config={"fold": f.index, "folds": folds.k})
+                            extra_config={"fold": f.index, "folds": folds.k}, prefix=prefix,
+                            report=None if report is None else (lambda line, at=label: report(f"{at}: {line}")))
         if not run.finished:
-            raise BudgetSpent(f"the budget ran out in fold {f.index + 1} of {folds.k} (step {run.summary.steps} of "
-                              f"{run.summary.planned_steps}); every step so far is saved in {work}: run the same "
-                              "command again to go on")
-        encoder = LearnedEncoder(run.checkpoint_dir, device=device)
+            done = [k for g in folds.folds[: f.index] for k in g.held_keys]
+            left = run.summary.planned_steps - run.summary.steps + sum(
+                settings.planned_steps(len(d.groups)) for d in datas[f.index + 1 :])
+            return OutOfFold([by_key[k] for k in _ordered(folds, done) if k in by_key], fold_of, runs, run.summary,
+                             f.index, left)
+        encoder = LearnedEncoder(run.checkpoint_dir, device=device, prefix=prefix)
         groups, _, _ = dev_groups(encoder, pipeline, idf, fit_data(folds, f.held, f"fold {f.index}", posts),
                                   title=title, cache_dir=work / "vectors")
         for g in _rekey(folds.kind, groups, f.held_keys):
@@ -148,7 +169,10 @@ def out_of_fold(
             fold_of[g.query_id] = f.index
         runs.append(FoldRun(f.index, run.summary, run.reused, time.monotonic() - w0, time.process_time() - c0))
         logger.info("fold %d of %d: %s; %d queries scored", f.index + 1, folds.k, run.summary.line(), len(groups))
-    keys = [k for f in folds.folds for k in f.held_keys]
-    if folds.kind == "pairs":
-        keys.sort(key=int)  # a pair's key is its index in the labelled pairs
+    keys = _ordered(folds, [k for f in folds.folds for k in f.held_keys])
     return OutOfFold([by_key[k] for k in keys if k in by_key], fold_of, runs)
+
+
+def _ordered(folds: LearnFolds, keys: list[str]) -> list[str]:
+    """Query keys in the labelled data's order (a pair's key is its index in the labelled pairs)."""
+    return sorted(keys, key=int) if folds.kind == "pairs" else keys

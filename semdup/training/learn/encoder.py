@@ -7,6 +7,10 @@ CPU-only); the torch model scores on the training device instead. The vectors ar
 within its parity tolerance (mean pooling, L2-normalised, the same wordpieces), and the final model, the one that
 ships, goes through the verified export.
 
+The same holds for the base encoder itself (:func:`base_encoder`): where its bundle is the pre-trained encoder the
+recipe fine-tunes, at the same post length, its vectors are the shared frozen bottom plus its own top layers, a
+third of a forward pass on MiniLM with 4 of 6 layers frozen instead of the whole ONNX pass.
+
 Example::
 
     enc = LearnedEncoder("work/fold-0/checkpoint", device="cuda")
@@ -19,6 +23,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,26 +31,31 @@ import torch
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import check_post
 from semdup.training.checkpoint import WEIGHTS_FILE, load_checkpoint
-from semdup.training.learn.step import encode_sorted
-from semdup.training.learn.trainer import Tokens
+from semdup.training.learn.frozen import FrozenPrefix, PostVectors, build_model
+from semdup.training.learn.settings import LearnSettings
+from semdup.training.models.minilm import MiniLM
 
-__all__ = ["LearnedEncoder"]
+__all__ = ["LearnedEncoder", "base_encoder"]
 
 logger = logging.getLogger(__name__)
 
 
 class LearnedEncoder:
-    """Unit dense vectors of a learn checkpoint on ``device`` (float32; posts encoded in length-sorted chunks)."""
+    """Unit dense vectors of a learn checkpoint on ``device`` (float32; posts encoded in length-sorted chunks, the
+    frozen bottom read from ``prefix`` when one is given: it must be the checkpoint's own)."""
 
-    def __init__(self, checkpoint_dir: str | Path, device: str = "cpu", chunk_size: int = 64) -> None:
-        folder = Path(checkpoint_dir)
-        model, _, _ = load_checkpoint(folder)
+    def __init__(self, checkpoint_dir: str | Path | None, device: str = "cpu", chunk_size: int = 64,
+                 prefix: FrozenPrefix | None = None, model: MiniLM | None = None, version: str = "") -> None:
+        if checkpoint_dir is not None:
+            folder = Path(checkpoint_dir)
+            model, _, _ = load_checkpoint(folder)
+            version = "learned-" + hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
+        if model is None or not version:
+            raise ValueError("give a checkpoint folder, or a model and the version that names its weights")
         self.model = model.to(device).eval()
-        self.tokens = Tokens(self.model)
-        self.chunk_size = chunk_size
+        self._vectors = PostVectors(self.model, prefix, chunk_size)
         self.dimension: int | None = int(self.model.dim)
-        digest = hashlib.sha256((folder / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
-        self.version = f"learned-{digest}"  # names the weights: the dense-vector cache keys on it
+        self.version = version  # names the weights: the dense-vector cache keys on it
 
     def encode_dense(self, posts: Sequence[Post]) -> np.ndarray:
         """L2-normalised vectors [N, D] float32.
@@ -58,5 +68,18 @@ class LearnedEncoder:
         if not posts:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
         with torch.no_grad():
-            x = encode_sorted(self.model.encoder, [self.tokens(p) for p in posts], self.tokens.pad, self.chunk_size)
+            x = self._vectors(posts)
         return x.cpu().numpy().astype(np.float32)
+
+
+def base_encoder(bundle: Any, settings: LearnSettings, prefix: FrozenPrefix | None, device: str = "cpu") -> Any:
+    """The base bundle's encoder as the fit and gate tools take it: through ``prefix`` when the bundle is the
+    pre-trained encoder the recipe fine-tunes at the same post length, in full precision (the module doc), else
+    the bundle itself (its ONNX encoder)."""
+    manifest = bundle.manifest
+    same = (prefix is not None and bundle.arch == "minilm" and not manifest.get("quantization")
+            and (manifest.get("base_encoder") or {}).get("name") == settings.base_encoder
+            and int((manifest.get("tokenizer") or {}).get("max_len", -1)) == prefix.max_len)
+    if not same:
+        return bundle
+    return LearnedEncoder(None, device, prefix=prefix, model=build_model(settings), version=bundle.version)

@@ -8,7 +8,7 @@ the loss and the gradients are those of one padded batch, at a fraction of the c
 
 Example::
 
-    loss = step_loss(model, tokens, groups, known, loss_fn, chunk_size=16)
+    loss = step_loss(PostVectors(model, prefix), groups, known, loss_fn)
     loss.backward()
 """
 
@@ -82,25 +82,20 @@ def batch_matrix(
 
 
 def step_loss(
-    encoder: torch.nn.Module,
-    token_ids: Callable[[Post], list[int]],
-    pad_id: int,
+    vectors: Callable[[Sequence[Post]], torch.Tensor],
     groups: Sequence[TrainingGroup],
     known: Mapping[str, frozenset[str]],
     loss_fn: torch.nn.Module,
-    chunk_size: int,
     mask_known: bool = True,
 ) -> torch.Tensor:
     """The in-batch softmax loss of one batch of groups (each distinct post encoded once).
 
     Args:
-        encoder: the trainable mean-pooling encoder (unit vectors out).
-        token_ids: post -> wordpiece ids (cached by the caller).
-        pad_id: the tokenizer's padding id.
+        vectors: posts -> their vectors [N, D] through the trainable encoder
+            (:class:`~semdup.training.learn.frozen.PostVectors`: length-sorted chunks, the frozen bottom cached).
         groups: the batch.
         known: query id -> known duplicate ids (masked out of its softmax when ``mask_known``).
         loss_fn: :class:`~semdup.training.losses.in_batch.InBatchSoftmaxLoss`.
-        chunk_size: posts per forward pass.
         mask_known: apply the mask.
     """
     queries, cands, targets, exclude = batch_matrix(groups, known, mask_known)
@@ -110,9 +105,9 @@ def step_loss(
         if p.id not in distinct:
             distinct[p.id] = len(posts)
             posts.append(p)
-    vectors = encode_sorted(encoder, [token_ids(p) for p in posts], pad_id, chunk_size)  # (U, D)
-    dev = vectors.device
-    q = vectors[torch.tensor([distinct[p.id] for p in queries], device=dev)]  # (B, D)
-    c = vectors[torch.tensor([distinct[p.id] for p in cands], device=dev)]  # (C, D)
+    encoded = vectors(posts)  # (U, D)
+    dev = encoded.device
+    q = encoded[torch.tensor([distinct[p.id] for p in queries], device=dev)]  # (B, D)
+    c = encoded[torch.tensor([distinct[p.id] for p in cands], device=dev)]  # (C, D)
     scores = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(c, dim=-1).T  # (B, C)
     return loss_fn(scores, targets.to(dev), None if exclude is None else exclude.to(dev))

@@ -2,7 +2,8 @@
 
 :func:`learn_encoder` runs the recipe (:class:`~semdup.training.learn.settings.LearnSettings`) step by step:
 a seeded order of the groups per epoch, the in-batch softmax loss of each batch
-(:func:`~semdup.training.learn.step.step_loss`), Adam, on CPU or CUDA (bf16 autocast there:
+(:func:`~semdup.training.learn.step.step_loss`) over the frozen bottom computed once per post
+(:mod:`~semdup.training.learn.frozen`), Adam, on CPU or CUDA (bf16 autocast there:
 :mod:`semdup.training.devices`). Every ``save_every_minutes`` it writes its state (``learn-state.pt``: weights,
 optimiser, weight average, step, random states) atomically; run again on the same folder with the same recipe and
 data, it resumes from that step and gives the weights an uninterrupted run would (with one torch thread; more
@@ -11,7 +12,8 @@ threads sum in a varying order). A different recipe or data in the folder is ref
 A run is finished when every planned step is done: the result is then a standard checkpoint
 (``semdup.training.checkpoint``), so ``semdup export`` takes it as any other. With ``budget_minutes``, a run whose
 next step would not fit stops there, saves its state and returns unfinished (``LearnRun.finished`` False, no
-checkpoint): the recipe is never cut short silently, and the same call later goes on from that step.
+checkpoint): the recipe is never cut short silently, and the same call later goes on from that step. ``report``
+hears where the run is every half minute (steps, minutes, about how many are left), terminal or not.
 
 No early stopping: the recipe's length was chosen on dev beforehand, and the held-out figure is measured only
 before and after (plus ``eval_points`` checks for a learning curve, which choose nothing), so the gate that later
@@ -39,31 +41,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from semdup.core.errors import ConfigError, SemdupError
+from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
 from semdup.core.progress import progress
-from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary, check_post
-from semdup.core.wordpiece import pad_id, wordpiece_inputs
+from semdup.core.text_pipeline import check_post
 from semdup.training.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
 from semdup.training.devices import autocast
 from semdup.training.learn.data import LearnData
 from semdup.training.learn.settings import LearnSettings, LearnSummary
-from semdup.training.learn.step import encode_sorted, step_loss
+from semdup.training.learn.frozen import FrozenPrefix, PostVectors, build_model
+from semdup.training.learn.step import step_loss
 from semdup.training.losses.in_batch import InBatchSoftmaxLoss
 from semdup.training.models.minilm import MiniLM
 from semdup.training.weight_average import WeightAverage
 
-__all__ = ["LearnRun", "learn_encoder", "BudgetSpent", "Tokens", "STATE_FILE", "SUMMARY_FILE"]
+__all__ = ["LearnRun", "learn_encoder", "Report", "STATE_FILE", "SUMMARY_FILE", "REPORT_EVERY_S"]
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "learn-state.pt"
 SUMMARY_FILE = "learn-summary.json"
 Evaluate = Callable[[CheckpointScorer], Mapping[str, float]]
-
-
-class BudgetSpent(SemdupError):
-    """The time budget ran out before the run was finished; its state is saved and the same call goes on."""
+Report = Callable[[str], None]
+REPORT_EVERY_S = 30.0  # how often a run says where it is (on a terminal the bar moves at every step too)
 
 
 @dataclass(frozen=True)
@@ -75,25 +75,6 @@ class LearnRun:
     summary: LearnSummary
     reused: bool = False
     finished: bool = True
-
-
-class Tokens:
-    """Each post's wordpiece ids, computed once (by the one tokenisation serving uses). Keyed by the text as well
-    as the id: the title term encodes a post's title alone under the post's own id."""
-
-    def __init__(self, model: MiniLM) -> None:
-        self.tokenizer = model.tokenizer
-        self.settings = model.pipeline.settings
-        self.pad = pad_id(self.tokenizer)
-        self._cache: dict[tuple[str, str, str], list[int]] = {}
-
-    def __call__(self, post: Post) -> list[int]:
-        key = (post.id, post.title, post.body)
-        got = self._cache.get(key)
-        if got is None:
-            arrays = wordpiece_inputs(self.tokenizer, [post], settings=self.settings)
-            got = self._cache[key] = arrays["input_ids"][0].tolist()
-        return got
 
 
 def _order(n_groups: int, seed: int, epoch: int) -> list[int]:
@@ -114,26 +95,19 @@ def _batch_at(data: LearnData, settings: LearnSettings, step: int) -> list[Any]:
 
 
 class _SortedScorer(CheckpointScorer):
-    """The checkpoint scorer of the model being trained, encoding in length-sorted chunks (the held-out checks
-    cost a fraction of padded batches on short posts; the vectors are the same)."""
+    """The checkpoint scorer of the model being trained, encoding in length-sorted chunks over the cached frozen
+    bottom (the held-out checks cost a fraction of padded batches on short posts; the vectors are the same)."""
 
-    def __init__(self, model: MiniLM, tokens: Tokens, chunk_size: int) -> None:
+    def __init__(self, model: MiniLM, prefix: FrozenPrefix | None) -> None:
         super().__init__(model, model.pipeline)
-        self._tokens, self._chunk = tokens, chunk_size
+        self._vectors = PostVectors(model, prefix, chunk_size=64)
 
     def encode(self, posts: Sequence[Post]) -> tuple[np.ndarray | None, Any]:
         for p in posts:
             check_post(p)
         with torch.no_grad():
-            dense = encode_sorted(self.model.encoder, [self._tokens(p) for p in posts], self._tokens.pad, self._chunk)
+            dense = self._vectors(posts)
         return dense.cpu().numpy(), None
-
-
-def _build_model(settings: LearnSettings) -> MiniLM:
-    pipeline = TextPipeline(TextPipelineSettings(), Vocabulary.build([]))  # dense only: <pad>/<unk>
-    hparams = {"base_encoder": settings.base_encoder, "max_len": settings.max_len,
-               "freeze_layers": settings.freeze_layers}
-    return MiniLM.from_hparams(hparams, pipeline, pretrained=True)
 
 
 def _fingerprint(settings: LearnSettings, data: LearnData) -> dict[str, Any]:
@@ -146,11 +120,11 @@ def _save_state(path: Path, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _evaluate(model: MiniLM, tokens: Tokens, evaluate: Evaluate | None, metric: str | None,
+def _evaluate(model: MiniLM, prefix: FrozenPrefix | None, evaluate: Evaluate | None, metric: str | None,
               ema: WeightAverage | None) -> float | None:
     if evaluate is None or metric is None:
         return None
-    scorer = _SortedScorer(model, tokens, 64)  # puts the model in eval mode
+    scorer = _SortedScorer(model, prefix)  # puts the model in eval mode
     if ema is not None and ema.steps:
         with ema.applied(model):
             figures = dict(evaluate(scorer))
@@ -176,6 +150,8 @@ def learn_encoder(
     extra_config: Mapping[str, Any] | None = None,
     show_progress: bool = True,
     device: str = "cpu",
+    prefix: FrozenPrefix | None = None,
+    report: Report | None = None,
 ) -> LearnRun:
     """Fine-tune ``settings.base_encoder`` on ``data`` into the checkpoint folder ``out_dir`` (see the module doc).
 
@@ -194,6 +170,10 @@ def learn_encoder(
         extra_config: more entries for the checkpoint's config.json.
         show_progress: a progress bar on a terminal.
         device: ``cpu`` or ``cuda`` (:func:`semdup.training.devices.resolve_device`).
+        prefix: the frozen bottom's cache to share with other runs of the same base (:mod:`.frozen`); None = a new
+            one for this run (none when nothing is frozen).
+        report: called with a progress line (steps done, minutes spent, about how many left) every
+            :data:`REPORT_EVERY_S` seconds and when the run stops, on a terminal or not.
 
     Raises:
         ConfigError: ``out_dir`` holds the state of another recipe or other data.
@@ -214,8 +194,10 @@ def learn_encoder(
         return LearnRun(out, summary, reused=True)
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
-    model = _build_model(settings).to(device)
-    tokens = Tokens(model)
+    model = build_model(settings).to(device)
+    if prefix is None and settings.freeze_layers > 0:
+        prefix = FrozenPrefix(model, device)
+    vectors = PostVectors(model, prefix, settings.chunk_size)
     loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
@@ -241,7 +223,7 @@ def learn_encoder(
     model.train()
     if step == 0 and dev_before is None:
         t_eval = time.monotonic()
-        dev_before = _evaluate(model, tokens, evaluate, metric, None)
+        dev_before = _evaluate(model, prefix, evaluate, metric, None)
         eval_s = time.monotonic() - t_eval
         if dev_before is not None:
             logger.info("held-out %s before training: %.2f (%.0f s)", metric, dev_before, eval_s)
@@ -251,6 +233,15 @@ def learn_encoder(
     step_times: list[float] = []
     stopped = "done"
     bar = progress(total=planned, initial=step, desc="learn", unit="step", enabled=show_progress)
+    last_report = time.monotonic()
+
+    def tell(why: str = "") -> None:
+        if report is None:
+            return
+        per_step = sum(step_times) / len(step_times) if step_times else 0.0
+        left = f", about {(planned - step) * per_step / 60:.1f} min left" if step_times and step < planned else ""
+        report(f"step {step}/{planned}, {(spent + time.monotonic() - t_start) / 60:.1f} min{left}{why}")
+
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
 
     def save() -> None:
@@ -274,8 +265,7 @@ def learn_encoder(
         opt.zero_grad()
         batch = _batch_at(data, settings, step)
         with autocast(device):
-            loss = step_loss(model.encoder, tokens, tokens.pad, batch, data.known, loss_fn, settings.chunk_size,
-                             settings.mask_known)
+            loss = step_loss(vectors, batch, data.known, loss_fn, settings.mask_known)
         loss.backward()
         if settings.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
@@ -287,9 +277,12 @@ def learn_encoder(
         bar.update(1)
         loss_value = float(loss.detach())
         bar.set_postfix(loss=f"{loss_value:.4f}")
+        if time.monotonic() - last_report >= REPORT_EVERY_S and step < planned:
+            tell()
+            last_report = time.monotonic()
         if step in checks:
             t_eval = time.monotonic()
-            value = _evaluate(model, tokens, evaluate, metric, ema)
+            value = _evaluate(model, prefix, evaluate, metric, ema)
             eval_s = time.monotonic() - t_eval
             curve.append({"step": step, "epoch": round(step / settings.steps_per_epoch(len(data.groups)), 3),
                           "loss": loss_value, metric or "dev": value})
@@ -298,6 +291,7 @@ def learn_encoder(
             save()
             last_save = time.monotonic()
     bar.close()
+    tell(" (stopped by the budget; saved)" if stopped == "budget" else " (done)")
     per_epoch = settings.steps_per_epoch(len(data.groups))
     if stopped == "budget":
         save()
@@ -307,7 +301,7 @@ def learn_encoder(
         return LearnRun(out, summary, finished=False)
     if ema is not None and ema.steps:
         model.load_state_dict(ema.averaged_state(), strict=False)
-    dev_after = _evaluate(model, tokens, evaluate, metric, None)
+    dev_after = _evaluate(model, prefix, evaluate, metric, None)
     summary = LearnSummary(steps=step, planned_steps=planned, epochs=round(step / per_epoch, 3),
                            seconds=round(spent + time.monotonic() - t_start, 1), stopped=stopped, dev_metric=metric,
                            dev_before=dev_before, dev_after=dev_after, resumed_from_step=resumed_from, curve=curve)

@@ -32,12 +32,14 @@ def _run(tmp_path: Path, accept: bool) -> learn_run.LearnRun:
     choice = paired_randomisation_test(list(candidate.values()), list(candidate.values()))
     folds = FoldReport("cluster", (140, 140), (140, 140))
     runs = [FoldRun(i, LearnSummary(22, 22, 1.0, 300.0, "done"), False, 330.0, 600.0) for i in range(2)]
-    per_fold = [{"fold": i, "queries": 140, "current": 50.0, "encoder": 53.0, "hybrid": 52.5, "base_dense": 49.0}
-                for i in range(2)]
+    per_fold = [{"fold": i, "queries": 140, "current": 50.0, "encoder": 53.0, "carried": 52.8, "hybrid": 52.5,
+                 "base_dense": 49.0} for i in range(2)]
     outcome = LearnOutcome(
         decision, tmp_path / "cand" if accept else None, "hybrid-minilm-abc" if accept else None, "hybrid-default",
-        tmp_path / "work" / "untrained-default", "encoder", choice, {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0},
-        {"current": 50.0, "encoder": 53.0 if accept else 49.0, "hybrid": 52.5, "base_dense": 49.0}, per_fold,
+        tmp_path / "work" / "untrained-default", "encoder", {"carried": choice, "hybrid": choice},
+        {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0},
+        {"current": 50.0, "encoder": 53.0 if accept else 49.0, "carried": 52.8, "hybrid": 52.5, "base_dense": 49.0},
+        per_fold,
         folds, runs, LearnSummary(44, 44, 1.0, 600.0, "done") if accept else None,
         SourceReport("semeval", "semeval-xml", 280, 1297, 1872), "cpu",
         {"split": (1.0, 1.0), "current": (60.0, 100.0), "folds": (700.0, 1300.0), "gate": (2.0, 2.0)})
@@ -64,9 +66,31 @@ def test_the_summary_names_the_folds_the_choice_the_gate_and_the_bundle_kept(
     assert "folds: 2 folds by duplicate cluster: 140 + 140 = 280 queries" in text
     assert "fold 1: 22/22 steps" in text and "over 280 queries" in text
     assert "p = " in text and "time: 21.7 min wall, 41.7 min CPU" in text
+    assert "hybrid vs the encoder alone: +0.00" in text and "candidate: the learned encoder alone" in text
+    assert "gate (accept only at p < 0.05 with the gain's 95% interval above +0)" in text
     assert "phases on cpu (wall s / CPU s): split 1/1, current 60/100, folds 700/1300, gate 2/2" in text
     assert ("accept: MAP 50.00 -> 53.00" in text) is accept
     assert f"kept: {tmp_path / 'cand'} (the candidate)" in text if accept else "no candidate written" in text
+
+
+def test_a_run_the_budget_stopped_says_where_and_the_decision_it_could_make(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    def stopped(*a: Any, **kw: Any) -> learn_run.LearnRun:
+        kw["report"]("fold 2 of 2: step 3/22, 0.5 min (stopped by the budget; saved)")
+        run = _run(tmp_path, True)
+        outcome = replace(run.outcome, candidate_dir=None, version=None, final=None, stopped="fold 2 of 2",
+                          minutes_left=7.4, figures={"current": 50.0, "encoder": 53.0}, per_fold=[], choices={})
+        return replace(run, outcome=outcome, kept=outcome.default_dir)
+
+    monkeypatch.setattr(learn_run, "learn_from", stopped)
+    out = CliRunner().invoke(learn, ["--data", "semeval", "--out", str(tmp_path / "c"), "--budget", "2m"])
+    assert out.exit_code == 0, out.output
+    assert "] fold 2 of 2: step 3/22, 0.5 min (stopped by the budget; saved)" in out.output  # progress, on stderr
+    assert "stopped by the budget in fold 2 of 2 (every step saved)" in out.output and "about 7 min more" in out.output
+    assert "the decision it could make now, on the 280 queries of the folds finished" in out.output
+    assert "accept: MAP 50.00 -> 53.00" in out.output and "nothing written: the run is not finished" in out.output
 
 
 def test_no_budget_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,7 +72,7 @@ def test_cross_fitting_finds_the_informative_term_on_the_other_fold() -> None:
     dense_only = per_query_figures(groups, DENSE, data)
     fold_of = {g.query_id: i % 2 for i, g in enumerate(groups)}
     crossed, fusions = cross_fitted_figures(groups, data, fold_of, grid_title=(0.0,))
-    assert len(fusions) == 2 and all(f["alpha"] > 0 for f in fusions)
+    assert sorted(fusions) == [0, 1] and all(f["alpha"] > 0 for f in fusions.values())
     assert set(crossed) == set(dense_only)
     assert np.mean(list(crossed.values())) > np.mean(list(dense_only.values())) + 20
 
@@ -92,3 +92,63 @@ def test_bad_gate_arguments_are_refused() -> None:
         gate({"a": 1.0}, {"a": 2.0}, "MAP", alpha=1.5)
     with pytest.raises(ValueError, match="no common"):
         gate({"a": 1.0}, {"b": 2.0}, "MAP")
+
+
+def test_a_gain_whose_interval_reaches_zero_is_refused_even_under_p_005() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):  # a draw with p just under 0.05 and a bootstrap interval that still reaches zero
+        current = rng.uniform(40, 90, 120)
+        candidate = current + rng.normal(1.0, 7.0, 120)
+        t = gate(_figures(current), _figures(candidate), "MAP").test
+        if t.p_value < 0.05 and t.ci_low <= 0:
+            decision = gate(_figures(current), _figures(candidate), "MAP")
+            assert not decision.accept and "not clear" in decision.reason and "reaches" in decision.reason
+            assert decision.rule() == "accept only at p < 0.05 with the gain's 95% interval above +0"
+            return
+    raise AssertionError("no draw had p < 0.05 with an interval reaching zero")
+
+
+def _retrieval(n_queries: int, seed: int) -> tuple[list[Group], FitData]:
+    from semdup.data.stackexchange import StackExchangeDump
+
+    rng = np.random.default_rng(seed)
+    posts, links, groups = {}, [], []
+    for i in range(n_queries):
+        q = f"q{i}"
+        cands = [f"c{i}_{j}" for j in range(30)]
+        posts[q] = Post(q, "t", "b")
+        posts.update({c: Post(c, "t", "b") for c in cands})
+        links += [(q, cands[j]) for j in rng.choice(30, size=int(rng.integers(1, 4)), replace=False)]
+        links.append((q, f"missing{i}")) if i % 3 == 0 else None  # a relevant post no candidate list holds
+        comps = {k: np.round(rng.uniform(0, 1, 30), 1) for k in ("cos_bow", "cos_dense", "lexical", "cos_title")}
+        groups.append(Group(q, tuple(cands), **comps))  # rounded: many ties
+    posts.update({f"missing{i}": Post(f"missing{i}", "t", "b") for i in range(0, n_queries, 3)})
+    dump = StackExchangeDump(posts, tuple(links), (), 0, {p: "dev" for p in posts})
+    return groups, FitData("toy", "retrieval", (dump, "dev"), [])
+
+
+@pytest.mark.parametrize("kind", ["semeval", "retrieval"])
+def test_the_grid_in_numpy_chooses_what_the_measure_chooses(kind: str) -> None:
+    from semdup.core.fusion_fit import GRID_TITLE, choose_fusion, group_scores
+    from semdup.export.gate import figures_from_predictions, ranked_figure
+
+    groups, data = _semeval(60, "lexical") if kind == "semeval" else _retrieval(60, 5)
+    rng = np.random.default_rng(7)  # ties and noise in every component
+    groups = [Group(g.query_id, g.candidate_ids, *(np.round(x + rng.uniform(0, 0.3, x.shape), 1) for x in
+                                                   (g.cos_bow, g.cos_dense, g.lexical, g.cos_title)))
+              for g in groups]
+    per_query = ranked_figure(data)
+    for fusion in ({"beta_bow": 0.3, "beta_dense": 1.0, "alpha": 0.5, "beta_title": 0.25}, DENSE):
+        slow = figures_from_predictions(group_scores(groups, fusion), groups, data, None)
+        for g in groups:  # one query's fused scores as one grid row: the same figure as the slow path's
+            s = np.asarray([group_scores([g], fusion)[g.query_id][c] for c in g.candidate_ids])
+            assert per_query(g, s[None, :])[0] == pytest.approx(slow[g.query_id], abs=1e-9)
+
+    def measure(preds: dict) -> float:
+        return float(np.mean(list(figures_from_predictions(preds, groups, data, None).values())))
+
+    want = choose_fusion(groups, measure, grid_title=GRID_TITLE)
+    got = choose_fusion(groups, measure, grid_title=GRID_TITLE, per_query=per_query)
+    assert got.fusion == want.fusion and got.dev == pytest.approx(want.dev, abs=1e-9)
+    assert [row[:3] for row in got.grid] == [row[:3] for row in want.grid]
+    assert np.allclose([row[3] for row in got.grid], [row[3] for row in want.grid], atol=1e-9)

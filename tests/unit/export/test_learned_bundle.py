@@ -1,6 +1,7 @@
 """``learn_bundle`` on a small real slice (the first 24 originals of SemEval-2016 train part 2, 2 folds): every
 query judged out of fold, the gate refuses a candidate that is worse out of fold, an accepted one is written as a
-verified bundle with its record, and an interrupted K-fold run resumes where it stopped."""
+verified bundle with its record, an interrupted K-fold run resumes where it stopped, and a spent budget ends with
+the decision the finished folds support."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def test_an_accepted_candidate_is_a_verified_bundle_with_its_record(base_bundle:
     assert out.final.steps > max(r.summary.steps for r in out.fold_runs)  # the same epochs over every label
     assert bundle.fusion == out.fusion and (out.chosen == "hybrid" or out.fusion["beta_bow"] == 0.0)
     assert list(out.phases) == ["split", "current", "folds", "gate", "final", "export", "write"]
+    assert set(out.figures) == {"current", "encoder", "carried", "hybrid", "base_dense"} and out.stopped == ""
     q = labels.data.questions[0]
     scores = BundleScorer(bundle).score(q.post, [r.post for r in q.related])
     assert scores.shape == (len(q.related),) and np.all(np.isfinite(scores))
@@ -111,3 +113,44 @@ def test_an_interrupted_k_fold_run_resumes_where_it_stopped(base_bundle: Path, l
     first, second = out.fold_runs
     assert first.reused and not second.reused  # fold 1 was finished: not trained again
     assert second.summary.resumed_from_step == 2 and second.summary.steps == second.summary.planned_steps
+
+
+def test_a_spent_budget_ends_with_the_decision_the_finished_folds_support(
+        base_bundle: Path, labels: Supervision, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = oof_module.learn_encoder
+    calls: list[int] = []
+
+    def second_fold_out_of_time(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            kwargs["budget_minutes"] = 0.0  # one step, then the budget is spent
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(oof_module, "learn_encoder", second_fold_out_of_time)
+    lines: list[str] = []
+    out = learn_bundle(labels, tmp_path / "candidate", base_bundle, tmp_path / "work", TINY, report=lines.append,
+                       **NO_TITLE)
+    assert out.stopped == "fold 2 of 2" and out.candidate_dir is None and not (tmp_path / "candidate").exists()
+    assert out.decision is not None and out.decision.test.n == out.folds.queries[0]  # fold 1's queries, judged
+    assert out.minutes_left > 0 and out.final is None
+    assert any(line.startswith("fold 2 of 2: step 1/") and "stopped by the budget" in line for line in lines)
+    assert any(line.startswith("bundle to beat") for line in lines)
+    monkeypatch.setattr(oof_module, "learn_encoder", real)
+    again = learn_bundle(labels, tmp_path / "candidate", base_bundle, tmp_path / "work", TINY, **NO_TITLE)
+    assert again.stopped == "" and again.fold_runs[0].reused
+    assert again.fold_runs[1].summary.resumed_from_step == 1 and again.decision.test.n == sum(again.folds.queries)
+
+
+def test_the_base_bundle_scores_through_the_shared_frozen_bottom(base_bundle: Path, labels: Supervision) -> None:
+    from semdup.training.learn.encoder import LearnedEncoder, base_encoder
+    from semdup.training.learn.frozen import FrozenPrefix
+
+    bundle = Bundle.load(base_bundle)
+    prefix = FrozenPrefix.for_settings(TINY)
+    enc = base_encoder(bundle, TINY, prefix)
+    assert isinstance(enc, LearnedEncoder) and enc.version == bundle.version
+    posts = labels.posts()[:20]
+    got, want = enc.encode_dense(posts), bundle.encode_dense(posts)  # torch over the cache vs the ONNX encoder
+    assert float((got * want).sum(1).min()) > 0.999
+    other = LearnSettings(**{**TINY.to_json(), "max_len": 32})
+    assert base_encoder(bundle, other, FrozenPrefix.for_settings(other)) is bundle  # another length: ONNX

@@ -104,3 +104,14 @@ def test_cuda_without_a_gpu_is_refused_in_one_line_and_auto_takes_the_cpu() -> N
     assert resolve_device("auto") == resolve_device("cpu") == "cpu"
     with pytest.raises(ConfigError, match="accepted: auto, cpu, cuda"):
         resolve_device("tpu")
+
+
+def test_a_big_site_gets_fewer_passes_and_every_model_the_same() -> None:
+    capped = LearnSettings(epochs=2.0, max_groups=4600)
+    assert capped.for_groups(2284) == LearnSettings(epochs=2.0, max_groups=0)  # Travel: 2 passes fit under it
+    big = capped.for_groups(5092)
+    assert big.epochs == round(4600 / 5092, 4) and big.max_groups == 0 and big.for_groups(5092) == big
+    assert big.planned_steps(5092) == 145 and big.planned_steps(2546) == 73  # the final model, and a fold's half
+    assert LearnSettings(epochs=2.0, max_groups=0).for_groups(10**6).epochs == 2.0  # no cap: as before
+    with pytest.raises(ConfigError, match="max_groups >= 0"):
+        LearnSettings(max_groups=-1)
