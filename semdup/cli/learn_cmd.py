@@ -131,14 +131,16 @@ def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, ind
           device: str, folds: int | None, threads: int, as_json: bool, quiet: bool) -> None:
     """Learn from the site's own duplicates and keep the result only if it beats the bundle it would replace.
 
-    Cuts every labelled query into K folds (by time where the link dates separate them, else by duplicate
-    cluster) and fine-tunes one model per fold without it (in-batch softmax, each query's known duplicates masked
-    out), so every query is judged by a model that never saw it. On those out-of-fold scores it chooses between
-    the learned encoder alone and the learned encoder inside the hybrid (the hybrid only if it is significantly
-    better), and compares the choice with the bundle to beat query by query over every labelled query (a paired
-    randomisation test; accepted only at p < 0.05). Only then is the final model trained on all the labels,
-    exported through the verified bundle path and written to --out. Checkpoints are kept: the same command again
-    resumes. The bundled sets' test sides are never read.
+    Cuts every labelled query into K folds by what separates future posts from past ones where the data says it
+    (link dates, question dates, author, source file, first tag; else duplicate cluster: the rule is printed)
+    and fine-tunes one model per fold without it (in-batch softmax, each query's known duplicates masked out),
+    so every query is judged by a model that never saw it. On those out-of-fold scores it chooses among the
+    learned encoder alone, the learned encoder inside the bundle to beat's own fusion, and a refitted hybrid (a
+    fusion only if it beats the encoder alone at p < 0.05 with its 95% interval above zero), and compares the
+    choice with the bundle to beat query by query (a paired randomisation test; accepted only at p < 0.05 with
+    the gain's 95% interval above zero: where learning does not clearly help, the current bundle stays). Only
+    then is the final model trained on all the labels, exported through the verified bundle path and written
+    to --out. Checkpoints are kept: the same command again resumes. The bundled sets' test sides are never read.
 
     Moderators' verdicts: export them with `semdup verdicts --index SITE --out v.jsonl` and learn with
     `--data v.jsonl` (they are not merged with another source in one run).
