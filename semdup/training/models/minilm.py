@@ -106,6 +106,12 @@ def _load_bert(model_dir: Path, pretrained: bool) -> nn.Module:
     # machine) still trains and scores in float32, and newer transformers would otherwise keep the file's dtype.
     # use_safetensors: never unpickle weights, whatever else the folder holds.
     if pretrained:
+        import sys
+
+        from transformers.utils import logging as hf_logging
+
+        if not sys.stderr.isatty():  # transformers' "Loading weights" bar: on a terminal only, as every semdup bar
+            hf_logging.disable_progress_bar()
         return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32,
                                          use_safetensors=True)
     config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
