@@ -45,7 +45,8 @@ from semdup.core.posts import Post
 from semdup.core.progress import progress
 from semdup.core.text_pipeline import PAD_ID, UNK_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.data.paths import default_data_dir
-from semdup.training.models.rcnn import RCNN, RCNN_DEFAULTS, GatedRecurrence
+from semdup.training.models.rcnn import PRETRAIN_FORMAT as _FORMAT
+from semdup.training.models.rcnn import RCNN, RCNN_DEFAULTS, GatedRecurrence, load_pretrained_encoder
 
 __all__ = [
     "PretrainSettings",
@@ -60,7 +61,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = default_data_dir()
-_FORMAT = "semdup-rcnn-pretrain-v1"
 
 
 @dataclass(frozen=True)
@@ -286,39 +286,6 @@ def _held_out_loss(
             total += float(compute_title_loss(decoder(prev, enc), target)) * n
             words += n
     return total / max(1, words)
-
-
-def load_pretrained_encoder(model: RCNN, pipeline: TextPipeline, path: str | Path) -> dict[str, int]:
-    """Load a pre-training file into ``model``: recurrence weights, and word vectors of shared words.
-
-    Raises:
-        ConfigError: the file is missing or not a pre-training file, or its shape settings differ.
-    """
-    try:
-        payload = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError) as exc:
-        raise ConfigError(
-            f"cannot read the RCNN pre-training file {path}: {exc}; make one with "
-            "pretrain_rcnn() ('python -m experiments.pretrain_rcnn --out PATH' in a checkout)"
-        ) from exc
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-        raise ConfigError(f"{path} is not an RCNN pre-training file (expected format {_FORMAT})")
-    for key in ("emb_dim", "hidden_dim", "order"):
-        if int(payload["hparams"][key]) != int(model.hparams[key]):
-            raise ConfigError(
-                f"pre-trained RCNN has {key}={payload['hparams'][key]} but this model has {key}={model.hparams[key]}; "
-                f"set --set {key}={payload['hparams'][key]} or pre-train with the same setting"
-            )
-    model.encoder.recurrence.load_state_dict(payload["recurrence"])
-    src = {t: i for i, t in enumerate(payload["tokens"])}
-    rows = [(i, src[t]) for i, t in enumerate(pipeline.vocab.itos) if t in src and i != PAD_ID]
-    if rows:
-        dst_idx = torch.tensor([r[0] for r in rows])
-        src_idx = torch.tensor([r[1] for r in rows])
-        with torch.no_grad():
-            model.encoder.embedding.weight[dst_idx] = payload["embedding"][src_idx]
-    logger.info("loaded pre-trained RCNN %s: %d of %d words share a vector", path, len(rows), len(pipeline.vocab))
-    return {"shared_words": len(rows), "vocab_size": len(pipeline.vocab)}
 
 
 def evaluate_without_finetuning(path: str | Path | None, data_dir: str | Path = DEFAULT_DATA_DIR) -> dict[str, float]:

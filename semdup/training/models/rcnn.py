@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,15 +29,18 @@ import torch
 from torch import Tensor, nn
 
 from semdup.core.errors import ConfigError
-from semdup.core.text_pipeline import TextPipeline
+from semdup.core.text_pipeline import PAD_ID, TextPipeline
 from semdup.training.losses.max_margin import MaxMarginLoss
 from semdup.training.models._base import Encoded, EncoderModel
 from semdup.training.models.bow_cnn import initial_embeddings
 from semdup.training.registry import ArchSpec, register
 
-__all__ = ["RCNN", "GatedRecurrence", "RCNNEncoder"]
+__all__ = ["RCNN", "GatedRecurrence", "RCNNEncoder", "PRETRAIN_FORMAT", "load_pretrained_encoder"]
 
 logger = logging.getLogger(__name__)
+
+# The file semdup.training.pretraining.pretrain_rcnn writes; read here, by the model it initialises.
+PRETRAIN_FORMAT = "semdup-rcnn-pretrain-v1"
 
 POOLINGS = ("mean", "last")
 
@@ -248,8 +252,6 @@ class RCNN(EncoderModel):
         )
         model.hparams = h
         if pretrained and h["pretrained_encoder"]:
-            from semdup.training.pretraining import load_pretrained_encoder
-
             load_pretrained_encoder(model, pipeline, h["pretrained_encoder"])
         return model
 
@@ -310,3 +312,36 @@ register(
         description="RCNN (Lei et al. 2016): gated non-consecutive convolution over title and body, max-margin loss",
     )
 )
+
+
+def load_pretrained_encoder(model: RCNN, pipeline: TextPipeline, path: str | Path) -> dict[str, int]:
+    """Load a pre-training file into ``model``: recurrence weights, and word vectors of shared words.
+
+    Raises:
+        ConfigError: the file is missing or not a pre-training file, or its shape settings differ.
+    """
+    try:
+        payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(
+            f"cannot read the RCNN pre-training file {path}: {exc}; make one with "
+            "pretrain_rcnn() ('python -m experiments.pretrain_rcnn --out PATH' in a checkout)"
+        ) from exc
+    if not isinstance(payload, dict) or payload.get("format") != PRETRAIN_FORMAT:
+        raise ConfigError(f"{path} is not an RCNN pre-training file (expected format {PRETRAIN_FORMAT})")
+    for key in ("emb_dim", "hidden_dim", "order"):
+        if int(payload["hparams"][key]) != int(model.hparams[key]):
+            raise ConfigError(
+                f"pre-trained RCNN has {key}={payload['hparams'][key]} but this model has {key}={model.hparams[key]}; "
+                f"set --set {key}={payload['hparams'][key]} or pre-train with the same setting"
+            )
+    model.encoder.recurrence.load_state_dict(payload["recurrence"])
+    src = {t: i for i, t in enumerate(payload["tokens"])}
+    rows = [(i, src[t]) for i, t in enumerate(pipeline.vocab.itos) if t in src and i != PAD_ID]
+    if rows:
+        dst_idx = torch.tensor([r[0] for r in rows])
+        src_idx = torch.tensor([r[1] for r in rows])
+        with torch.no_grad():
+            model.encoder.embedding.weight[dst_idx] = payload["embedding"][src_idx]
+    logger.info("loaded pre-trained RCNN %s: %d of %d words share a vector", path, len(rows), len(pipeline.vocab))
+    return {"shared_words": len(rows), "vocab_size": len(pipeline.vocab)}
