@@ -1,7 +1,7 @@
 """The hybrid default's flagging calibration, chosen offline on a dump's dev split in the streaming protocol, so a
 worker on a freshly fitted default flags with no extra step (``SEMDUP_FLAG_DUPLICATES=1``, issue #20).
 
-Protocol (``python -m semdup.evaluation.alerts_eval``'s, offline): posts arrive in creation order (id order), so a
+Protocol (``python -m experiments.alerts_eval``'s, offline): posts arrive in creation order (id order), so a
 dev post's candidates are only the posts created before it; its gold is the earlier posts a duplicate link joins it
 to; every post of the split is flagged (:class:`EveryPost`: also those that are only the target of a link, whose
 flags can only be wrong). :func:`semdup.export.default_bundle.fit_default` builds their candidates and score

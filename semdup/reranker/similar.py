@@ -16,7 +16,7 @@ One call costs one title encoding and one ``_msearch``, nothing else (a keystrok
   (what the asker reads);
 * the candidates are fused (:func:`semdup.reranker.fusion.merge_components`):
   s = β_title·cos(title, title) + β_dense·cos(title, post) + β_bow·cos_bow + α·lexnorm, with
-  :data:`SIMILAR_FUSION` (chosen on Travel dev, ``python -m semdup.evaluation.similar_eval``).
+  :data:`SIMILAR_FUSION` (chosen on Travel dev, ``python -m benchmarks.similar_eval``).
 
 A candidate without packed fields (not encoded yet) is scored with what it has and ranked after the others; no
 second request reads it. Candidates of another model version are refused (:class:`ModelMismatch`), as in a rerank.
@@ -67,7 +67,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # Chosen on Travel dev by MAP over a grid of 383 points (title-only queries, bundle hybrid-minilm-2e00a27a4c08;
-# `python -m semdup.evaluation.similar_eval`): dev MAP 53.81, test (once) MAP 39.12 / Acc@5 48.92, where BM25 of
+# `python -m benchmarks.similar_eval`): dev MAP 53.81, test (once) MAP 39.12 / Acc@5 48.92, where BM25 of
 # the title against titles gets 21.15 / 30.74 and against title + body 28.94 / 35.50. The title's cosine with the
 # whole post's vector carried the ranking; the title-to-title cosine and BM25's own score added nothing on dev.
 SIMILAR_FUSION: dict[str, float] = {"beta_title": 0.0, "beta_dense": 1.0, "beta_bow": 0.25, "alpha": 0.0}
