@@ -15,8 +15,10 @@ uses it too, so its logins and the API share one count per address.
 from __future__ import annotations
 
 import asyncio
+import logging
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import Depends, Request, Security
@@ -24,10 +26,12 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from semdup.core.errors import SearchIndexError
 from semdup.reranker.auth_throttle import FailureThrottle, Throttled, client_address
+from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.routers.schemas import API_KEY_HEADER, MAX_INDEX_CHARS, NOT_SERVED
 from semdup.reranker.settings import INGEST, OPS, SEARCH, ApiKey, ServiceSettings
 
 __all__ = [
+    "searchable",
     "AuthError",
     "ScopeError",
     "Throttled",
@@ -42,6 +46,22 @@ __all__ = [
     "state",
     "bind",
 ]
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def searchable(name: str) -> Iterator[None]:
+    """Searching a served index: one that cannot be searched (missing, closed, unreadable) answers as an index the key
+    may not name, the not-served 404, with the cause in the log only; a model mismatch and an index with nothing
+    indexed keep their own answer (409)."""
+    try:
+        yield
+    except SearchIndexError as exc:
+        if isinstance(exc, (ModelMismatch, NothingIndexed)):
+            raise
+        logger.warning("served index %s cannot be searched: %s", name, exc)
+        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
 
 
 class AuthError(Exception):

@@ -24,20 +24,16 @@ a key with the ``search`` scope, in ``X-API-Key`` or as ``Authorization: Bearer`
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from semdup.core.errors import SearchIndexError
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
-from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.rewrite import excluded_id, post_of_search, ranked_query
-from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
+from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
 from semdup.reranker.routers.schemas import (
     NO_QUERY,
-    NOT_SERVED,
     DocumentsResponse,
     RewriteResponse,
     documents_model,
@@ -48,8 +44,6 @@ from semdup.reranker.settings import ServiceSettings
 
 __all__ = ["REWRITE_PATH", "DOCUMENTS_PATH", "ALL_CANDIDATES", "rewrite", "documents", "router"]
 
-logger = logging.getLogger(__name__)
-
 REWRITE_PATH = "/v1/search/rewrite"
 DOCUMENTS_PATH = "/v1/rerank/documents"
 ALL_CANDIDATES = 10_000  # rank every candidate the sources found (k-candidates per source, a few hundred)
@@ -57,13 +51,8 @@ ALL_CANDIDATES = 10_000  # rank every candidate the sources found (k-candidates 
 
 def _served(st: Any, name: str) -> Any:
     """The reranker's resolution of a served index: a missing or unsearchable one is the not-served 404."""
-    try:
+    with searchable(name):
         return st.reranker.indices.resolve(name, st.reranker.settings)
-    except SearchIndexError as exc:
-        if isinstance(exc, (ModelMismatch, NothingIndexed)):
-            raise
-        logger.warning("served index %s cannot be searched: %s", name, exc)
-        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
 
 
 def rewrite(

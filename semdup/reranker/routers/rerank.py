@@ -7,20 +7,15 @@ never waits on OpenSearch. :func:`router` makes the router of one app (its body 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from semdup.core.errors import SearchIndexError
-from semdup.reranker.reranker import ModelMismatch, NothingIndexed
-from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
-from semdup.reranker.routers.schemas import NO_QUERY, NOT_SERVED, RerankResponse, request_model, responses
+from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
+from semdup.reranker.routers.schemas import NO_QUERY, RerankResponse, request_model, responses
 from semdup.reranker.settings import ServiceSettings
 
 __all__ = ["rerank", "router", "PATH"]
-
-logger = logging.getLogger(__name__)
 
 PATH = "/v1/rerank"
 
@@ -37,14 +32,9 @@ def rerank(
     if req.templates:
         rr = rr.with_settings(templates=tuple(dict.fromkeys(req.templates)))
     post = Post(id=req.exclude_id or "_query", title=req.title, body=req.body)
-    try:
+    with searchable(name):
         cands = rr.rank(post, k=req.k, exclude_id=req.exclude_id, index=name)
         reason = rr.empty_reason(name) if not cands else None
-    except SearchIndexError as exc:
-        if isinstance(exc, (ModelMismatch, NothingIndexed)):
-            raise
-        logger.warning("served index %s cannot be searched: %s", name, exc)
-        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
     return {
         "model": rr.version,
         "index": name,

@@ -17,7 +17,6 @@ Content-Security-Policy (its own script and style only, calls to this origin onl
 
 from __future__ import annotations
 
-import logging
 import threading
 from importlib import resources
 from typing import Annotated, Any
@@ -25,16 +24,12 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 
-from semdup.core.errors import SearchIndexError
-from semdup.reranker.reranker import ModelMismatch, NothingIndexed
-from semdup.reranker.routers.access import access_for, bind, key_access, served_index, state
-from semdup.reranker.routers.schemas import NOT_SERVED, SimilarQuery, SimilarResponse, responses
+from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
+from semdup.reranker.routers.schemas import SimilarQuery, SimilarResponse, responses
 from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.similar import TitleSearch
 
 __all__ = ["similar", "example", "router", "title_search", "PATH", "EXAMPLES"]
-
-logger = logging.getLogger(__name__)
 
 PATH = "/v1/similar"
 EXAMPLES = "/examples"
@@ -73,13 +68,8 @@ def similar(
     st = state(request)
     name = served_index(st.settings, req.index, allowed)
     search = title_search(st)
-    try:
+    with searchable(name):
         found = search.search(req.title, name, req.size)
-    except SearchIndexError as exc:
-        if isinstance(exc, (ModelMismatch, NothingIndexed)):
-            raise
-        logger.warning("served index %s cannot be searched: %s", name, exc)
-        raise SearchIndexError(NOT_SERVED.format(name=name)) from exc
     template = st.settings.post_url
     out = []
     for post in found:
