@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from semdup.core.errors import ConfigError, DataError
+from semdup.core.errors import DataError
 from semdup.core.inputs import pad_sequences
 from semdup.core.posts import Post
 from semdup.core.progress import progress

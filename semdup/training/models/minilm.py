@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,6 @@ def _load_bert(model_dir: Path, pretrained: bool) -> nn.Module:
     # machine) still trains and scores in float32, and newer transformers would otherwise keep the file's dtype.
     # use_safetensors: never unpickle weights, whatever else the folder holds.
     if pretrained:
-        import sys
-
         from transformers.utils import logging as hf_logging
 
         if not sys.stderr.isatty():  # transformers' "Loading weights" bar: on a terminal only, as every semdup bar

@@ -5,7 +5,6 @@ The reranker and the store are fakes at their seams; the real ones run in tests/
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
