@@ -61,6 +61,7 @@ from semdup.reranker.sources import (
     SourceQuery,
     SparseSource,
     TemplateSource,
+    heaviest_terms_text,
     lexical_scores,
     merge,
     search,
@@ -245,7 +246,7 @@ class Reranker:
         encoding = self.encoder.encode_post(post)
         params = components_params(self.version, encoding.vector, encoding.terms, encoding.title)
         query = SourceQuery(
-            text=query_text(post.title, post.body if s.variant == "text" else ""),
+            text=self.lexical_text(post, encoding),
             size=s.k_candidates if ids is None else max(len(ids), 1),
             exclude_id=None if exclude_id is None else str(exclude_id),
             restrict_ids=ids,
@@ -257,6 +258,17 @@ class Reranker:
         )
         found = search(self.client, resolved.target, self.sources(resolved), query, s.search_timeout)
         return resolved, merge(found, primary=s.templates[0]), encoding
+
+    def lexical_text(self, post: Post, encoding: QueryEncoding) -> str:
+        """What the lexical templates match: the variant's text (title + body, or the title), cut to its
+        ``lexical_terms`` heaviest terms where the bundle weighs terms (:func:`heaviest_terms_text`)."""
+        s = self.settings
+        body = post.body if s.variant == "text" else ""
+        text = query_text(post.title, body)
+        if not s.lexical_terms or encoding.terms is None:
+            return text
+        tokens = self.bundle.pipeline.tokens(f"{post.title} {body}")
+        return query_text(heaviest_terms_text(tokens, encoding.terms, s.lexical_terms)) or text
 
     def rank(
         self,
@@ -281,7 +293,7 @@ class Reranker:
         unscored = [i for i in cands.ids if i not in cands.lexical]
         if unscored and self.fusion.get("alpha", 0.0) != 0.0:
             # found by another template only: ask the first template for their scores
-            text = query_text(post.title, post.body if s.variant == "text" else "")
+            text = self.lexical_text(post, query)
             cands.lexical.update(lexical_scores(self.client, target, text, unscored, model=s.templates[0],
                                                 variant=s.variant, timeout=s.search_timeout))  # fmt: skip
         unread = [i for i in cands.ids if i not in cands.components]  # written before the packed format 2

@@ -86,6 +86,12 @@ class RerankerSettings:
             come from: Travel recall 96.39 with them, 81.53 BM25 alone), quietly off elsewhere.
         k_candidates: candidates per retrieval path (1..1000).
         search_timeout: seconds allowed for each OpenSearch call.
+        lexical_terms: the lexical templates match the query's ``lexical_terms`` heaviest terms by the bundle's
+            bag-of-words weights (words the bundle's vocabulary lacks are always kept), not its whole text; 0 = the
+            whole text. The cluster pays for every term of a match query, twice per rerank (the BM25 search and
+            the k-NN hits' rescore), and the light terms hardly move a ranking: 32, the smallest cut within 0.2
+            MAP of the whole text on every dev set (``python -m experiments.lexical_terms``, docs/benchmarks.md).
+            A bundle without BOW weights matches the whole text.
     """
 
     templates: tuple[str, ...] = ("bm25",)
@@ -94,6 +100,7 @@ class RerankerSettings:
     knn: bool | None = None
     k_candidates: int = 100
     search_timeout: float = 5.0
+    lexical_terms: int = 32
 
     def __post_init__(self) -> None:
         if not self.templates:
@@ -107,6 +114,8 @@ class RerankerSettings:
             raise ConfigError(f"k_candidates must be within 1..1000, got {self.k_candidates}")
         if self.search_timeout <= 0:
             raise ConfigError(f"search_timeout must be > 0 seconds, got {self.search_timeout}")
+        if self.lexical_terms < 0:
+            raise ConfigError(f"lexical_terms must be >= 0 (0 = the whole text), got {self.lexical_terms}")
 
 
 SEARCH, INGEST, REVIEW, OPS = "search", "ingest", "review", "ops"

@@ -35,6 +35,7 @@ import numpy as np
 
 from semdup.core.errors import SearchIndexError, SemdupError
 from semdup.core.opensearch import error_reason
+from semdup.index_format.schema import feature_name
 from semdup.search_templates import template_body, template_params
 from semdup.search_templates.components import COMPONENTS_FIELD, script_fields
 
@@ -49,6 +50,7 @@ __all__ = [
     "SourceQuery",
     "SparseSource",
     "TemplateSource",
+    "heaviest_terms_text",
     "knn_query",
     "lexical_scores",
     "merge",
@@ -207,6 +209,22 @@ class TemplateSource:
 
     def hits(self, response: Mapping[str, Any], index: str, query: SourceQuery) -> list[Hit]:
         return parse_hits(response, index, self.model)
+
+
+def heaviest_terms_text(tokens: Sequence[str], terms: Mapping[str, float], n: int) -> str:
+    """``tokens``, in their order and with their repeats, that are among the ``n`` heaviest of them by ``terms``
+    or that ``terms`` lacks (a word the bundle's vocabulary never saw may be in posts indexed since): the text a
+    lexical template matches (``RerankerSettings.lexical_terms``). Empty when no token is kept.
+
+    Example::
+
+        >>> heaviest_terms_text(["visa", "for", "qatar", "visa", "covid"], {"visa": 0.5, "for": 0.04, "qatar": 0.6}, 2)
+        'visa qatar visa covid'
+    """
+    names = {t: feature_name(t) for t in tokens}  # the names the bundle's weights go by
+    weighed = {t: terms[name] for t, name in names.items() if name in terms}
+    top = set(sorted(weighed, key=lambda t: (-weighed[t], t))[:n])
+    return " ".join(t for t in tokens if t in top or t not in weighed)
 
 
 def sparse_query(terms: Mapping[str, float], query: SourceQuery) -> dict[str, Any]:
