@@ -53,7 +53,7 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_K_CANDIDATES", "candidates.k_candidates", "candidates per retrieval path (1..1000)"),
     Var("SEMDUP_SEARCH_TIMEOUT", "candidates.search_timeout", "seconds per OpenSearch call of the reranker"),
     Var("SEMDUP_LEXICAL_TERMS", "candidates.lexical_terms",
-        "the lexical templates match the query's N heaviest terms (0: its whole text)"),
+        "N > 0: the lexical templates match the query's N heaviest terms (0: its whole text)"),
     Var("SEMDUP_INDEX", "service.index", "the index a request without \"index\" searches (the service needs it)"),
     Var("SEMDUP_INDICES", "service.indices", "comma-separated indices or aliases requests may name", "csv"),
     Var("SEMDUP_API_KEY", "service.api_key", "one key clients send in X-API-Key (search scope)", secret=True),

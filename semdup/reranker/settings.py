@@ -86,12 +86,12 @@ class RerankerSettings:
             come from: Travel recall 96.39 with them, 81.53 BM25 alone), quietly off elsewhere.
         k_candidates: candidates per retrieval path (1..1000).
         search_timeout: seconds allowed for each OpenSearch call.
-        lexical_terms: the lexical templates match the query's ``lexical_terms`` heaviest terms by the bundle's
-            bag-of-words weights (words the bundle's vocabulary lacks are always kept), not its whole text; 0 = the
-            whole text. The cluster pays for every term of a match query, twice per rerank (the BM25 search and
-            the k-NN hits' rescore), and the light terms hardly move a ranking: 32, the smallest cut within 0.2
-            MAP of the whole text on every dev set (``python -m experiments.lexical_terms``, docs/benchmarks.md).
-            A bundle without BOW weights matches the whole text.
+        lexical_terms: N > 0: the lexical templates match the query's N heaviest terms by the bundle's
+            bag-of-words weights (words the bundle's vocabulary lacks are always kept), not its whole text; 0, the
+            default: the whole text. The cluster pays for every term of a match query, twice per rerank (the BM25
+            search and the k-NN hits' rescore). 32 kept every dev set within 0.2 MAP and took about a tenth off the
+            ``_msearch``, but cost Travel test 0.30 MAP (docs/benchmarks.md), beyond what the default may lose, so
+            it is an operator's choice. A bundle without BOW weights matches the whole text.
     """
 
     templates: tuple[str, ...] = ("bm25",)
@@ -100,7 +100,7 @@ class RerankerSettings:
     knn: bool | None = None
     k_candidates: int = 100
     search_timeout: float = 5.0
-    lexical_terms: int = 32
+    lexical_terms: int = 0
 
     def __post_init__(self) -> None:
         if not self.templates:

@@ -69,6 +69,10 @@ def _matched_texts(request: list[dict[str, Any]]) -> list[str]:
             knn["rescore"]["query"]["rescore_query"]["match"]["text"]["query"]]
 
 
+def test_the_default_matches_the_whole_text() -> None:
+    assert RerankerSettings().lexical_terms == 0
+
+
 @pytest.mark.parametrize(("cut", "expected"), [(2, "visa qatar"), (0, None)])
 def test_the_search_and_the_rescore_match_the_same_cut_text(cut: int, expected: str | None) -> None:
     cluster = FakeCluster(POSTS)
@@ -83,5 +87,5 @@ def test_the_search_and_the_rescore_match_the_same_cut_text(cut: int, expected: 
 def test_a_bundle_without_term_weights_matches_the_whole_text() -> None:
     cluster = FakeCluster(POSTS)
     query = Post("q", "Visa for Qatar", "how long can I stay")
-    _reranker(cluster, 3).rank(query, k=3)  # FakeBundle has no term weights; the default cut is on
+    _reranker(cluster, 3).with_settings(lexical_terms=2).rank(query, k=3)  # FakeBundle has no term weights
     assert _matched_texts(cluster.requests[0]) == [query_text(query.title, query.body)] * 2
