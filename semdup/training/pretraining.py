@@ -146,18 +146,33 @@ class TitleLoss(nn.Module):
         super().__init__()
         self.model = model
         self.embedding = model.encoder.embedding  # shared with the encoder (frozen word vectors, as in the paper)
-        h = settings.rcnn_hparams()
-        hidden = int(h["hidden_dim"])
-        self.recurrence = GatedRecurrence(self.embedding.embedding_dim + hidden, hidden, int(h["order"]))
+        hidden, order = model.encoder.recurrence.hidden_dim, model.encoder.recurrence.order
+        self.recurrence = GatedRecurrence(self.embedding.embedding_dim + hidden, hidden, order)
         self.out = nn.Linear(hidden, out_vocab)
         self.pipeline, self.settings, self.out_vocab = pipeline, settings, out_vocab
 
     def forward(self, posts: Sequence[Post]) -> torch.Tensor:
         return compute_title_loss(*self.logits(posts))
 
+    def batch(self, posts: Sequence[Post]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(body_ids [B, Lb], decoder input [B, T], targets [B, T]); title ids ≥ out_vocab become <unk>."""
+        pipeline, settings = self.pipeline, self.settings
+        bodies, prev, target = [], [], []
+        for p in posts:
+            title, body = pipeline.post_tokens(p)
+            bodies.append(pipeline.ids(body)[: settings.max_body_tokens])
+            t = [i if i < self.out_vocab else UNK_ID for i in pipeline.ids(title)[: settings.max_title_tokens]]
+            prev.append([UNK_ID] + t[:-1])  # the start symbol is <unk>: it is never a target word's context alone
+            target.append(t)
+        body_ids = pad_sequences(bodies, settings.max_body_tokens)
+        length = max(len(t) for t in target)
+        prev_ids = pad_sequences(prev, length, min_len=1)
+        target_ids = pad_sequences(target, length, min_len=1)
+        return torch.from_numpy(body_ids), torch.from_numpy(prev_ids), torch.from_numpy(target_ids)
+
     def logits(self, posts: Sequence[Post]) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [B, T, V_out], targets [B, T]) of ``posts``."""
-        body, prev_ids, target = _batch(posts, self.pipeline, self.settings, self.out_vocab)
+        body, prev_ids, target = self.batch(posts)
         enc, _ = self.model.encoder.encode_field(body)  # (B, H)
         x = self.embedding(prev_ids)  # (B, T, E)
         x = torch.cat([x, enc.unsqueeze(1).expand(-1, x.shape[1], -1)], dim=2)  # (B, T, E + H)
@@ -165,23 +180,19 @@ class TitleLoss(nn.Module):
         c0 = torch.zeros((enc.shape[0], self.recurrence.order, enc.shape[1]), dtype=x.dtype)
         return self.out(self.recurrence.all_states(x, mask, enc, c0)), target  # (B, T, V_out)
 
-
-def _batch(
-    posts: Sequence[Post], pipeline: TextPipeline, settings: PretrainSettings, out_vocab: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(body_ids [B, Lb], decoder input [B, T], targets [B, T]); title ids ≥ out_vocab become <unk>."""
-    bodies, prev, target = [], [], []
-    for p in posts:
-        title, body = pipeline.post_tokens(p)
-        bodies.append(pipeline.ids(body)[: settings.max_body_tokens])
-        t = [i if i < out_vocab else UNK_ID for i in pipeline.ids(title)[: settings.max_title_tokens]]
-        prev.append([UNK_ID] + t[:-1])  # the start symbol is <unk>: it is never a target word's context alone
-        target.append(t)
-    body_ids = pad_sequences(bodies, settings.max_body_tokens)
-    length = max(len(t) for t in target)
-    prev_ids = pad_sequences(prev, length, min_len=1)
-    target_ids = pad_sequences(target, length, min_len=1)
-    return torch.from_numpy(body_ids), torch.from_numpy(prev_ids), torch.from_numpy(target_ids)
+    def held_out_loss(self, posts: Sequence[Post]) -> float:
+        """Mean per-word cross-entropy on ``posts``, in eval mode (nan if none)."""
+        if not posts:
+            return float("nan")
+        self.eval()
+        total, words = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(posts), 64):
+                logits, target = self.logits(posts[i : i + 64])
+                n = int((target != PAD_ID).sum())
+                total += float(compute_title_loss(logits, target)) * n
+                words += n
+        return total / max(1, words)
 
 
 def _held_out(post: Post, seed: int) -> bool:
@@ -225,7 +236,7 @@ def pretrain_rcnn(
              deadline=loop.started + settings.minutes * 60.0)
     step, losses = loop.step, loop.losses
     window = max(1, min(50, step // 4))
-    held_loss = _held_out_loss(loss, held)
+    held_loss = loss.held_out_loss(held)
     figures = {
         "steps": step,
         "epochs": round(step * settings.batch_size / max(1, len(train_posts)), 2),
@@ -255,21 +266,6 @@ def pretrain_rcnn(
     tmp.replace(out)
     logger.info("pre-trained RCNN saved to %s: %s", out, figures)
     return figures
-
-
-def _held_out_loss(loss: TitleLoss, held: Sequence[Post]) -> float:
-    """Mean per-word cross-entropy on the held-out questions (nan if none)."""
-    if not held:
-        return float("nan")
-    loss.eval()
-    total, words = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(held), 64):
-            logits, target = loss.logits(held[i : i + 64])
-            n = int((target != PAD_ID).sum())
-            total += float(compute_title_loss(logits, target)) * n
-            words += n
-    return total / max(1, words)
 
 
 def evaluate_without_finetuning(path: str | Path | None, data_dir: str | Path = DEFAULT_DATA_DIR) -> dict[str, float]:

@@ -291,20 +291,20 @@ def train(
     curve: list[dict[str, Any]] = []
     best, best_epoch, best_scale = KeepBest(), 0.0, 1.0
     tune_scale = bool(settings.dense_scales) and model.uses_bow and model.dense_encoder() is not None
+    penalty = getattr(model, "penalty", None)  # BOW-CNN's ‖t − IDF‖²
 
-    def after_step(_batch: Any, _loss: float) -> bool:  # the epoch's variables are the loop's below
+    def after_step(_batch: Any, _loss: float) -> bool:  # reads the epoch's variables set by the for loop below
         nonlocal best_epoch, best_scale
         step = loop.step - first
         if step not in eval_at:
             return False
         scale, by_scale = 1.0, None
         with loop.evaluating():
+            scorer = CheckpointScorer(model, pipeline)
             if tune_scale:
-                scale, dev, by_scale = best_dense_scale(
-                    CheckpointScorer(model, pipeline), evaluate_dev, dev_metric, settings.dense_scales
-                )
+                scale, dev, by_scale = best_dense_scale(scorer, evaluate_dev, dev_metric, settings.dense_scales)
             else:
-                dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
+                dev = dict(evaluate_dev(scorer))
             if dev_metric not in dev:
                 raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
             improved = best.update(dev[dev_metric], model)
@@ -333,7 +333,6 @@ def train(
         n_eval = min(settings.evals_per_epoch, len(batches))
         eval_at = {round(len(batches) * (j + 1) / n_eval) for j in range(n_eval)}
         loop.desc = f"epoch {epoch}/{settings.epochs}"
-        penalty = getattr(model, "penalty", None)  # BOW-CNN's ‖t − IDF‖²
         if loop.run(batches, after_step=after_step, penalty=penalty) == "stopped":
             break
     best_dev = best.value

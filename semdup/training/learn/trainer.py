@@ -222,20 +222,17 @@ def learn_encoder(
                        reserve_s=reserve_minutes * 60.0, state_path=state_path,
                        save_every_s=save_every_minutes * 60.0, extra_state=mine)
     loop.tell(planned, " (stopped by the budget; saved)" if stopped == "budget" else " (done)")
-    dev_after = None
-    if stopped == "budget":
-        logger.warning("the budget ends before step %d of %d; the state is saved, and the same call goes on from "
-                       "there", loop.step + 1, planned)
-        loop.save(state_path, mine)
-    else:
-        if loop.ema is not None and loop.ema.steps:
-            model.load_state_dict(loop.ema.averaged_state(), strict=False)
-        dev_after = _evaluate(loop, prefix, evaluate, metric, averaged=False)
+    if stopped != "budget" and loop.ema is not None and loop.ema.steps:
+        model.load_state_dict(loop.ema.averaged_state(), strict=False)
+    dev_after = None if stopped == "budget" else _evaluate(loop, prefix, evaluate, metric, averaged=False)
     summary = LearnSummary(steps=loop.step, planned_steps=planned,
                            epochs=round(loop.step / settings.steps_per_epoch(len(data.groups)), 3),
                            seconds=round(loop.seconds(), 1), stopped=stopped, dev_metric=metric,
                            dev_before=dev_before, dev_after=dev_after, resumed_from_step=resumed_from, curve=curve)
     if stopped == "budget":
+        logger.warning("the budget ends before step %d of %d; the state is saved, and the same call goes on from "
+                       "there", loop.step + 1, planned)
+        loop.save(state_path, mine)
         return LearnRun(out, summary, finished=False)
     model.eval().to("cpu")  # a checkpoint loads anywhere
     config = {"threshold": None, "seed": settings.seed, "data": data.summary,
