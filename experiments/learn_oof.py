@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from semdup.data.learn_folds import fold_supervision
     from semdup.data.learn_sets import named_supervision
     from semdup.export.learned_bundle import Phases, judge_learning
-    from semdup.training.devices import resolve_device
     from semdup.training.learn.settings import LearnSettings
+    from semdup.training.loop import resolve_device
 
     fields = LearnSettings.__dataclass_fields__
     given = {}

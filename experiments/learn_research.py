@@ -96,7 +96,8 @@ def train_cmd(args: argparse.Namespace) -> None:
     load_before = os.getloadavg()
     t0 = time.time()
     cpu0 = time.process_time()
-    run = learn_encoder(settings, data, args.out, budget_minutes=args.budget, evaluate=evaluate, metric=metric,
+    deadline = None if args.budget is None else time.monotonic() + args.budget * 60.0
+    run = learn_encoder(settings, data, args.out, deadline=deadline, evaluate=evaluate, metric=metric,
                         eval_points=args.eval_points, threads=args.threads,
                         extra_config={"research": {"data": args.data, "fold": args.fold}})
     record = {

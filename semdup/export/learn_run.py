@@ -32,8 +32,8 @@ from typing import Any
 from semdup.data.learn_sets import LEARN_SETS, NamedSupervision, named_supervision
 from semdup.data.supervision import load_supervision
 from semdup.export.learned_bundle import LearnOutcome, learn_bundle
-from semdup.training.devices import resolve_device
 from semdup.training.learn.settings import LearnSettings
+from semdup.training.loop import resolve_device
 
 __all__ = ["LearnRun", "learn_from", "recipe", "work_dir_for", "PRESETS", "OUTCOME_FILE"]
 

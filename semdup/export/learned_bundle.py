@@ -73,12 +73,12 @@ from semdup.export.gate import (
     ranked_figure,
 )
 from semdup.export.onnx_export import export_checkpoint
-from semdup.export.out_of_fold import FoldRun, OutOfFold, fit_data, minutes_left, out_of_fold, side_data
-from semdup.training.devices import resolve_device
+from semdup.export.out_of_fold import FoldRun, OutOfFold, fit_data, out_of_fold, side_data
 from semdup.training.learn.encoder import base_encoder
 from semdup.training.learn.frozen import FrozenPrefix
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.trainer import Report, learn_encoder
+from semdup.training.loop import resolve_device
 
 __all__ = ["LearnOutcome", "Judgement", "Phases", "judge_learning", "learn_bundle", "DENSE_ONLY", "default_folds"]
 
@@ -355,7 +355,7 @@ def learn_bundle(
         exclude: post ids never to learn from or judge on (a bundled set's test side).
         corpus: posts to be indexed, added to the IDF vocabulary (no labels read).
         current_bundle: the bundle in service, to beat; None = the untrained default.
-        device: ``auto``, ``cpu`` or ``cuda`` (:func:`semdup.training.devices.resolve_device`).
+        device: ``auto``, ``cpu`` or ``cuda`` (:func:`semdup.training.loop.resolve_device`).
         threads: torch CPU threads.
         budget_minutes: wall-clock minutes for the whole call, None = no limit. Training stops when they run out
             (saved: the same call goes on from there) and the outcome says where (``stopped``), the decision the
@@ -397,7 +397,7 @@ def learn_bundle(
         logger.info("learn: %s", "no decision" if j.decision is None else j.decision.line())
         return outcome()
 
-    run = learn_encoder(settings, final_data, work / "final", budget_minutes=minutes_left(deadline), threads=threads,
+    run = learn_encoder(settings, final_data, work / "final", deadline=deadline, threads=threads,
                         show_progress=show_progress, device=device, prefix=prefix,
                         extra_config={"data_set": sup.report.source, "folds": cut.report.to_json()},
                         report=None if report is None else (lambda line: report(f"final model: {line}")))

@@ -37,7 +37,7 @@ from semdup.training.learn.frozen import FrozenPrefix
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.trainer import Report, learn_encoder
 
-__all__ = ["FoldRun", "OutOfFold", "FIT_KIND", "fit_data", "side_data", "out_of_fold", "minutes_left"]
+__all__ = ["FoldRun", "OutOfFold", "FIT_KIND", "fit_data", "side_data", "out_of_fold"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +82,6 @@ def fit_data(folds: LearnFolds, side: Any, name: str, posts: Sequence[Post]) -> 
 def side_data(kind: str, side: Any, settings: LearnSettings) -> LearnData:
     """The training groups of a side (:func:`semdup.training.learn.data.learn_data`)."""
     return learn_data(kind, side, settings.hard_negatives, settings.seed)
-
-
-def minutes_left(deadline: float | None) -> float | None:
-    """Minutes until ``deadline`` (``time.monotonic()``), None without one."""
-    return None if deadline is None else max((deadline - time.monotonic()) / 60.0, 0.0)
 
 
 def _check_training_side(folds: LearnFolds, index: int, data: LearnData, held: Any) -> None:
@@ -151,7 +146,7 @@ def out_of_fold(
     for f, data in zip(folds.folds, datas, strict=True):
         w0, c0 = time.monotonic(), time.process_time()
         label = f"fold {f.index + 1} of {folds.k}"
-        run = learn_encoder(settings, data, work / f"fold-{f.index}", budget_minutes=minutes_left(deadline),
+        run = learn_encoder(settings, data, work / f"fold-{f.index}", deadline=deadline,
                             threads=threads, show_progress=show_progress, device=device,
                             extra_config={"fold": f.index, "folds": folds.k}, prefix=prefix,
                             report=None if report is None else (lambda line, at=label: report(f"{at}: {line}")))

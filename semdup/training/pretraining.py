@@ -4,7 +4,8 @@ The encoder is the RCNN of :mod:`semdup.training.models.rcnn` reading the body; 
 second gated recurrence of the same type that reads the title shifted by one (teacher forcing)
 and predicts each next title word. The decoder starts from the encoder's vector (``h_0``) and
 also sees it at every step beside the previous word, so the only route from body to title is
-the vector the fine-tuned model will compare. Loss: cross-entropy per title word.
+the vector the fine-tuned model will compare. Loss: cross-entropy per title word (:class:`TitleLoss`, which
+owns the decoder), on the one training loop (:mod:`semdup.training.loop`).
 
 Text (no labels are read): every question of the *training* side of each data set: SemEval
 train part 1 (JSONL) and part 2 (XML) originals and related questions, Travel posts of the train
@@ -25,12 +26,12 @@ Example (the command-line front end is ``experiments/pretrain_rcnn.py``, in the 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
-import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,13 @@ from semdup.core.posts import Post
 from semdup.core.progress import progress
 from semdup.core.text_pipeline import PAD_ID, UNK_ID, TextPipeline, TextPipelineSettings, Vocabulary
 from semdup.data.paths import default_data_dir
+from semdup.training.loop import Loop
 from semdup.training.models.rcnn import PRETRAIN_FORMAT as _FORMAT
 from semdup.training.models.rcnn import RCNN, RCNN_DEFAULTS, GatedRecurrence, load_pretrained_encoder
 
 __all__ = [
     "PretrainSettings",
-    "TitleDecoder",
+    "TitleLoss",
     "pretraining_posts",
     "compute_title_loss",
     "pretrain_rcnn",
@@ -68,7 +70,7 @@ class PretrainSettings:
     """Everything that changes a pre-training run (saved in the output file).
 
     Args:
-        minutes: wall-clock budget for the optimisation (the run stops at the end of the step that passes it).
+        minutes: wall-clock budget for the optimisation (no step starts that would end after it).
         max_steps: cap on steps (0 = no cap).
         batch_size: questions per step.
         lr: Adam learning rate (the paper: Adam with default settings, lr 1e-3).
@@ -130,48 +132,67 @@ def pretraining_posts(data_dir: str | Path = DEFAULT_DATA_DIR) -> list[Post]:
     return usable
 
 
-class TitleDecoder(nn.Module):
-    """Gated recurrence that reads [previous title word; encoder vector] and predicts the next title word.
-
-    Shapes: forward(prev_ids [B, T], enc [B, H]) → logits [B, T, output_vocab].
-    """
-
-    def __init__(self, embedding: nn.Embedding, hidden_dim: int, order: int, output_vocab: int) -> None:
-        super().__init__()
-        self.embedding = embedding  # shared with the encoder (frozen word vectors, as in the paper)
-        self.recurrence = GatedRecurrence(embedding.embedding_dim + hidden_dim, hidden_dim, order)
-        self.out = nn.Linear(hidden_dim, output_vocab)
-
-    def forward(self, prev_ids: torch.Tensor, enc: torch.Tensor) -> torch.Tensor:
-        x = self.embedding(prev_ids)  # (B, T, E)
-        x = torch.cat([x, enc.unsqueeze(1).expand(-1, x.shape[1], -1)], dim=2)  # (B, T, E + H)
-        mask = torch.ones(prev_ids.shape, dtype=x.dtype)  # every step runs; padded targets are ignored
-        c0 = torch.zeros((enc.shape[0], self.recurrence.order, enc.shape[1]), dtype=x.dtype)
-        states = self.recurrence.all_states(x, mask, enc, c0)  # (B, T, H)
-        return self.out(states)  # (B, T, V_out)
-
-
 def compute_title_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over real title words: logits [B, T, V], targets [B, T] (PAD_ID ignored)."""
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=PAD_ID)
 
 
-def _batch(
-    posts: Sequence[Post], pipeline: TextPipeline, settings: PretrainSettings, out_vocab: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(body_ids [B, Lb], decoder input [B, T], targets [B, T]); title ids ≥ out_vocab become <unk>."""
-    bodies, prev, target = [], [], []
-    for p in posts:
-        title, body = pipeline.post_tokens(p)
-        bodies.append(pipeline.ids(body)[: settings.max_body_tokens])
-        t = [i if i < out_vocab else UNK_ID for i in pipeline.ids(title)[: settings.max_title_tokens]]
-        prev.append([UNK_ID] + t[:-1])  # the start symbol is <unk>: it is never a target word's context alone
-        target.append(t)
-    body_ids = pad_sequences(bodies, settings.max_body_tokens)
-    length = max(len(t) for t in target)
-    prev_ids = pad_sequences(prev, length, min_len=1)
-    target_ids = pad_sequences(target, length, min_len=1)
-    return torch.from_numpy(body_ids), torch.from_numpy(prev_ids), torch.from_numpy(target_ids)
+class TitleLoss(nn.Module):
+    """The pre-training loss of a batch of posts, owning the title decoder: the RCNN reads each body; a second gated
+    recurrence starts from that vector, reads [previous title word; the vector] and predicts each next title word
+    (:func:`compute_title_loss`). The decoder's weights train beside the encoder's and are dropped with the loss."""
+
+    def __init__(self, model: RCNN, pipeline: TextPipeline, settings: PretrainSettings, out_vocab: int) -> None:
+        super().__init__()
+        self.model = model
+        self.embedding = model.encoder.embedding  # shared with the encoder (frozen word vectors, as in the paper)
+        hidden, order = model.encoder.recurrence.hidden_dim, model.encoder.recurrence.order
+        self.recurrence = GatedRecurrence(self.embedding.embedding_dim + hidden, hidden, order)
+        self.out = nn.Linear(hidden, out_vocab)
+        self.pipeline, self.settings, self.out_vocab = pipeline, settings, out_vocab
+
+    def forward(self, posts: Sequence[Post]) -> torch.Tensor:
+        return compute_title_loss(*self.logits(posts))
+
+    def batch(self, posts: Sequence[Post]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(body_ids [B, Lb], decoder input [B, T], targets [B, T]); title ids ≥ out_vocab become <unk>."""
+        pipeline, settings = self.pipeline, self.settings
+        bodies, prev, target = [], [], []
+        for p in posts:
+            title, body = pipeline.post_tokens(p)
+            bodies.append(pipeline.ids(body)[: settings.max_body_tokens])
+            t = [i if i < self.out_vocab else UNK_ID for i in pipeline.ids(title)[: settings.max_title_tokens]]
+            prev.append([UNK_ID] + t[:-1])  # the start symbol is <unk>: it is never a target word's context alone
+            target.append(t)
+        body_ids = pad_sequences(bodies, settings.max_body_tokens)
+        length = max(len(t) for t in target)
+        prev_ids = pad_sequences(prev, length, min_len=1)
+        target_ids = pad_sequences(target, length, min_len=1)
+        return torch.from_numpy(body_ids), torch.from_numpy(prev_ids), torch.from_numpy(target_ids)
+
+    def logits(self, posts: Sequence[Post]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, T, V_out], targets [B, T]) of ``posts``."""
+        body, prev_ids, target = self.batch(posts)
+        enc, _ = self.model.encoder.encode_field(body)  # (B, H)
+        x = self.embedding(prev_ids)  # (B, T, E)
+        x = torch.cat([x, enc.unsqueeze(1).expand(-1, x.shape[1], -1)], dim=2)  # (B, T, E + H)
+        mask = torch.ones(prev_ids.shape, dtype=x.dtype)  # every step runs; padded targets are ignored
+        c0 = torch.zeros((enc.shape[0], self.recurrence.order, enc.shape[1]), dtype=x.dtype)
+        return self.out(self.recurrence.all_states(x, mask, enc, c0)), target  # (B, T, V_out)
+
+    def held_out_loss(self, posts: Sequence[Post]) -> float:
+        """Mean per-word cross-entropy on ``posts``, in eval mode (nan if none)."""
+        if not posts:
+            return float("nan")
+        self.eval()
+        total, words = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(posts), 64):
+                logits, target = self.logits(posts[i : i + 64])
+                n = int((target != PAD_ID).sum())
+                total += float(compute_title_loss(logits, target)) * n
+                words += n
+        return total / max(1, words)
 
 
 def _held_out(post: Post, seed: int) -> bool:
@@ -198,45 +219,28 @@ def pretrain_rcnn(
     model = RCNN.from_hparams(h, pipeline)
     # Vocabulary ids are ordered by document frequency, so the first ids are the most frequent words.
     out_vocab = min(settings.output_vocab, len(vocab))
-    decoder = TitleDecoder(model.encoder.embedding, int(h["hidden_dim"]), int(h["order"]), out_vocab)
+    loss = TitleLoss(model, pipeline, settings, out_vocab)
     train_posts = [p for p in posts if not _held_out(p, settings.seed)]
     held = [p for p in posts if _held_out(p, settings.seed)]
-    params = [p for p in list(model.parameters()) + list(decoder.parameters()) if p.requires_grad]
-    params = list({id(p): p for p in params}.values())
-    opt = torch.optim.Adam(params, lr=settings.lr)
+    loop = Loop(model, loss, torch.optim.Adam(Loop.trainable(model, loss), lr=settings.lr), max_grad_norm=5.0,
+                desc="pre-train body→title")
     rng = random.Random(settings.seed)
-    t0 = time.monotonic()
-    step, losses = 0, []
-    bar = progress(desc="pre-train body→title", unit="step")
-    while True:
-        rng.shuffle(train_posts)
-        for i in range(0, len(train_posts), settings.batch_size):
-            model.train()
-            decoder.train()
-            body, prev, target = _batch(train_posts[i : i + settings.batch_size], pipeline, settings, out_vocab)
-            enc, _ = model.encoder.encode_field(body)  # (B, H)
-            loss = compute_title_loss(decoder(prev, enc), target)
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(params, 5.0)
-            opt.step()
-            step += 1
-            losses.append(float(loss.detach()))
-            bar.update(1)
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-            done = (time.monotonic() - t0) / 60.0 >= settings.minutes
-            if done or (settings.max_steps and step >= settings.max_steps):
-                break
-        else:
-            continue
-        break
-    bar.close()
+
+    def epochs() -> Iterator[list[Post]]:
+        while True:
+            rng.shuffle(train_posts)
+            for i in range(0, len(train_posts), settings.batch_size):
+                yield train_posts[i : i + settings.batch_size]
+
+    loop.run(itertools.islice(epochs(), settings.max_steps or None), total=settings.max_steps or None,
+             deadline=loop.started + settings.minutes * 60.0)
+    step, losses = loop.step, loop.losses
     window = max(1, min(50, step // 4))
-    held_loss = _held_out_loss(model, decoder, held, pipeline, settings, out_vocab)
+    held_loss = loss.held_out_loss(held)
     figures = {
         "steps": step,
         "epochs": round(step * settings.batch_size / max(1, len(train_posts)), 2),
-        "minutes": round((time.monotonic() - t0) / 60.0, 2),
+        "minutes": round(loop.seconds() / 60.0, 2),
         "train_loss_first": float(np.mean(losses[:window])),  # mean over the first `window` steps
         "train_loss_last": float(np.mean(losses[-window:])),
         "loss_window_steps": window,
@@ -262,30 +266,6 @@ def pretrain_rcnn(
     tmp.replace(out)
     logger.info("pre-trained RCNN saved to %s: %s", out, figures)
     return figures
-
-
-def _held_out_loss(
-    model: RCNN,
-    decoder: TitleDecoder,
-    held: Sequence[Post],
-    pipeline: TextPipeline,
-    s: PretrainSettings,
-    out_vocab: int,
-) -> float:
-    """Mean per-word cross-entropy on the held-out questions (nan if none)."""
-    if not held:
-        return float("nan")
-    model.eval()
-    decoder.eval()
-    total, words = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(held), 64):
-            body, prev, target = _batch(held[i : i + 64], pipeline, s, out_vocab)
-            enc, _ = model.encoder.encode_field(body)
-            n = int((target != PAD_ID).sum())
-            total += float(compute_title_loss(decoder(prev, enc), target)) * n
-            words += n
-    return total / max(1, words)
 
 
 def evaluate_without_finetuning(path: str | Path | None, data_dir: str | Path = DEFAULT_DATA_DIR) -> dict[str, float]:

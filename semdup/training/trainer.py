@@ -1,8 +1,9 @@
-"""The training loop every architecture shares: seeds, batches, early stopping on dev, best checkpoint.
+"""How every registered architecture trains (on :mod:`semdup.training.loop`): seeds, epochs, early stopping on
+dev, the best checkpoint.
 
 One epoch walks the training groups (ranking losses) or labelled pairs (pair losses) in a seeded
-random order; after each epoch the model is scored on dev through the same
-:class:`~semdup.training.checkpoint.CheckpointScorer` serving-side code path, and the best epoch's
+random order; ``evals_per_epoch`` times an epoch the model is scored on dev through the same
+:class:`~semdup.training.checkpoint.CheckpointScorer` serving-side code path, and the best check's
 weights are kept. At the end the best weights are reloaded, the final evaluation (dev and test,
 threshold choice) runs once, and the checkpoint plus ``metrics.json`` are written.
 
@@ -15,8 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 import random
 import time
@@ -36,10 +35,10 @@ from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabu
 from semdup.training.cached_pipeline import CachedTextPipeline
 from semdup.training.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
 from semdup.training.fusion_choice import best_dense_scale
+from semdup.training.loop import KeepBest, Loop
 from semdup.training.models._base import EncoderModel
 from semdup.training.pairs import TrainingData
 from semdup.training.registry import ArchSpec, get_arch
-from semdup.training.weight_average import WeightAverage
 
 __all__ = ["TrainSettings", "TrainResult", "CachedTextPipeline", "set_seeds", "build_pipeline", "train"]
 
@@ -81,7 +80,7 @@ class TrainSettings:
             always written from CPU tensors, so it loads anywhere.
         ema_decay: 0 = off; in (0, 1): dev checks, the best checkpoint and the saved weights are a
             bias-corrected moving average of the weights over about 1 / (1 - ema_decay) steps
-            (:class:`~semdup.training.weight_average.WeightAverage`): still one checkpoint.
+            (:class:`~semdup.training.loop.WeightAverage`): still one checkpoint.
         fresh_negatives: ranking losses: draw the random negatives again every epoch (the data's
             ``resample_groups``; Travel) instead of one draw up front that a second epoch memorises.
     """
@@ -240,12 +239,6 @@ def _scale_dense_weight(model: EncoderModel, scale: float) -> None:
         )
 
 
-def _penalty(model: EncoderModel) -> torch.Tensor | float:
-    """A model's own regulariser (``model.penalty()``, e.g. BOW-CNN's ‖t − IDF‖²), else 0."""
-    fn = getattr(model, "penalty", None)
-    return fn() if callable(fn) else 0.0
-
-
 def train(
     settings: TrainSettings,
     data: TrainingData,
@@ -289,92 +282,61 @@ def train(
             "fresh_negatives needs a ranking loss (groups) and a data set that can redraw negatives (Travel); "
             f"{settings.arch} trains on {spec.batch_format}, redraw available: {data.resample_groups is not None}"
         )
-    params = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(model, settings)
+    loop = Loop(model, lambda batch: step_fn(model, loss_fn, pipeline, batch), opt,
+                max_grad_norm=settings.max_grad_norm, ema_decay=settings.ema_decay)
+    logger.info("training %s on %d %s, %d parameters", settings.arch, len(items), spec.batch_format,
+                sum(p.numel() for p in loop.params))
     rng = random.Random(settings.seed)
     curve: list[dict[str, Any]] = []
-    best_dev, best_epoch, best_state, bad = -float("inf"), 0.0, None, 0
-    logger.info(
-        "training %s on %d %s, %d parameters",
-        settings.arch,
-        len(items),
-        spec.batch_format,
-        sum(p.numel() for p in params),
-    )
-    stop = False
-    best_scale = 1.0
+    best, best_epoch, best_scale = KeepBest(), 0.0, 1.0
     tune_scale = bool(settings.dense_scales) and model.uses_bow and model.dense_encoder() is not None
-    ema = WeightAverage(model, settings.ema_decay) if settings.ema_decay > 0 else None
+    penalty = getattr(model, "penalty", None)  # BOW-CNN's ‖t − IDF‖²
+
+    def after_step(_batch: Any, _loss: float) -> bool:  # reads the epoch's variables set by the for loop below
+        nonlocal best_epoch, best_scale
+        step = loop.step - first
+        if step not in eval_at:
+            return False
+        scale, by_scale = 1.0, None
+        with loop.evaluating():
+            scorer = CheckpointScorer(model, pipeline)
+            if tune_scale:
+                scale, dev, by_scale = best_dense_scale(scorer, evaluate_dev, dev_metric, settings.dense_scales)
+            else:
+                dev = dict(evaluate_dev(scorer))
+            if dev_metric not in dev:
+                raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
+            improved = best.update(dev[dev_metric], model)
+        point: float = epoch if step == len(batches) else round(epoch - 1 + step / len(batches), 2)
+        row = {"epoch": point, "loss": float(np.mean(loop.losses[first:])), "dev": dev,
+               "seconds": round(time.monotonic() - t0, 1)}
+        if by_scale is not None:
+            row.update(dense_scale=scale, dev_by_dense_scale={str(k): v for k, v in by_scale.items()})
+        curve.append(row)
+        logger.info("epoch %g: loss %.4f dev %s %.2f (%.0fs)", point, row["loss"], dev_metric, dev[dev_metric],
+                    row["seconds"])
+        if improved:
+            best_epoch, best_scale = point, scale
+        elif best.since >= settings.patience * n_eval:
+            logger.info("early stop at epoch %g (best %g: %s %.2f)", point, best_epoch, dev_metric, best.value)
+            return True
+        return False
+
     for epoch in range(1, settings.epochs + 1):
-        t0 = time.monotonic()
+        t0, first = time.monotonic(), loop.step
         if settings.fresh_negatives and epoch > 1:
             items = list(data.resample_groups(epoch))  # type: ignore[misc]  # checked above
         rng.shuffle(items)
         batches = [items[i : i + settings.batch_size] for i in range(0, len(items), settings.batch_size)]
-        if settings.max_steps_per_epoch:
-            batches = batches[: settings.max_steps_per_epoch]
+        batches = batches[: settings.max_steps_per_epoch or None]
         n_eval = min(settings.evals_per_epoch, len(batches))
         eval_at = {round(len(batches) * (j + 1) / n_eval) for j in range(n_eval)}
-        losses: list[float] = []
-        bar = progress(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="step", leave=False)
-        model.train()
-        for step, batch in enumerate(bar, start=1):
-            opt.zero_grad()
-            loss = step_fn(model, loss_fn, pipeline, batch)
-            (loss + _penalty(model)).backward()
-            if settings.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-            opt.step()
-            if ema is not None:
-                ema.update(model)
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-            if step not in eval_at:
-                continue
-            model.eval()
-            scale, by_scale = 1.0, None
-            with torch.no_grad(), (ema.applied(model) if ema is not None else contextlib.nullcontext()):
-                if tune_scale:
-                    scale, dev, by_scale = best_dense_scale(
-                        CheckpointScorer(model, pipeline), evaluate_dev, dev_metric, settings.dense_scales
-                    )
-                else:
-                    dev = dict(evaluate_dev(CheckpointScorer(model, pipeline)))
-                improved = dev_metric in dev and dev[dev_metric] > best_dev
-                if improved:  # copied here so that an averaged run keeps its averaged weights
-                    best_state = copy.deepcopy(model.state_dict())
-            model.train()
-            if dev_metric not in dev:
-                raise ConfigError(f"dev evaluation gave {sorted(dev)}, not the early-stopping metric {dev_metric!r}")
-            point: float = epoch if step == len(batches) else round(epoch - 1 + step / len(batches), 2)
-            row = {
-                "epoch": point,
-                "loss": float(np.mean(losses)),
-                "dev": dev,
-                "seconds": round(time.monotonic() - t0, 1),
-            }
-            if by_scale is not None:
-                row.update(dense_scale=scale, dev_by_dense_scale={str(k): v for k, v in by_scale.items()})
-            curve.append(row)
-            logger.info(
-                "epoch %g: loss %.4f dev %s %.2f (%.0fs)",
-                point,
-                row["loss"],
-                dev_metric,
-                dev[dev_metric],
-                row["seconds"],
-            )
-            if improved:
-                best_dev, best_epoch, bad, best_scale = float(dev[dev_metric]), point, 0, scale
-            else:
-                bad += 1
-                if bad >= settings.patience * n_eval:
-                    logger.info("early stop at epoch %g (best %g: %s %.2f)", point, best_epoch, dev_metric, best_dev)
-                    stop = True
-                    break
-        if stop:
+        loop.desc = f"epoch {epoch}/{settings.epochs}"
+        if loop.run(batches, after_step=after_step, penalty=penalty) == "stopped":
             break
-    model.load_state_dict(best_state)
+    best_dev = best.value
+    model.load_state_dict(best.state)
     if tune_scale and best_scale != 1.0:
         _scale_dense_weight(model, best_scale)
         logger.info("β_dense scaled by %g (chosen on dev): fusion %s", best_scale, model.fusion())

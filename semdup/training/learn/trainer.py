@@ -3,14 +3,13 @@
 :func:`learn_encoder` runs the recipe (:class:`~semdup.training.learn.settings.LearnSettings`) step by step:
 a seeded order of the groups per epoch, the in-batch softmax loss of each batch
 (:func:`~semdup.training.learn.step.step_loss`) over the frozen bottom computed once per post
-(:mod:`~semdup.training.learn.frozen`), Adam, on CPU or CUDA (bf16 autocast there:
-:mod:`semdup.training.devices`). Every ``save_every_minutes`` it writes its state (``learn-state.pt``: weights,
-optimiser, weight average, step, random states) atomically; run again on the same folder with the same recipe and
-data, it resumes from that step and gives the weights an uninterrupted run would (with one torch thread; more
-threads sum in a varying order). A different recipe or data in the folder is refused.
+(:mod:`~semdup.training.learn.frozen`), Adam, on CPU or CUDA, on the one training loop (:mod:`semdup.training.loop`).
+Every ``save_every_minutes`` the loop's state goes to ``learn-state.pt``; run again on the same folder with the same
+recipe and data, it resumes from that step to the weights an uninterrupted run would give (with one torch thread).
+A different recipe or data in the folder is refused.
 
 A run is finished when every planned step is done: the result is then a standard checkpoint
-(``semdup.training.checkpoint``), so ``semdup export`` takes it as any other. With ``budget_minutes``, a run whose
+(``semdup.training.checkpoint``), so ``semdup export`` takes it as any other. With a ``deadline``, a run whose
 next step would not fit stops there, saves its state and returns unfinished (``LearnRun.finished`` False, no
 checkpoint): the recipe is never cut short silently, and the same call later goes on from that step. ``report``
 hears where the run is every half minute (steps, minutes, about how many are left), terminal or not.
@@ -43,19 +42,17 @@ import torch
 
 from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
-from semdup.core.progress import progress
 from semdup.core.text_pipeline import check_post
 from semdup.training.checkpoint import CheckpointScorer, save_checkpoint, write_metrics
-from semdup.training.devices import autocast
 from semdup.training.learn.data import LearnData
-from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.frozen import FrozenPrefix, PostVectors, build_model
+from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.step import step_loss
+from semdup.training.loop import Loop
 from semdup.training.losses.in_batch import InBatchSoftmaxLoss
 from semdup.training.models.minilm import MiniLM
-from semdup.training.weight_average import WeightAverage
 
-__all__ = ["LearnRun", "learn_encoder", "Report", "STATE_FILE", "SUMMARY_FILE", "REPORT_EVERY_S"]
+__all__ = ["LearnRun", "learn_encoder", "Report", "STATE_FILE", "SUMMARY_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +60,6 @@ STATE_FILE = "learn-state.pt"
 SUMMARY_FILE = "learn-summary.json"
 Evaluate = Callable[[CheckpointScorer], Mapping[str, float]]
 Report = Callable[[str], None]
-REPORT_EVERY_S = 30.0  # how often a run says where it is (on a terminal the bar moves at every step too)
 
 
 @dataclass(frozen=True)
@@ -110,27 +106,12 @@ class _SortedScorer(CheckpointScorer):
         return dense.cpu().numpy(), None
 
 
-def _fingerprint(settings: LearnSettings, data: LearnData) -> dict[str, Any]:
-    return {"settings": settings.to_json(), "data": data.fingerprint()}
-
-
-def _save_state(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-
-
-def _evaluate(model: MiniLM, prefix: FrozenPrefix | None, evaluate: Evaluate | None, metric: str | None,
-              ema: WeightAverage | None) -> float | None:
+def _evaluate(loop: Loop, prefix: FrozenPrefix | None, evaluate: Evaluate | None, metric: str | None,
+              averaged: bool = True) -> float | None:
     if evaluate is None or metric is None:
         return None
-    scorer = _SortedScorer(model, prefix)  # puts the model in eval mode
-    if ema is not None and ema.steps:
-        with ema.applied(model):
-            figures = dict(evaluate(scorer))
-    else:
-        figures = dict(evaluate(scorer))
-    model.train()
+    with loop.evaluating(averaged):
+        figures = dict(evaluate(_SortedScorer(loop.model, prefix)))  # type: ignore[arg-type]
     if metric not in figures:
         raise ConfigError(f"the held-out evaluation gave {sorted(figures)}, not {metric!r}")
     return float(figures[metric])
@@ -140,7 +121,7 @@ def learn_encoder(
     settings: LearnSettings,
     data: LearnData,
     out_dir: str | Path,
-    budget_minutes: float | None = None,
+    deadline: float | None = None,
     evaluate: Evaluate | None = None,
     metric: str | None = None,
     eval_points: int = 0,
@@ -159,8 +140,8 @@ def learn_encoder(
         settings: the recipe.
         data: groups and known duplicates (:mod:`~semdup.training.learn.data`).
         out_dir: the checkpoint folder; a run's state there is resumed when its recipe and data match.
-        budget_minutes: wall-clock minutes this call may train for (the held-out checks included); None = no
-            limit. A run the budget stops is saved and returned unfinished (see the module doc).
+        deadline: ``time.monotonic()`` by which this call stops training (the held-out checks included); None =
+            no limit. A run it stops is saved and returned unfinished (see the module doc).
         evaluate: scorer -> held-out figures (run before and after; None = no held-out check).
         metric: the figure of ``evaluate`` to report.
         eval_points: extra held-out checks spread over the run (a learning curve; nothing is chosen by them).
@@ -169,11 +150,11 @@ def learn_encoder(
         reserve_minutes: minutes kept free at the end besides the final check (the caller's export and fit).
         extra_config: more entries for the checkpoint's config.json.
         show_progress: a progress bar on a terminal.
-        device: ``cpu`` or ``cuda`` (:func:`semdup.training.devices.resolve_device`).
+        device: ``cpu`` or ``cuda`` (:func:`semdup.training.loop.resolve_device`).
         prefix: the frozen bottom's cache to share with other runs of the same base (:mod:`.frozen`); None = a new
             one for this run (none when nothing is frozen).
         report: called with a progress line (steps done, minutes spent, about how many left) every
-            :data:`REPORT_EVERY_S` seconds and when the run stops, on a terminal or not.
+            :data:`semdup.training.loop.REPORT_EVERY_S` seconds and when the run stops, on a terminal or not.
 
     Raises:
         ConfigError: ``out_dir`` holds the state of another recipe or other data.
@@ -182,7 +163,7 @@ def learn_encoder(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(threads)
-    fingerprint = _fingerprint(settings, data)
+    fingerprint = {"settings": settings.to_json(), "data": data.fingerprint()}
     summary_path = out / SUMMARY_FILE
     if summary_path.exists():
         done = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -199,112 +180,60 @@ def learn_encoder(
         prefix = FrozenPrefix(model, device)
     vectors = PostVectors(model, prefix, settings.chunk_size)
     loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=settings.lr)
-    ema = WeightAverage(model, settings.ema_decay) if settings.ema_decay > 0 else None
     planned = settings.planned_steps(len(data.groups))
-    step, spent, curve, dev_before = 0, 0.0, [], None
-    state: dict[str, Any] = {}
+    loop = Loop(model, lambda batch: step_loss(vectors, batch, data.known, loss_fn, settings.mask_known),
+                torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings.lr),
+                max_grad_norm=settings.max_grad_norm, ema_decay=settings.ema_decay, device=device,
+                mixed_precision=True, lr_at=lambda step: settings.lr * settings.lr_factor(step, planned), desc="learn",
+                show_progress=show_progress, report=report)
+    loop.started = t_start
+    curve: list[dict[str, Any]] = []
+    dev_before = None
     state_path = out / STATE_FILE
     if state_path.exists():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
         if state["fingerprint"] != fingerprint:
             raise ConfigError(f"{out / STATE_FILE} belongs to another recipe or other data "
                               f"({state['fingerprint']} vs {fingerprint}); give a new folder or remove the file")
-        model.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["optimizer"])
-        if ema is not None:
-            ema.load_state(state["ema"])
-        step, spent, curve, dev_before = state["step"], state["seconds"], state["curve"], state["dev_before"]
-        torch.set_rng_state(state["torch_rng"])
-        logger.info("resuming %s at step %d of %d (%.1f min spent before)", out, step, planned, spent / 60)
-    resumed_from = step
-    eval_s = state["eval_seconds"] if resumed_from else 0.0  # what one held-out check costs
-    model.train()
-    if step == 0 and dev_before is None:
-        t_eval = time.monotonic()
-        dev_before = _evaluate(model, prefix, evaluate, metric, None)
-        eval_s = time.monotonic() - t_eval
+        loop.load(state)
+        curve, dev_before = state["curve"], state["dev_before"]
+        logger.info("resuming %s at step %d of %d (%.1f min spent before)", out, loop.step, planned,
+                    loop.spent_before / 60)
+    resumed_from = loop.step
+    if loop.step == 0 and dev_before is None:
+        dev_before = _evaluate(loop, prefix, evaluate, metric)
         if dev_before is not None:
-            logger.info("held-out %s before training: %.2f (%.0f s)", metric, dev_before, eval_s)
+            logger.info("held-out %s before training: %.2f (%.0f s)", metric, dev_before, loop.eval_seconds)
     checks = {round(planned * (j + 1) / (eval_points + 1)) for j in range(eval_points)} if eval_points else set()
-    budget_s = float("inf") if budget_minutes is None else budget_minutes * 60.0
-    last_save = time.monotonic()
-    step_times: list[float] = []
-    stopped = "done"
-    bar = progress(total=planned, initial=step, desc="learn", unit="step", enabled=show_progress)
-    last_report = time.monotonic()
 
-    def tell(why: str = "") -> None:
-        if report is None:
-            return
-        per_step = sum(step_times) / len(step_times) if step_times else 0.0
-        left = f", about {(planned - step) * per_step / 60:.1f} min left" if step_times and step < planned else ""
-        report(f"step {step}/{planned}, {(spent + time.monotonic() - t_start) / 60:.1f} min{left}{why}")
+    def after_step(_batch: Any, loss: float) -> bool:
+        if loop.step in checks:
+            value = _evaluate(loop, prefix, evaluate, metric)
+            epoch = round(loop.step / settings.steps_per_epoch(len(data.groups)), 3)
+            curve.append({"step": loop.step, "epoch": epoch, "loss": loss, metric or "dev": value})
+            logger.info("step %d/%d: loss %.4f held-out %s %s", loop.step, planned, loss, metric, value)
+        return False
 
-    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    def mine() -> dict[str, Any]:
+        return {"fingerprint": fingerprint, "curve": curve, "dev_before": dev_before}
 
-    def save() -> None:
-        _save_state(state_path, {
-            "fingerprint": fingerprint, "step": step, "curve": curve, "dev_before": dev_before,
-            "seconds": spent + time.monotonic() - t_start, "torch_rng": torch.get_rng_state(),
-            "eval_seconds": eval_s,
-            "model": {k: v.to("cpu") for k, v in model.state_dict().items() if k in trainable},
-            "optimizer": opt.state_dict(), "ema": ema.state() if ema is not None else None})
-    while step < planned:
-        elapsed = time.monotonic() - t_start
-        typical = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
-        if elapsed + typical + eval_s + reserve_minutes * 60.0 > budget_s and step_times:
-            stopped = "budget"
-            logger.warning("the %.1f-minute budget ends before step %d of %d; the state is saved, and the same "
-                           "call goes on from there", budget_minutes, step + 1, planned)
-            break
-        t0 = time.monotonic()
-        for g in opt.param_groups:
-            g["lr"] = settings.lr * settings.lr_factor(step, planned)
-        opt.zero_grad()
-        batch = _batch_at(data, settings, step)
-        with autocast(device):
-            loss = step_loss(vectors, batch, data.known, loss_fn, settings.mask_known)
-        loss.backward()
-        if settings.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-        opt.step()
-        if ema is not None:
-            ema.update(model)
-        step += 1
-        step_times.append(time.monotonic() - t0)
-        bar.update(1)
-        loss_value = float(loss.detach())
-        bar.set_postfix(loss=f"{loss_value:.4f}")
-        if time.monotonic() - last_report >= REPORT_EVERY_S and step < planned:
-            tell()
-            last_report = time.monotonic()
-        if step in checks:
-            t_eval = time.monotonic()
-            value = _evaluate(model, prefix, evaluate, metric, ema)
-            eval_s = time.monotonic() - t_eval
-            curve.append({"step": step, "epoch": round(step / settings.steps_per_epoch(len(data.groups)), 3),
-                          "loss": loss_value, metric or "dev": value})
-            logger.info("step %d/%d: loss %.4f held-out %s %s", step, planned, loss_value, metric, value)
-        if time.monotonic() - last_save > save_every_minutes * 60.0 and step < planned:
-            save()
-            last_save = time.monotonic()
-    bar.close()
-    tell(" (stopped by the budget; saved)" if stopped == "budget" else " (done)")
-    per_epoch = settings.steps_per_epoch(len(data.groups))
-    if stopped == "budget":
-        save()
-        summary = LearnSummary(steps=step, planned_steps=planned, epochs=round(step / per_epoch, 3),
-                               seconds=round(spent + time.monotonic() - t_start, 1), stopped=stopped,
-                               dev_metric=metric, dev_before=dev_before, resumed_from_step=resumed_from, curve=curve)
-        return LearnRun(out, summary, finished=False)
-    if ema is not None and ema.steps:
-        model.load_state_dict(ema.averaged_state(), strict=False)
-    dev_after = _evaluate(model, prefix, evaluate, metric, None)
-    summary = LearnSummary(steps=step, planned_steps=planned, epochs=round(step / per_epoch, 3),
-                           seconds=round(spent + time.monotonic() - t_start, 1), stopped=stopped, dev_metric=metric,
+    stopped = loop.run((_batch_at(data, settings, s) for s in range(loop.step, planned)), total=planned,
+                       after_step=after_step, deadline=float("inf") if deadline is None else deadline,
+                       reserve_s=reserve_minutes * 60.0, state_path=state_path,
+                       save_every_s=save_every_minutes * 60.0, extra_state=mine)
+    loop.tell(planned, " (stopped by the budget; saved)" if stopped == "budget" else " (done)")
+    if stopped != "budget" and loop.ema is not None and loop.ema.steps:
+        model.load_state_dict(loop.ema.averaged_state(), strict=False)
+    dev_after = None if stopped == "budget" else _evaluate(loop, prefix, evaluate, metric, averaged=False)
+    summary = LearnSummary(steps=loop.step, planned_steps=planned,
+                           epochs=round(loop.step / settings.steps_per_epoch(len(data.groups)), 3),
+                           seconds=round(loop.seconds(), 1), stopped=stopped, dev_metric=metric,
                            dev_before=dev_before, dev_after=dev_after, resumed_from_step=resumed_from, curve=curve)
+    if stopped == "budget":
+        logger.warning("the budget ends before step %d of %d; the state is saved, and the same call goes on from "
+                       "there", loop.step + 1, planned)
+        loop.save(state_path, mine)
+        return LearnRun(out, summary, finished=False)
     model.eval().to("cpu")  # a checkpoint loads anywhere
     config = {"threshold": None, "seed": settings.seed, "data": data.summary,
               "learn": {"settings": settings.to_json(), "summary": summary.to_json()}, **dict(extra_config or {})}

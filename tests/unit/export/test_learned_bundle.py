@@ -5,6 +5,7 @@ the decision the finished folds support."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def test_a_spent_budget_ends_with_the_decision_the_finished_folds_support(
     def second_fold_out_of_time(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 2:
-            kwargs["budget_minutes"] = 0.0  # one step, then the budget is spent
+            kwargs["deadline"] = time.monotonic()  # one step, then the budget is spent
         return real(*args, **kwargs)
 
     monkeypatch.setattr(oof_module, "learn_encoder", second_fold_out_of_time)

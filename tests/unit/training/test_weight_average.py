@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from semdup.core.errors import ConfigError
+from semdup.training.loop import WeightAverage
 from semdup.training.trainer import TrainSettings
-from semdup.training.weight_average import WeightAverage
 
 
 def _model() -> nn.Module:

@@ -4,6 +4,7 @@ refused in one line. MiniLM with 5 of 6 layers frozen, 32 wordpieces."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_a_spent_budget_saves_the_run_unfinished_and_the_same_call_goes_on(tmp_p
         seen.append(s)
         return {"margin": float(s[0] - s[1])}
 
-    run = learn_encoder(SETTINGS, _data(), tmp_path / "short", budget_minutes=1e-4, evaluate=evaluate,
+    run = learn_encoder(SETTINGS, _data(), tmp_path / "short", deadline=time.monotonic(), evaluate=evaluate,
                         metric="margin", threads=1, show_progress=False)
     assert not run.finished and run.summary.stopped == "budget" and run.summary.steps == 1  # one step always runs
     assert run.summary.dev_before is not None and len(seen) == 1  # no final check: nothing was finished
@@ -96,7 +97,7 @@ def test_a_folder_of_another_recipe_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_cuda_without_a_gpu_is_refused_in_one_line_and_auto_takes_the_cpu() -> None:
-    from semdup.training.devices import resolve_device
+    from semdup.training.loop import resolve_device
 
     with pytest.raises(ConfigError, match="--device cuda: torch .* sees no CUDA device") as refused:
         resolve_device("cuda")
