@@ -7,7 +7,7 @@ Run from the repository root::
 The fused score's other parts are fixed: the bundle's dense and title cosines, BM25's lexnorm, and the fusion
 (β_bow, α, β_title) chosen on the 267 training originals with IDF weights (``semdup.core.fusion_fit
 .choose_fusion``, as ``semdup fit-default --data semeval`` now does). t is learned on the same training originals
-(``semdup.training.learn.term_weights.learn_term_weights``: BOW-CNN's logistic loss on the hardest labelled
+(``experiments.term_weights.learn_term_weights``: BOW-CNN's logistic loss on the hardest labelled
 negative, λ‖t − idf‖²), and dev MAP is compared with IDF's under the same fusion (and with the fusion re-chosen on
 train for the learned t), each with a paired randomisation test over the 50 dev questions. Test is never scored.
 """
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from semdup.core.scoring import fused_scores, minmax_normalise
     from semdup.core.significance import paired_randomisation_test
     from semdup.export.default_bundle import idf_pipeline
-    from semdup.training.learn.term_weights import TermGroup, learn_term_weights
+    from experiments.term_weights import TermGroup, learn_term_weights
 
     train, dev, test_input = _sets()
     bundle = Bundle.load(args.bundle)

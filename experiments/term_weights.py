@@ -1,4 +1,5 @@
-"""Learn the bag-of-words term weights t of the fused score from a site's labels (BOW-CNN's t, IDF at the start).
+"""Issue #18 research: the bag-of-words term weights t of the fused score learned from labels (BOW-CNN's t, IDF at
+the start); ``python -m experiments.learn_terms`` measures them (they did not beat IDF, so no bundle ships them).
 
 dos Santos et al. (2015, §3.2 and Table 5) learn t ∈ R^|V|, initialised to IDF, and find learned weights better
 than IDF. Here the rest of the score is fixed (the encoder, the BM25 and title terms and the fusion weights are
