@@ -25,9 +25,9 @@ def local_fusion(rr: Reranker, **changes: Any) -> Reranker:
     retrieve = ref._retrieve
 
     def without_components(*args: Any) -> Any:
-        resolved, cands, encoding = retrieve(*args)
+        resolved, cands, *rest = retrieve(*args)
         cands.components.clear()
-        return resolved, cands, encoding
+        return resolved, cands, *rest
 
     ref._retrieve = without_components  # type: ignore[method-assign]
     return ref

@@ -233,12 +233,13 @@ class Reranker:
             PostError: empty or binary text. SearchIndexError: unknown index. ModelMismatch: another model's index.
             OpenSearchUnavailable / SearchTimeout: the cluster is down or too slow.
         """
-        _, cands, encoding = self._retrieve(post, exclude_id, restrict_ids, index)
+        _, cands, encoding, _ = self._retrieve(post, exclude_id, restrict_ids, index)
         return cands, encoding
 
     def _retrieve(
         self, post: Post, exclude_id: str | None, restrict_ids: Sequence[str] | None, index: str | None
-    ) -> tuple[ResolvedIndex, Candidates, QueryEncoding]:
+    ) -> tuple[ResolvedIndex, Candidates, QueryEncoding, str]:
+        """The resolved index, the merged candidates, the query's encoding and the text its lexical sources matched."""
         check_post(post)
         s = self.settings
         resolved = self.indices.resolve(index or self.index, s)
@@ -257,7 +258,7 @@ class Reranker:
             shards=resolved.shards,
         )
         found = search(self.client, resolved.target, self.sources(resolved), query, s.search_timeout)
-        return resolved, merge(found, primary=s.templates[0]), encoding
+        return resolved, merge(found, primary=s.templates[0]), encoding, query.text
 
     def lexical_text(self, post: Post, encoding: QueryEncoding) -> str:
         """What the lexical templates match: the variant's text (title + body, or the title), cut to its
@@ -286,14 +287,13 @@ class Reranker:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        resolved, cands, query = self._retrieve(post, exclude_id, restrict_ids, index)
+        resolved, cands, query, text = self._retrieve(post, exclude_id, restrict_ids, index)
         if not cands.ids:
             return []
         s, target = self.settings, resolved.target
         unscored = [i for i in cands.ids if i not in cands.lexical]
         if unscored and self.fusion.get("alpha", 0.0) != 0.0:
-            # found by another template only: ask the first template for their scores
-            text = self.lexical_text(post, query)
+            # found by another template only: ask the first template for their scores, matching the same text
             cands.lexical.update(lexical_scores(self.client, target, text, unscored, model=s.templates[0],
                                                 variant=s.variant, timeout=s.search_timeout))  # fmt: skip
         unread = [i for i in cands.ids if i not in cands.components]  # written before the packed format 2
