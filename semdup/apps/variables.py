@@ -113,6 +113,19 @@ VARIABLES: tuple[Var, ...] = (
         "then read) before it gives up on it", expect="seconds within (0, 60]"),
     Var("SEMDUP_PIPELINE_ON_FAILURE", "pipeline.on_failure", "original: a search semdup cannot rank runs as the "
         "site sent it; error: it fails", expect="original or error"),
+    Var("SEMDUP_COMPANION_SHARDS", "indices.companion_shards", "primary shards of a companion `semdup enable` or "
+        "`upgrade` creates (unset: the site index's)", expect="a whole number, 1..1024"),
+    Var("SEMDUP_COMPANION_REPLICAS", "indices.companion_replicas", "replicas of a companion: a count, or a range "
+        "such as 0-1 (auto_expand_replicas); unset: the site index's; `enable` applies a value set here to an existing "
+        "companion", expect="a count (0, 1 ...) or a range like 0-1"),
+    Var("SEMDUP_INDEX_SHARDS", "indices.index_shards", "primary shards of an index semdup creates itself "
+        "(`index-posts`)", expect="a whole number, 1..1024"),
+    Var("SEMDUP_INDEX_REPLICAS", "indices.index_replicas", "its replicas: a count or a range (0-1: one wherever "
+        "there are two data nodes)", expect="a count (0, 1 ...) or a range like 0-1"),
+    Var("SEMDUP_STORE_SHARDS", "indices.store_shards", "primary shards of each store (semdup-jobs, -duplicates, "
+        "-verdicts, -sessions, -parked)", expect="a whole number, 1..1024"),
+    Var("SEMDUP_STORE_REPLICAS", "indices.store_replicas", "their replicas: a count or a range (0-1: one wherever "
+        "there are two data nodes)", expect="a count (0, 1 ...) or a range like 0-1"),
 )
 
 # Read outside the tree, by code that runs where no deployed process starts (the dev stack, research and tests),
