@@ -116,8 +116,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_COMPANION_SHARDS", "indices.companion_shards", "primary shards of a companion `semdup enable` or "
         "`upgrade` creates (unset: the site index's)", expect="a whole number, 1..1024"),
     Var("SEMDUP_COMPANION_REPLICAS", "indices.companion_replicas", "replicas of a companion: a count, or a range "
-        "such as 0-1 (auto_expand_replicas); unset: the site index's; `enable` applies a value set here to an existing "
-        "companion", expect="a count (0, 1 ...) or a range like 0-1"),
+        "such as 0-1 (auto_expand_replicas); unset: the site index's; `enable` applies a value set here to an "
+        "existing companion", expect="a count (0, 1 ...) or a range like 0-1"),
     Var("SEMDUP_INDEX_SHARDS", "indices.index_shards", "primary shards of an index semdup creates itself "
         "(`index-posts`)", expect="a whole number, 1..1024"),
     Var("SEMDUP_INDEX_REPLICAS", "indices.index_replicas", "its replicas: a count or a range (0-1: one wherever "

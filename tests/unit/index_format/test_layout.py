@@ -35,7 +35,8 @@ def test_settings_from_the_environment_reach_the_index_bodies() -> None:
     assert "auto_expand_replicas" not in companion
     created = index_body(shape=layout.created())["settings"]["index"]
     assert (created["number_of_shards"], created["number_of_replicas"]) == (3, 1)
-    assert JOBS.body_for(layout.store())["settings"]["index"] == {"number_of_shards": 2, "auto_expand_replicas": "0-all"}
+    store = JOBS.body_for(layout.store())["settings"]["index"]
+    assert store == {"number_of_shards": 2, "auto_expand_replicas": "0-all"}
 
 
 def test_a_config_file_may_give_numbers() -> None:
@@ -45,7 +46,8 @@ def test_a_config_file_may_give_numbers() -> None:
 
 @pytest.mark.parametrize(
     ("env", "named"),
-    [({"SEMDUP_STORE_REPLICAS": "one"}, "SEMDUP_STORE_REPLICAS"), ({"SEMDUP_INDEX_SHARDS": "0"}, "SEMDUP_INDEX_SHARDS"),
+    [({"SEMDUP_STORE_REPLICAS": "one"}, "SEMDUP_STORE_REPLICAS"),
+     ({"SEMDUP_INDEX_SHARDS": "0"}, "SEMDUP_INDEX_SHARDS"),
      ({"SEMDUP_COMPANION_REPLICAS": "2-1"}, "SEMDUP_COMPANION_REPLICAS")],
 )  # fmt: skip
 def test_a_bad_value_names_its_variable(env: dict[str, str], named: str) -> None:
@@ -88,7 +90,8 @@ class _Cluster:
 _SITE = {"posts": {"number_of_shards": "2", "number_of_replicas": "1"}}
 _ZERO = {"semdup-posts-v1": {"number_of_shards": "2", "number_of_replicas": "0"},
          "semdup-verdicts": {"number_of_shards": "1", "number_of_replicas": "0", "auto_expand_replicas": "0-0"},
-         "semdup-jobs": {"number_of_shards": "1", "number_of_replicas": "1", "auto_expand_replicas": "0-1"}}  # fmt: skip
+         "semdup-jobs": {"number_of_shards": "1", "number_of_replicas": "1",
+                         "auto_expand_replicas": "0-1"}}  # fmt: skip
 
 
 def test_site_shape_is_read_from_its_settings() -> None:
