@@ -54,6 +54,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_SEARCH_TIMEOUT", "candidates.search_timeout", "seconds per OpenSearch call of the reranker"),
     Var("SEMDUP_LEXICAL_TERMS", "candidates.lexical_terms",
         "N > 0: the lexical templates match the query's N heaviest terms (0: its whole text)"),
+    Var("SEMDUP_DFS", "candidates.dfs", "the candidate searches gather the whole index's term statistics first "
+        "(dfs_query_then_fetch): true, false or auto (where the index has more than one primary shard)", "auto_bool"),
     Var("SEMDUP_INDEX", "service.index", "the index a request without \"index\" searches (the service needs it)"),
     Var("SEMDUP_INDICES", "service.indices", "comma-separated indices or aliases requests may name", "csv"),
     Var("SEMDUP_API_KEY", "service.api_key", "one key clients send in X-API-Key (search scope)", secret=True),
