@@ -113,3 +113,19 @@ def test_unreplicated_indices_on_several_nodes_get_the_fix() -> None:
 
 def test_a_single_node_is_never_warned() -> None:
     assert unreplicated(_Cluster(1, _ZERO), list(_ZERO)) == []
+
+
+def test_config_show_prints_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from semdup.cli import cli
+
+    monkeypatch.setenv("SEMDUP_COMPANION_REPLICAS", "1")
+    out = CliRunner().invoke(cli, ["config", "show", "--json"])
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.output)
+    assert shown["indices.companion_replicas"] == {"value": 1, "source": "env SEMDUP_COMPANION_REPLICAS"}
+    assert shown["indices.store_replicas"] == {"value": "0-1", "source": "default"}
+    assert shown["indices.companion_shards"]["value"] is None and shown["candidates.dfs"]["value"] is None
