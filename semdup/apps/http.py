@@ -491,11 +491,14 @@ def app_from_env() -> Any:
     exits 1 (:func:`semdup.reranker.workers.run_workers`).
     """
     from semdup.apps.settings import load_settings
+    from semdup.index_format.system_indices import use_store_shape
 
     fmt = "text"
     try:
         fmt = configure_service_logging()
-        settings = load_settings().service_settings()
+        tree = load_settings()
+        use_store_shape(tree.indices.store())  # the sessions and verdicts stores this process may create
+        settings = tree.service_settings()
         app = create_app(settings)
     except Exception as exc:
         what = str(exc) if isinstance(exc, SemdupError) else f"{type(exc).__name__}: {exc}"

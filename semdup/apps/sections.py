@@ -15,6 +15,7 @@ from semdup.bundle.devices import DEVICES
 from semdup.core.errors import ConfigError
 from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import DEFAULT_RETRY_BUDGET
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
 from semdup.reranker.settings import ApiKey, RerankerSettings
@@ -237,4 +238,5 @@ SECTION_TYPES: dict[str, type] = {
     "metrics": WorkerMetricsSettings,
     "logging": LoggingSection,
     "pipeline": PipelineSection,
+    "indices": IndexLayout,
 }

@@ -11,7 +11,7 @@ down as plain arguments; nothing below :mod:`semdup.apps` reads the environment:
 Sources, highest first: values the CLI passes (``--bundle`` ...), environment variables (:data:`VARIABLES`), one
 YAML or TOML config file (``$SEMDUP_CONFIG`` or ``--config``), the defaults. The file holds the tree's sections
 (``opensearch:``, ``broker:``, ``model:``, ``candidates:``, ``service:``, ``review:``, ``worker:``, ``alerts:``,
-``metrics:``, ``logging:``) and, as before, a flat ``reranker:`` section (its keys go where :data:`LEGACY_KEYS`
+``metrics:``, ``logging:``, ``pipeline:``, ``indices:``) and, as before, a flat ``reranker:`` section (its keys go where :data:`LEGACY_KEYS`
 says). Each section is the frozen dataclass of the layer that uses it where one exists
 (:class:`~semdup.core.settings.OpenSearchSettings`, :class:`~semdup.reranker.settings.RerankerSettings`, ...), so a
 field is declared once, and pydantic (through pydantic-settings) coerces and checks it; a bad value is one
@@ -70,6 +70,7 @@ from semdup.core.settings import (
     BrokerSettings,
     OpenSearchSettings,
 )
+from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import RetryPolicy
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
 from semdup.reranker.settings import RerankerSettings, ServiceSettings, api_keys_of, default_workers
@@ -150,6 +151,7 @@ class Settings(BaseSettings):
     metrics: WorkerMetricsSettings = WorkerMetricsSettings()
     logging: LoggingSection = LoggingSection()
     pipeline: PipelineSection = PipelineSection()
+    indices: IndexLayout = IndexLayout()
 
     @classmethod
     def settings_customise_sources(

@@ -54,6 +54,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_SEARCH_TIMEOUT", "candidates.search_timeout", "seconds per OpenSearch call of the reranker"),
     Var("SEMDUP_LEXICAL_TERMS", "candidates.lexical_terms",
         "N > 0: the lexical templates match the query's N heaviest terms (0: its whole text)"),
+    Var("SEMDUP_DFS", "candidates.dfs", "the candidate searches gather the whole index's term statistics first "
+        "(dfs_query_then_fetch): true, false or auto (where the index has more than one primary shard)", "auto_bool"),
     Var("SEMDUP_INDEX", "service.index", "the index a request without \"index\" searches (the service needs it)"),
     Var("SEMDUP_INDICES", "service.indices", "comma-separated indices or aliases requests may name", "csv"),
     Var("SEMDUP_API_KEY", "service.api_key", "one key clients send in X-API-Key (search scope)", secret=True),
@@ -113,6 +115,19 @@ VARIABLES: tuple[Var, ...] = (
         "then read) before it gives up on it", expect="seconds within (0, 60]"),
     Var("SEMDUP_PIPELINE_ON_FAILURE", "pipeline.on_failure", "original: a search semdup cannot rank runs as the "
         "site sent it; error: it fails", expect="original or error"),
+    Var("SEMDUP_COMPANION_SHARDS", "indices.companion_shards", "primary shards of a companion `semdup enable` or "
+        "`upgrade` creates (unset: the site index's)", expect="a whole number, 1..1024"),
+    Var("SEMDUP_COMPANION_REPLICAS", "indices.companion_replicas", "replicas of a companion: a count, or a range "
+        "such as 0-1 (auto_expand_replicas); unset: the site index's; `enable` applies a value set here to an "
+        "existing companion", expect="a count (0, 1 ...) or a range like 0-1"),
+    Var("SEMDUP_INDEX_SHARDS", "indices.index_shards", "primary shards of an index semdup creates itself "
+        "(`index-posts`)", expect="a whole number, 1..1024"),
+    Var("SEMDUP_INDEX_REPLICAS", "indices.index_replicas", "its replicas: a count or a range (0-1: one wherever "
+        "there are two data nodes)", expect="a count (0, 1 ...) or a range like 0-1"),
+    Var("SEMDUP_STORE_SHARDS", "indices.store_shards", "primary shards of each store (semdup-jobs, -duplicates, "
+        "-verdicts, -sessions, -parked)", expect="a whole number, 1..1024"),
+    Var("SEMDUP_STORE_REPLICAS", "indices.store_replicas", "their replicas: a count or a range (0-1: one wherever "
+        "there are two data nodes)", expect="a count (0, 1 ...) or a range like 0-1"),
 )
 
 # Read outside the tree, by code that runs where no deployed process starts (the dev stack, research and tests),

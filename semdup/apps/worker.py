@@ -74,10 +74,12 @@ def build_runtime(settings: Settings) -> WorkerRuntime:
     """One worker process's runtime from the tree: the bundle loaded and verified, a checked client, the retry
     policy, whether flagging is chained, and how the flagging task flags."""
     from semdup.core.clients import connect
+    from semdup.index_format.system_indices import use_store_shape
 
     path = settings.bundle()
     bundle = load_worker_bundle(settings, path)
     client = connect(settings.opensearch_settings())
+    use_store_shape(settings.indices.store())  # the ledger, parking and flag stores this process may create
     logger.info(
         "worker process %d loaded bundle %s (arch %s, dimension %s) from %s, encoding on %s (%s, %d streams)",
         os.getpid(),

@@ -113,11 +113,15 @@ def _ensure_index(client: Any, index: str, bundle: Any, sparse: bool, knn: bool)
     from semdup.ingest.jobs import ensure_index
 
     try:
-        state = ensure_index(client, index, dimension=bundle.dimension, fields=CandidateFields(sparse, knn))
+        state = ensure_index(client, index, dimension=bundle.dimension, fields=CandidateFields(sparse, knn),
+                             shape=edge.settings().indices.created())  # fmt: skip
     except ConfigError as exc:  # --knn the bundle or the cluster cannot serve: a usage error
         raise click.UsageError(str(exc)) from exc
     if state.created:
-        click.echo(f"created index {index} (dimension {bundle.dimension}, {state.fields.describe()})")
+        click.echo(
+            f"created index {index} (dimension {bundle.dimension}, {state.fields.describe()}; "
+            f"{edge.settings().indices.created().describe()})"
+        )
     elif (sparse and not state.fields.sparse) or (knn and not state.fields.knn):
         click.echo(
             f"warning: {index} exists with {state.fields.describe()}; --sparse/--knn apply only when the index is "
@@ -326,12 +330,15 @@ def enable(
         title_field=title_field,
         body_field=body_field,
         fields=CandidateFields(sparse=sparse, knn=knn),
+        layout=edge.settings().indices,
     )
     verb = "created" if out.created else "updated"
     click.echo(
         f"{verb} companion {out.index} (alias {out.companion}) of {index} for model {b.version}: "
         f"{out.fields.describe()}; text from {index}.{title_field} and .{body_field}"
     )
+    for line in out.warnings:
+        click.echo(f"warning: {line}", err=True)
     if run_backfill:
         from semdup.ingest.backfill import enqueue_backfill
 

@@ -80,6 +80,7 @@ def upgrade(
         _remove_old(client, index, yes)
         return
     from semdup.cli.edge import bundle_path
+    from semdup.cli.edge import settings as edge_settings
 
     path = bundle_path(bundle)
     from semdup.bundle.bundle import Bundle
@@ -96,6 +97,7 @@ def upgrade(
         batch_size=batch_size,
         max_rounds=max_rounds,
         settle=5.0,
+        layout=edge_settings().indices,
     )
     if out.already:
         click.echo(f"{out.alias} already holds model {b.version}: nothing to do")

@@ -31,6 +31,7 @@ from semdup.core.fitting import THRESHOLD_MEASURES, best_threshold, pair_accurac
 from semdup.core.measures import complete_scores, precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
+from semdup.index_format.layout import Shape
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.ingest.lexical_index import create_index, delete_index
@@ -89,18 +90,20 @@ def semantic_index(
     progress: bool = True,
     batch: int = 64,
     search: CandidateFields | None = None,
+    shape: Shape | None = None,
 ) -> Iterator[str]:
     """A fresh index holding ``posts`` with lexical and semdup fields (``index_batch``), dropped afterwards.
 
     ``search``: its search structures; by default every one the bundle and cluster allow (learned-sparse with a
-    BOW model, k-NN when the cluster has the plugin), so every candidate path can be measured.
+    BOW model, k-NN when the cluster has the plugin), so every candidate path can be measured. ``shape``: its
+    shards and replicas (default one shard: the figures do not depend on how documents fall on shards).
     """
     name = _index_name(stem)
     if search is None:
         plugins = {p.get("component") for p in client.cat.plugins(format="json", request_timeout=30)}
         knn = "opensearch-knn" in plugins and bundle.dimension is not None
         search = CandidateFields(sparse=bundle.term_weights is not None, knn=knn)
-    create_index(client, name, dimension=bundle.dimension, knn=search.knn, sparse=search.sparse)
+    create_index(client, name, dimension=bundle.dimension, knn=search.knn, sparse=search.sparse, shape=shape)
     try:
         search = ensure_index_model(client, name, bundle.version)
         register_templates(client)

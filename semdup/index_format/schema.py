@@ -49,6 +49,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from semdup.index_format.layout import Shape
+
 __all__ = [
     "CandidateFields",
     "LEXICAL_MODELS",
@@ -222,17 +224,19 @@ def missing_semdup_fields(
 
 def index_body(
     *,
-    shards: int = 1,
-    replicas: int = 0,
+    shape: Shape | None = None,
     dimension: int | None = None,
     fields: CandidateFields | None = None,
     refresh_interval: str = "1s",
 ) -> dict[str, Any]:
-    """Settings and mappings for a semdup-created index (create it with ``client.indices.create``)."""
+    """Settings and mappings for a semdup-created index (create it with ``client.indices.create``).
+
+    ``shape``: its shards and replicas (:mod:`semdup.index_format.layout`: a companion follows the site's index,
+    an index semdup creates gets ``IndexLayout.created()``); default one shard, ``auto_expand_replicas: 0-1``.
+    """
     fields = fields or CandidateFields()
     settings: dict[str, Any] = {
-        "number_of_shards": shards,
-        "number_of_replicas": replicas,
+        **(shape or Shape()).settings(),
         "refresh_interval": refresh_interval,
         "similarity": SIMILARITIES,
     }

@@ -14,36 +14,58 @@ The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.ing
 :mod:`semdup.ingest.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
 ``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`) and ``semdup-sessions`` (the review page's
 logins, :mod:`semdup.review.sessions`).
+
+Their shards and replicas are the process's store layout (:func:`use_store_shape`, which the composition roots
+call with the ``indices.store_*`` settings: the CLI, the worker app, the HTTP app), by default one shard and
+``auto_expand_replicas: 0-1`` (:mod:`semdup.index_format.layout`): one replica wherever the cluster has a second
+data node, so a node's loss loses no verdict, flag or ledger entry, and none on a single node (never yellow).
+A store is created by whichever process writes to it first, deep below any settings argument, hence one shape per
+process rather than a parameter through every writer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from semdup.core.errors import OpenSearchRefused
+from semdup.index_format.layout import Shape
 
-__all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SESSIONS", "SYSTEM_INDICES", "ensure"]
+__all__ = [
+    "SystemIndex",
+    "PARKED",
+    "JOBS",
+    "FLAGS",
+    "VERDICTS",
+    "SESSIONS",
+    "SYSTEM_INDICES",
+    "ensure",
+    "use_store_shape",
+    "store_shape",
+]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class SystemIndex:
-    """One of semdup's stores: its name, settings and fields (the mapping is ``dynamic: strict``)."""
+    """One of semdup's stores: its name and fields (the mapping is ``dynamic: strict``); its shards and replicas
+    are the process's store shape (module doc)."""
 
     name: str
     properties: dict[str, Any]
-    settings: dict[str, Any] = field(
-        default_factory=lambda: {"index": {"number_of_shards": 1, "number_of_replicas": 0}}
-    )
+
+    def body_for(self, shape: Shape) -> dict[str, Any]:
+        """The ``PUT /<name>`` body with ``shape``'s shards and replicas."""
+        return {"settings": {"index": shape.settings()},
+                "mappings": {"dynamic": "strict", "properties": self.properties}}  # fmt: skip
 
     @property
     def body(self) -> dict[str, Any]:
-        """The ``PUT /<name>`` body."""
-        return {"settings": self.settings, "mappings": {"dynamic": "strict", "properties": self.properties}}
+        """The ``PUT /<name>`` body with the process's store shape."""
+        return self.body_for(store_shape())
 
 
 PARKED = SystemIndex(
@@ -135,6 +157,19 @@ SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS, SESSIONS)
 
 _current: set[tuple[int, str]] = set()  # (client id, index name) known to hold the declared mapping
 _lock = threading.Lock()
+_shape = Shape()  # the stores' shards and replicas in this process (use_store_shape)
+
+
+def use_store_shape(shape: Shape) -> None:
+    """The shards and replicas the stores this process creates get (``IndexLayout.store()`` of the settings);
+    called once by a composition root. Stores that exist keep theirs."""
+    global _shape
+    _shape = shape
+
+
+def store_shape() -> Shape:
+    """The stores' shape in this process (:func:`use_store_shape`; default one shard, ``auto_expand_replicas 0-1``)."""
+    return _shape
 
 
 def ensure(client: Any, decl: SystemIndex, name: str | None = None) -> bool:
@@ -162,7 +197,7 @@ def _create(client: Any, decl: SystemIndex, name: str) -> bool:
     try:
         if client.indices.exists(index=name):
             return False
-        client.indices.create(index=name, body=decl.body)
+        client.indices.create(index=name, body=decl.body_for(store_shape()))
         return True
     except OpenSearchRefused as exc:
         if exc.type != "resource_already_exists_exception":

@@ -11,12 +11,18 @@ Checked and refused with a clear error, before anything is created: a missing in
 index behind the alias, an index semdup created itself (it needs no companion), a companion holding another
 model (``semdup upgrade`` moves to a new one), and ``--knn`` asked of an existing companion created without it.
 Enabling again with more flags adds the missing search structures; the next backfill fills them.
+
+Shards and replicas (:mod:`semdup.index_format.layout`): a new companion follows the site index's (or the
+``indices.companion_*`` settings); enabling again applies ``indices.companion_replicas`` when it is set (shards
+cannot change in place). ``enable`` also creates semdup's stores that do not exist yet, with the store settings.
+On a cluster of two or more data nodes, a companion or store that keeps no replica is reported
+(:attr:`Enabled.warnings`) with the exact command that gives it one.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from semdup.core.errors import OpenSearchRefused, SearchIndexError
@@ -29,11 +35,13 @@ from semdup.index_format.companion import (
     companion_index_name,
     companion_of,
 )
+from semdup.index_format.layout import IndexLayout, site_shape, unreplicated
 from semdup.index_format.mapping import MODEL_META_KEY, mappings, semdup_props
 from semdup.index_format.schema import CandidateFields, index_body, missing_semdup_fields
+from semdup.index_format.system_indices import SYSTEM_INDICES, ensure
 from semdup.search_templates import ensure_templates
 
-__all__ = ["Enabled", "enable_index", "check_site_index"]
+__all__ = ["Enabled", "enable_index", "check_site_index", "replica_warnings"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +56,7 @@ class Enabled:
     created: bool
     fields: CandidateFields
     source: SourceFields
+    warnings: tuple[str, ...] = ()
 
 
 def _field_exists(properties: dict[str, Any], path: str) -> bool:
@@ -95,11 +104,13 @@ def enable_index(
     title_field: str = "title",
     body_field: str = "body",
     fields: CandidateFields | None = None,
+    layout: IndexLayout | None = None,
 ) -> Enabled:
     """Create (or complete) the companion of the site's ``index`` for bundle ``version``.
 
     Args:
         fields: the search structures for the reranker's hybrid candidate paths (default: none).
+        layout: shards and replicas (the ``indices`` settings; default: follow the site index).
 
     Raises:
         SearchIndexError: see the module doc. OpenSearchUnavailable: the cluster did not answer.
@@ -109,17 +120,51 @@ def enable_index(
     check_site_index(client, index, title_field, body_field)
     source = SourceFields(index, title_field, body_field)
     ensure_templates(client)  # the reranker's candidate searches of the companion need them
+    layout = layout or IndexLayout()
     existing = companion_of(client, index)
     if existing is None:
-        return _create(client, index, version, dimension, wanted, source)
-    return _complete(client, existing[0], version, dimension, wanted, source)
+        out = _create(client, index, version, dimension, wanted, source, layout)
+    else:
+        out = _complete(client, existing[0], version, dimension, wanted, source, layout)
+    for decl in SYSTEM_INDICES:  # the stores the service and workers write, with the store settings
+        ensure(client, decl)
+    warnings = replica_warnings(client, [out.companion], [d.name for d in SYSTEM_INDICES])
+    for line in warnings:
+        logger.warning("%s", line)
+    return replace(out, warnings=tuple(warnings))
+
+
+def replica_warnings(client: OpenSearch, companions: list[str], stores: list[str]) -> list[str]:
+    """One line per index of ``companions`` (aliases or concrete) and ``stores`` that keeps no replica on a
+    cluster of two or more data nodes, each with the command that gives it one (none on a single node)."""
+    store_set = set(stores)
+    out = []
+    for name in unreplicated(client, [*companions, *stores]):
+        fix = (
+            f"curl -X PUT \"$SEMDUP_OPENSEARCH_URL/{name}/_settings\" -H 'Content-Type: application/json' "
+            """-d '{"index":{"number_of_replicas":1}}'"""
+        )
+        also = "" if name in store_set else " (or set SEMDUP_COMPANION_REPLICAS=1 and run `semdup enable` again)"
+        what = "store" if name in store_set else "companion"
+        out.append(
+            f"the {what} {name} has 0 replicas on a cluster of several data nodes: losing the node that holds a "
+            f"shard loses it; give it a replica: {fix}{also}"
+        )
+    return out
 
 
 def _create(
-    client: OpenSearch, index: str, version: str, dimension: int | None, wanted: CandidateFields, source: SourceFields
+    client: OpenSearch,
+    index: str,
+    version: str,
+    dimension: int | None,
+    wanted: CandidateFields,
+    source: SourceFields,
+    layout: IndexLayout,
 ) -> Enabled:
     alias, concrete = companion_alias(index), companion_index_name(index, version)
-    body = index_body(dimension=dimension, fields=wanted)
+    shape = layout.companion(site_shape(client, index))
+    body = index_body(shape=shape, dimension=dimension, fields=wanted)
     body["mappings"]["_meta"] = {MODEL_META_KEY: version, SOURCE_META_KEY: source.as_meta()}
     body["aliases"] = {alias: {"is_write_index": True}}
     try:
@@ -129,15 +174,26 @@ def _create(
             raise
         # a concurrent enable, or an earlier one stopped before the alias: put the alias, then complete it
         client.indices.put_alias(index=concrete, name=alias)
-        return _complete(client, alias, version, dimension, wanted, source)
-    logger.info("enabled semdup on %s: companion %s (model %s, %s)", index, concrete, version, wanted.describe())
+        return _complete(client, alias, version, dimension, wanted, source, layout)
+    logger.info("enabled semdup on %s: companion %s (model %s, %s; %s)", index, concrete, version, wanted.describe(),
+                shape.describe())  # fmt: skip
     return Enabled(alias, concrete, True, wanted, source)
 
 
 def _complete(
-    client: OpenSearch, alias: str, version: str, dimension: int | None, wanted: CandidateFields, source: SourceFields
+    client: OpenSearch,
+    alias: str,
+    version: str,
+    dimension: int | None,
+    wanted: CandidateFields,
+    source: SourceFields,
+    layout: IndexLayout,
 ) -> Enabled:
     found = mappings(client, alias)
+    if layout.companion_replicas is not None:  # replicas change in place; shards stay what the index was made with
+        replicas = layout.companion(None).replica_settings()
+        client.indices.put_settings(index=alias, body={"index": replicas})
+        logger.info("companion %s: replicas set to %s", alias, layout.companion_replicas)
     settings = client.indices.get_settings(index=alias)
     targets = []
     for name, mapping in found.items():

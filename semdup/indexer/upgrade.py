@@ -36,6 +36,7 @@ from semdup.index_format.companion import (
     companion_index_name,
     companion_of,
 )
+from semdup.index_format.layout import IndexLayout, site_shape
 from semdup.index_format.mapping import MODEL_META_KEY, common_fields
 from semdup.index_format.schema import CandidateFields, index_body
 from semdup.indexer.batch_writer import DocumentEncoder
@@ -105,6 +106,7 @@ def upgrade(
     progress: bool = True,
     max_rounds: int = 20,
     settle: float = 0.0,
+    layout: IndexLayout | None = None,
 ) -> UpgradeResult:
     """Fill a new companion of the site's ``index`` with ``bundle``'s model, then switch the alias to it.
 
@@ -113,6 +115,7 @@ def upgrade(
         max_rounds: copy/catch-up rounds before giving up the switch (the site writing faster than this process
             encodes); the result says ``switched=False`` and a re-run goes on.
         settle: seconds to wait after the switch before the last catch-up round.
+        layout: the new companion's shards and replicas (the ``indices`` settings; default: the site index's).
 
     Raises:
         SearchIndexError: ``index`` is not connected, or an unfinished upgrade to another model is under way.
@@ -121,7 +124,8 @@ def upgrade(
     """
     check_index_name(index)
     try:
-        return _upgrade(client, index, bundle, fields, batch_size, progress, max_rounds, settle)
+        return _upgrade(client, index, bundle, fields, batch_size, progress, max_rounds, settle,
+                        layout or IndexLayout())  # fmt: skip
     except OpenSearchUnavailable as exc:
         raise exc.advising(f"during the upgrade of {index!r}: {_RESUME}") from exc
 
@@ -145,6 +149,7 @@ def _upgrade(
     progress: bool,
     max_rounds: int,
     settle: float,
+    layout: IndexLayout,
 ) -> UpgradeResult:
     found = companion_of(client, index)
     if found is None:
@@ -176,7 +181,8 @@ def _upgrade(
     result.from_version = ",".join(sorted(str(m) for m in models))
     result.old_indices = sorted(behind)
     _refuse_other_upgrade(index, every, behind, models, bundle.version)
-    result.fields, result.created = _new_companion(client, index, bundle, new, fields, behind, every, source)
+    result.fields, result.created = _new_companion(client, index, bundle, new, fields, behind, every, source,
+                                                   layout)  # fmt: skip
 
     while True:
         left = _catch_up(client, source, bundle, result, batch_size, progress, final=False)
@@ -226,6 +232,7 @@ def _new_companion(
     behind: dict[str, dict[str, Any]],
     every: dict[str, dict[str, Any]],
     source: SourceFields,
+    layout: IndexLayout,
 ) -> tuple[CandidateFields, bool]:
     """Create the new companion out of the alias (or find an earlier run's); its search structures."""
     if new in every:
@@ -257,14 +264,16 @@ def _new_companion(
             f"but bundle {bundle.version} has dimension {bundle.dimension} and the cluster's k-NN plugin is "
             f"{'present' if plugin else 'missing'}; upgrade with --fields packed or --fields sparse"
         )
-    body = index_body(dimension=bundle.dimension, fields=wanted)
+    shape = layout.companion(site_shape(client, index))  # the site's shards and replicas, as enable's companion
+    body = index_body(shape=shape, dimension=bundle.dimension, fields=wanted)
     body["mappings"]["_meta"] = {
         MODEL_META_KEY: bundle.version,
         SOURCE_META_KEY: source.as_meta(),
         UPGRADE_META_KEY: {"from": ",".join(sorted(str(_meta(m).get(MODEL_META_KEY)) for m in behind.values()))},
     }
     client.indices.create(index=new, body=body)
-    logger.info("upgrade of %s: created %s for model %s (%s)", index, new, bundle.version, wanted.describe())
+    logger.info("upgrade of %s: created %s for model %s (%s; %s)", index, new, bundle.version, wanted.describe(),
+                shape.describe())  # fmt: skip
     return wanted, True
 
 

@@ -54,6 +54,7 @@ from semdup.core.opensearch import OpenSearch
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
 from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
+from semdup.index_format.layout import Shape
 from semdup.index_format.mapping import common_fields, semdup_props
 from semdup.index_format.mapping import mappings as index_mappings
 from semdup.index_format.schema import CandidateFields
@@ -112,12 +113,18 @@ class IndexState:
 
 
 def ensure_index(
-    client: OpenSearch, index: str, *, dimension: int | None, fields: CandidateFields | None = None
+    client: OpenSearch,
+    index: str,
+    *,
+    dimension: int | None,
+    fields: CandidateFields | None = None,
+    shape: Shape | None = None,
 ) -> IndexState:
     """Create ``index`` with semdup's schema and the search structures ``fields`` asks for, unless it exists.
 
     An existing index is left as it is (``fields`` only applies at creation; ``semdup enable`` adds structures
-    to an existing one): the returned state says which it holds.
+    to an existing one): the returned state says which it holds. ``shape``: a new index's shards and replicas
+    (the settings' ``IndexLayout.created()``).
 
     Raises:
         ConfigError: a name that is not one index (a pattern, list, endpoint or system name), or ``fields.knn``
@@ -143,7 +150,7 @@ def ensure_index(
             "--knn needs a bundle with a dense encoder and the k-NN plugin on the cluster "
             f"(bundle dimension {dimension}, plugin {'present' if plugin else 'missing'})"
         )
-    create_index(client, index, dimension=dimension, knn=fields.knn, sparse=fields.sparse)
+    create_index(client, index, dimension=dimension, knn=fields.knn, sparse=fields.sparse, shape=shape)
     return IndexState(created=True, fields=fields)
 
 

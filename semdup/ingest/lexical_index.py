@@ -11,6 +11,7 @@ from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings
 from semdup.index_format.documents import index_action
+from semdup.index_format.layout import Shape
 from semdup.index_format.schema import CandidateFields, index_body
 from semdup.search_templates import ensure_templates
 
@@ -27,12 +28,14 @@ def create_index(
     knn: bool = False,
     sparse: bool = False,
     recreate: bool = False,
+    shape: Shape | None = None,
 ) -> None:
     """Create ``index`` with semdup's schema; ``recreate`` drops an existing one first.
 
     ``knn`` / ``sparse`` add the search structures of the reranker's k-NN / learned-sparse candidate paths
     (:class:`~semdup.index_format.schema.CandidateFields`); without them the index holds the packed fields the
-    fusion reads, and semantic indexing costs much less.
+    fusion reads, and semantic indexing costs much less. ``shape``: its shards and replicas (the settings'
+    ``IndexLayout.created()``; default one shard, ``auto_expand_replicas: 0-1``).
 
     Raises:
         OpenSearchRefused: OpenSearch refused the index (its name, or it exists already), with its status and type.
@@ -40,7 +43,7 @@ def create_index(
     if recreate:
         client.indices.delete(index=index, ignore_unavailable=True)
     fields = CandidateFields(sparse=sparse, knn=knn)
-    client.indices.create(index=index, body=index_body(dimension=dimension, fields=fields))
+    client.indices.create(index=index, body=index_body(shape=shape, dimension=dimension, fields=fields))
     ensure_templates(client)  # the reranker's candidate searches of this index need them
 
 

@@ -256,6 +256,7 @@ class Reranker:
             components=params,
             lexical_field=lexical_field(s.templates[0], s.variant),
             shards=resolved.shards,
+            global_stats=s.global_stats(resolved.shards),
         )
         found = search(self.client, resolved.target, self.sources(resolved), query, s.search_timeout)
         return resolved, merge(found, primary=s.templates[0]), encoding, query.text
@@ -295,7 +296,8 @@ class Reranker:
         if unscored and self.fusion.get("alpha", 0.0) != 0.0:
             # found by another template only: ask the first template for their scores, matching the same text
             cands.lexical.update(lexical_scores(self.client, target, text, unscored, model=s.templates[0],
-                                                variant=s.variant, timeout=s.search_timeout))  # fmt: skip
+                                                variant=s.variant, timeout=s.search_timeout,
+                                                global_stats=s.global_stats(resolved.shards)))  # fmt: skip
         unread = [i for i in cands.ids if i not in cands.components]  # written before the packed format 2
         stored = self.stored.fetch(target, unread, s.search_timeout) if unread else {}
         ids = [i for i in cands.ids if i in cands.components or stored.get(i) is not None]  # None: deleted since

@@ -92,6 +92,10 @@ class RerankerSettings:
             search and the k-NN hits' rescore). 32 kept every dev set within 0.2 MAP and took about a tenth off the
             ``_msearch``, but cost Travel test 0.30 MAP (docs/benchmarks.md), beyond what the default may lose, so
             it is an operator's choice. A bundle without BOW weights matches the whole text.
+        dfs: search with ``dfs_query_then_fetch`` (every shard scores BM25 with the whole index's term statistics,
+            at the price of one more round to the shards); None, the default: where the searched index has more
+            than one primary shard, so a ranking does not depend on how many shards the index has (on a 3-shard
+            index, per-shard statistics moved Travel dev MAP by up to X, docs/results.md).
     """
 
     templates: tuple[str, ...] = ("bm25",)
@@ -101,6 +105,11 @@ class RerankerSettings:
     k_candidates: int = 100
     search_timeout: float = 5.0
     lexical_terms: int = 0
+    dfs: bool | None = None
+
+    def global_stats(self, shards: int) -> bool:
+        """Whether a search of an index of ``shards`` primary shards collects global term statistics (``dfs``)."""
+        return self.dfs if self.dfs is not None else shards > 1
 
     def __post_init__(self) -> None:
         if not self.templates:

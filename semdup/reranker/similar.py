@@ -193,7 +193,8 @@ class TitleSearch:
         params = components_params(self.version, encoding.vector, encoding.terms, encoding.vector)
         query = SourceQuery(query_text(title), size or self.candidates, exclude_id, vector=encoding.vector,
                             components=params, lexical_field=lexical_field("bm25", "title"),
-                            shards=resolved.shards)  # fmt: skip
+                            shards=resolved.shards,
+                            global_stats=rr.settings.global_stats(resolved.shards))  # fmt: skip
         found = search(rr.client, resolved.target, sources, query, rr.settings.search_timeout)
         merged = merge(found, primary="bm25")
         cluster = [merged.components.get(i) for i in merged.ids]

@@ -40,6 +40,7 @@ from semdup.search_templates import template_body, template_params
 from semdup.search_templates.components import COMPONENTS_FIELD, script_fields
 
 __all__ = [
+    "DFS",
     "MAX_SPARSE_TERMS",
     "CandidateSource",
     "Candidates",
@@ -60,6 +61,7 @@ __all__ = [
     "with_components",
 ]
 
+DFS = "dfs_query_then_fetch"  # the search type that gathers every shard's term statistics first
 # The bool query's clause limit is 1024 by default; the heaviest query terms carry the dot product.
 MAX_SPARSE_TERMS = 512
 
@@ -83,6 +85,8 @@ class SourceQuery:
         lexical_field: the first template's ``match`` field: the vector sources' hits then carry its score.
         shards: primary shards behind the index; a vector source asks each for its top ``size`` and keeps the
             best ``size`` of them itself (a rescore reorders hits, so the cluster cannot choose them).
+        global_stats: search with ``dfs_query_then_fetch``: every shard scores with the index's term statistics,
+            not its own (:meth:`~semdup.reranker.settings.RerankerSettings.global_stats`, on where ``shards`` > 1).
     """
 
     text: str
@@ -94,6 +98,7 @@ class SourceQuery:
     components: dict[str, Any] | None = None
     lexical_field: str | None = None
     shards: int = 1
+    global_stats: bool = False
 
     def filters(self) -> dict[str, Any]:
         """The ``bool`` clauses of the restriction and the exclusion (empty when neither is set)."""
@@ -330,19 +335,32 @@ def search(
     asked = [(s, r) for s in sources if (r := s.request(query)) is not None]
     if not asked:
         return []
-    body = [line for _, r in asked for line in ({"index": index}, r)]
+    header: dict[str, Any] = {"index": index}
+    if query.global_stats:  # BM25's document frequencies and lengths of the whole index, not of each shard
+        header["search_type"] = DFS
+    body = [line for _, r in asked for line in (header, r)]
     resp = client.msearch(body=body, params={"request_timeout": timeout})
     return [(s.name, s.hits(r, index, query)) for (s, _), r in zip(asked, resp["responses"], strict=True)]
 
 
 def lexical_scores(
-    client: Any, index: str, text: str, ids: Sequence[str], *, model: str, variant: str, timeout: float
+    client: Any,
+    index: str,
+    text: str,
+    ids: Sequence[str],
+    *,
+    model: str,
+    variant: str,
+    timeout: float,
+    global_stats: bool = False,
 ) -> dict[str, float]:
-    """The template ``model``'s score of given posts (those other sources found); no match = absent."""
+    """The template ``model``'s score of given posts (those other sources found); no match = absent.
+    ``global_stats``: as the candidate search that found the others scored (:class:`SourceQuery`)."""
     if not ids:
         return {}
     source = TemplateSource(model, variant)
-    found = search(client, index, [source], SourceQuery(text, len(ids), restrict_ids=tuple(map(str, ids))), timeout)
+    query = SourceQuery(text, len(ids), restrict_ids=tuple(map(str, ids)), global_stats=global_stats)
+    found = search(client, index, [source], query, timeout)
     return {h.id: h.score for _, hits in found for h in hits}
 
 

@@ -189,3 +189,17 @@ def test_a_cluster_that_is_down_is_the_error_the_caller_gets() -> None:
 
     with pytest.raises(OpenSearchUnavailable):
         _reranker(DownCluster(POSTS), 3).rank(Post("q", "Visa for Qatar?", ""))
+
+
+@pytest.mark.parametrize(("shards", "dfs", "expected"), [(1, None, None), (3, None, "dfs_query_then_fetch"),
+                                                          (3, False, None), (1, True, "dfs_query_then_fetch")])  # fmt: skip
+def test_an_index_of_several_shards_is_searched_with_global_statistics(
+    shards: int, dfs: bool | None, expected: str | None
+) -> None:
+    """BM25 on several shards scores with each shard's own statistics unless the search gathers them first."""
+    cluster = FakeCluster(POSTS)
+    rr = _reranker(cluster, 3).with_settings(dfs=dfs)
+    rr.indices._mapped["posts"] = ("posts", CandidateFields(knn=True), shards, ("title", "body"))
+    rr.rank(Post("q", "Visa for Qatar", "how long can I stay"), k=5)
+    headers = [line for body in cluster.requests for line in body[0::2]]
+    assert headers and all(h.get("search_type") == expected for h in headers)
