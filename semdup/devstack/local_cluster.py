@@ -212,6 +212,8 @@ class LocalCluster:
 
     def kill(self, i: int) -> int | None:
         """SIGKILL member ``i`` (see :meth:`LocalOpenSearch.kill`); the pid killed, None when it was not running."""
+        if self._read_plan() is None:
+            return None
         return self.node(i).kill()
 
     def stop_node(self, i: int, timeout: float = 60.0) -> bool:
@@ -220,6 +222,8 @@ class LocalCluster:
 
     def stop(self, timeout: float = 60.0) -> bool:
         """Stop every member (all at once); False when none was running."""
+        if self._read_plan() is None:  # never started: nothing to stop (and no plan to make)
+            return False
         with ThreadPoolExecutor(max_workers=self.size) as pool:
             stopped = list(pool.map(lambda node: node.stop(timeout), self.nodes))
         return any(stopped)
@@ -258,6 +262,8 @@ class LocalCluster:
     def status(self, timeout: float = 5.0) -> dict[str, Any] | None:
         """Each member's status (see :meth:`LocalOpenSearch.status`; None for one not running) and the cluster's
         health; None when no member runs."""
+        if self._read_plan() is None:
+            return None
         members = [node.status(timeout) for node in self.nodes]
         if not any(members):
             return None
