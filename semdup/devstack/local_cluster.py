@@ -68,7 +68,7 @@ class LocalCluster:
             :func:`default_cluster_dir` under ``cache_dir``).
         heap: each node's JVM heap (default :data:`DEFAULT_CLUSTER_HEAP`).
         ports: the first node's HTTP port; the others take the next ones (None: 9200+ where free, else any free
-            port; transport ports likewise from 9300).
+            port; transport ports likewise from 9300; 0: any free ports, HTTP and transport).
     """
 
     def __init__(
@@ -122,17 +122,19 @@ class LocalCluster:
 
         def pick(requested: int | None, preferred: int) -> int:
             for _ in range(50):
-                port = choose_port(requested, preferred)
+                port = choose_port(requested, preferred)  # preferred 0: any free port
                 if port not in taken:
                     taken.add(port)
                     return port
-                requested, preferred = None, preferred + 1
+                requested, preferred = None, preferred + 1 if preferred else 0
             raise ConfigError("no free port for the local cluster")
 
+        anywhere = self.first_port == 0  # tests: never the ports a developer's own cluster would take
         plan = []
         for i in range(self.size):
-            http = pick(self.first_port + i if self.first_port else None, _HTTP_FROM + i)
-            plan.append(NodePlan(f"semdup-node-{i + 1}", http, pick(None, _TRANSPORT_FROM + i)))
+            http = pick(self.first_port + i if self.first_port else None, 0 if anywhere else _HTTP_FROM + i)
+            transport = pick(None, 0 if anywhere else _TRANSPORT_FROM + i)
+            plan.append(NodePlan(f"semdup-node-{i + 1}", http, transport))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         body = {"version": self.version, "heap": self.heap, "nodes": [asdict(n) for n in plan]}
         self.plan_file.write_text(json.dumps(body, indent=2), encoding="utf-8")

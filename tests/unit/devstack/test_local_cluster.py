@@ -88,3 +88,9 @@ def test_a_member_is_configured_for_discovery_and_the_single_node_is_not(
     single = _yml(LocalOpenSearch(state_dir=tmp_path / "one", port=9299), inst)
     assert single["discovery.type"] == "single-node" and "discovery.seed_hosts" not in single
     assert single["transport.port"] == "9300-9399"
+
+
+def test_ports_zero_takes_any_free_ports_never_the_usual_ones(tmp_path: Path) -> None:
+    plan = LocalCluster(3, state_dir=tmp_path / "c", ports=0).plan()
+    ports = [n.http_port for n in plan] + [n.transport_port for n in plan]
+    assert len(set(ports)) == 6 and not set(ports) & {9200, 9201, 9202, 9300, 9301, 9302}
