@@ -69,7 +69,9 @@ def _node(
     if nodes > 1:
         port = options.pop("port", None)
         return LocalCluster(nodes, version, cache_dir, state_dir, ports=port, **options)  # type: ignore[arg-type]
-    return LocalOpenSearch(version=version, cache_dir=cache_dir, state_dir=state_dir, **options)  # type: ignore[arg-type]
+    return LocalOpenSearch(
+        version=version, cache_dir=cache_dir, state_dir=state_dir, **options  # type: ignore[arg-type]
+    )
 
 
 @click.group()

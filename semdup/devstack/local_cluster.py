@@ -83,7 +83,9 @@ class LocalCluster:
         ports: int | None = None,
     ) -> None:
         if nodes < 2:
-            raise ConfigError(f"a local cluster has 2 or more nodes, got {nodes}; one node is `semdup opensearch start`")
+            raise ConfigError(
+                f"a local cluster has 2 or more nodes, got {nodes}; one node is `semdup opensearch start`"
+            )
         self.version = version or default_version()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         home = self.cache_dir or semdup_home()
@@ -114,7 +116,9 @@ class LocalCluster:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{self.plan_file} is unreadable ({exc}); delete {self.state_dir} to start afresh") from exc
+            raise ConfigError(
+                f"{self.plan_file} is unreadable ({exc}); delete {self.state_dir} to start afresh"
+            ) from exc
 
     def _make_plan(self) -> list[NodePlan]:
         """Free HTTP and transport ports for every node, written to ``cluster.json`` before any node starts."""
@@ -202,7 +206,8 @@ class LocalCluster:
             raise failed[0]
         left = max(5.0, timeout - (time.monotonic() - began))
         self.wait_for(nodes=self.size, timeout=left)
-        logger.info("local cluster of %d nodes healthy at %s after %.1fs", self.size, self.urls, time.monotonic() - began)
+        took = time.monotonic() - began
+        logger.info("local cluster of %d nodes healthy at %s after %.1fs", self.size, self.urls, took)
         return self.urls[0]
 
     def start_node(self, i: int, timeout: float = 300.0) -> str:

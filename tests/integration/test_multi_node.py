@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,10 +147,24 @@ def _versions(client: Any, index: str) -> dict[str, int]:
     return {h["_id"]: int(h["_version"]) for h in scan(client, index=index, query=query)}
 
 
-def _back_whole(cluster: LocalCluster, killed: int) -> None:
-    """Start the killed member again (its data folder, its ports) and wait for all three and green."""
-    cluster.start_node(killed, timeout=STEP_S)
-    cluster.wait_for("green", nodes=cluster.size, timeout=STEP_S)
+@contextmanager
+def _killed(cluster: LocalCluster, victim: int) -> Iterator[Callable[[], None]]:
+    """SIGKILL member ``victim``; yields ``back()``, which starts it again (its data folder, its ports) and waits
+    for all members and green. Run on the way out if the test did not, so the next test finds the cluster whole."""
+    assert cluster.kill(victim) is not None, f"member {victim} was not running"
+    done = False
+
+    def back() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            cluster.start_node(victim, timeout=STEP_S)
+            cluster.wait_for("green", nodes=cluster.size, timeout=STEP_S)
+
+    try:
+        yield back
+    finally:
+        back()
 
 
 # --- backfill through a node loss ----------------------------------------------------------------------------
@@ -198,13 +213,13 @@ def test_a_backfill_through_a_node_loss_writes_every_post_once_and_keeps_every_v
 
         wait_until(lambda: written() >= N_BACKFILL // 2, "half the posts written", STEP_S, every=0.2)
         at_kill = written()
-        assert cluster.kill(victim) is not None
-        cluster.wait_for("yellow", nodes=cluster.size - 1, timeout=STEP_S)  # it left; its replicas took over
-        # the backfill goes on while the node is down: one more batch at least (or all of it)
-        wait_until(lambda: written() >= min(N_BACKFILL, at_kill + 64), "a batch written while the node is down",
-                   STEP_S, every=0.2)  # fmt: skip
-        during = written()
-        _back_whole(cluster, victim)
+        with _killed(cluster, victim) as back:
+            cluster.wait_for("yellow", nodes=cluster.size - 1, timeout=STEP_S)  # it left; its replicas took over
+            # the backfill goes on while the node is down: one more batch at least (or all of it)
+            wait_until(lambda: written() >= min(N_BACKFILL, at_kill + 64), "a batch written while the node is down",
+                       STEP_S, every=0.2)  # fmt: skip
+            during = written()
+            back()
         done = wait_for(client, job, timeout=STEP_S, interval=0.5, progress=False)
     finally:
         worker.stop()
@@ -279,6 +294,13 @@ class _Prober(threading.Thread):
         return [a for a in self.answers if a.started >= t]
 
 
+def _stop(probers: list[_Prober]) -> None:
+    for p in probers:
+        p.stop.set()
+    for p in probers:
+        p.join(60)
+
+
 def _site_search(post: Post) -> dict[str, Any]:
     return {"size": 10, "_source": False, "query": {"bool": {
         "should": [{"match": {"Title": post.title}}, {"match": {"Body": post.body}}],
@@ -324,17 +346,14 @@ def test_rerank_and_the_sites_search_answer_through_a_node_loss(
             wait_until(lambda: all(len(p.answers) >= 3 for p in probers), "answers before the kill", STEP_S, 0.1)
             victim = _member_holding(client, cluster, companion)
             killed_at = time.monotonic()
-            assert cluster.kill(victim) is not None
-            cluster.wait_for("yellow", nodes=cluster.size - 1, timeout=STEP_S)
-            yellow_at = time.monotonic()
-            wait_until(lambda: all(len(p.after(yellow_at)) >= DOWN_REQUESTS for p in probers),
-                       "answers while the node is down", STEP_S, 0.1)  # fmt: skip
+            with _killed(cluster, victim):
+                cluster.wait_for("yellow", nodes=cluster.size - 1, timeout=STEP_S)
+                yellow_at = time.monotonic()
+                wait_until(lambda: all(len(p.after(yellow_at)) >= DOWN_REQUESTS for p in probers),
+                           "answers while the node is down", STEP_S, 0.1)  # fmt: skip
+                _stop(probers)  # before the node comes back: what is checked is the time it was down
         finally:
-            for p in probers:
-                p.stop.set()
-            for p in probers:
-                p.join(60)
-        _back_whole(cluster, victim)
+            _stop(probers)
         with httpx.Client(timeout=30) as http:  # whole again: semdup still ranks the site's search
             ranked = [c["id"] for c in rerank(http, 1).json()["candidates"]]
             assert [h["_id"] for h in search(http, 1).json()["hits"]["hits"]] == ranked
