@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing (cached), then runs every tier — unit, opensearch, broker, slow —
+# The test command: installs what is missing (cached), then runs every tier — unit, opensearch, broker, slow, multinode —
 # against a real OpenSearch (local Maven distribution, started by the fixtures) and a real Redis + Celery worker.
 # GPU tests skip where no GPU is present and say so.
 set -euo pipefail

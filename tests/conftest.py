@@ -16,6 +16,10 @@ Where they come from (first match wins):
 ``rabbitmq_url``
     ``$SEMDUP_TEST_RABBITMQ_URL``, else a local ``rabbitmq-server`` (Debian's) on free ports with its own
     epmd in a temporary folder, stopped at the end (:mod:`benchmarks.local_rabbitmq`).
+``opensearch_cluster``
+    three embedded nodes with ml-commons (:class:`semdup.devstack.local_cluster.LocalCluster`, 512 MB heap each,
+    free ports, a temporary folder), started once per session by the first test that asks, stopped at the end.
+    Always local: its tests SIGKILL and restart a member, which no cluster of the environment's allows.
 
 Tests that request these fixtures are marked ``opensearch`` / ``broker`` automatically, so
 ``pytest -m "not opensearch and not broker"`` is the fast hermetic tier.
@@ -38,6 +42,7 @@ from benchmarks.local_rabbitmq import LocalRabbitMQ
 from semdup.apps.settings import load_settings
 from semdup.core.clients import connect
 from semdup.core.settings import OpenSearchSettings
+from semdup.devstack.local_cluster import LocalCluster
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
 from semdup.devstack.local_redis import LocalRedis
 
@@ -52,6 +57,7 @@ _OPENSEARCH_FIXTURES = {
     "unique_index",
 }
 _BROKER_FIXTURES = {"redis_url", "rabbitmq_url"}
+_CLUSTER_FIXTURES = {"opensearch_cluster"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection looks at the markers
@@ -63,6 +69,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.opensearch)
         if names & _BROKER_FIXTURES and item.get_closest_marker("broker") is None:
             item.add_marker(pytest.mark.broker)
+        if names & _CLUSTER_FIXTURES:
+            for mark in ("multinode", "opensearch"):
+                if item.get_closest_marker(mark) is None:
+                    item.add_marker(getattr(pytest.mark, mark))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -169,6 +179,32 @@ def unique_index(opensearch_client: Any, request: pytest.FixtureRequest) -> Iter
     name = f"semdup-test-{stem}-{uuid.uuid4().hex[:8]}"
     yield name
     opensearch_client.indices.delete(index=name, ignore_unavailable=True, request_timeout=30)
+
+
+CLUSTER_NODES = 3
+CLUSTER_HEAP = "512m"  # x 3 beside the single node and the workers, on a 2-core 24 GiB machine
+
+
+@pytest.fixture(scope="session")
+def opensearch_cluster() -> Iterator[LocalCluster]:
+    """Three local nodes with ml-commons, formed and healthy (see the module docstring); shared by the tier.
+
+    A test that kills a member starts it again and waits for green before it ends, so the next test finds the
+    cluster whole."""
+    import shutil
+    import tempfile
+
+    from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
+
+    ensure_ml_installed()
+    state = Path(tempfile.mkdtemp(prefix="semdup-test-cluster-"))
+    cluster = LocalCluster(CLUSTER_NODES, cache_dir=ml_cache_dir(), state_dir=state, heap=CLUSTER_HEAP, ports=0)
+    try:
+        cluster.start(timeout=600)
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -30,8 +30,9 @@ Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X
 for both, so it tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another
 model version, 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
 beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down (or, for
-ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed; or
-``Overloaded``: this worker has ``max_in_flight`` requests in flight, with ``Retry-After``), 504 OpenSearch too
+ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed), with
+``Retry-After: 2`` (or ``Overloaded``: this worker has ``max_in_flight`` requests in flight, with its own
+``Retry-After``), 504 OpenSearch too
 slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
 (:func:`semdup.core.logs.scrub`).
 
@@ -94,6 +95,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+UNAVAILABLE_RETRY_AFTER_S = 2  # the Retry-After of a 503 for OpenSearch or the broker down (not Overloaded's own)
 # never refused by admission control (a busy worker still answers its probes and scrapes)
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
 _KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS}  # metrics' path label
@@ -342,13 +344,16 @@ async def _semdup(request: Request, exc: Exception) -> JSONResponse:
     if status == 500 or public is not None:  # the detail (the cluster's address, the index paths) in the log only
         level = logging.ERROR if status == 500 else logging.WARNING
         logger.log(level, "%s answered %d: %s", _label(request.url.path), status, exc)
+    # 503: worth trying again soon (a node lost is replaced by its replicas within seconds, a broker restarts):
+    # every 503 says when, as the Overloaded one does, so a caller's client backs off instead of hammering
+    retry = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)} if status == 503 else None
     if public is not None:
-        return _error(request, status, type(exc).__name__, public)
+        return _error(request, status, type(exc).__name__, public, headers=retry)
     if status == 422:
         detail = [{"loc": ["body"], "msg": scrub(str(exc)), "type": "value_error"}]
         return _error(request, 422, type(exc).__name__, str(exc), detail=detail)
     # e.g. an ingest request's broker failure: how many were enqueued before it
-    return _error(request, status, type(exc).__name__, str(exc), **getattr(exc, "details", {}))
+    return _error(request, status, type(exc).__name__, str(exc), headers=retry, **getattr(exc, "details", {}))
 
 
 async def _any(request: Request, exc: Exception) -> JSONResponse:

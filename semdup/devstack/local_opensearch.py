@@ -7,6 +7,10 @@ Use it from Python or through ``semdup opensearch start|stop|status``::
     ...
     node.stop()
 
+A node may also be one member of a local cluster (``peers``: the cluster's name, seed hosts and first
+cluster-manager nodes; :class:`semdup.devstack.local_cluster.LocalCluster` builds them); such a node keeps the
+cluster's default of one replica, and :meth:`LocalOpenSearch.kill` SIGKILLs it as a crash would.
+
 The node runs in its own process session and outlives the command that started it; its pid and
 URL live in ``<state dir>/node.json`` (pid also in ``opensearch.pid``), read by :func:`running_url`. Single node,
 security off (the integ-test zip has no security plugin), new indices get 0 replicas (so health
@@ -26,12 +30,13 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +64,14 @@ from semdup.devstack.opensearch_distribution import (
     java_home,
 )
 
-__all__ = ["LocalOpenSearch", "running_url", "default_state_dir", "cluster_health", "own_opensearch"]
+__all__ = [
+    "LocalOpenSearch",
+    "ClusterPeers",
+    "running_url",
+    "default_state_dir",
+    "cluster_health",
+    "own_opensearch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +108,13 @@ def running_url(state_dir: Path | None = None) -> str | None:
     return record.url if record and record.extra.get("ready", True) else None
 
 
-def cluster_health(url: str, timeout: float = 5.0, wait_for: str | None = None) -> dict[str, Any]:
-    """``GET /_cluster/health`` with the standard library (no client needed during start-up)."""
-    query = f"?wait_for_status={wait_for}&timeout={max(1, int(timeout) - 1)}s" if wait_for else ""
+def cluster_health(
+    url: str, timeout: float = 5.0, wait_for: str | None = None, nodes: int | None = None
+) -> dict[str, Any]:
+    """``GET /_cluster/health`` with the standard library (no client needed during start-up); ``wait_for`` a status
+    and/or ``nodes`` (that many nodes joined), for at most ``timeout`` seconds (the body says ``timed_out``)."""
+    waits = ([f"wait_for_status={wait_for}"] if wait_for else []) + ([f"wait_for_nodes={nodes}"] if nodes else [])
+    query = f"?{'&'.join(waits)}&timeout={max(1, int(timeout) - 1)}s" if waits else ""
     try:
         with urllib.request.urlopen(f"{url}/_cluster/health{query}", timeout=timeout) as resp:  # noqa: S310
             return json.loads(resp.read().decode("utf-8"))
@@ -123,6 +139,17 @@ def _put_json(url: str, path: str, body: dict[str, Any], timeout: float = 10.0) 
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise OpenSearchUnavailable(f"PUT {url}{path} failed: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ClusterPeers:
+    """What one member of a local cluster needs to find the others: the cluster's name, every member's transport
+    address (``discovery.seed_hosts``) and the names of the nodes that elect the first cluster manager
+    (``cluster.initial_cluster_manager_nodes``; read only when the cluster forms for the first time)."""
+
+    name: str
+    seed_hosts: tuple[str, ...]
+    initial_managers: tuple[str, ...]
 
 
 def _default_run_as() -> str:
@@ -174,6 +201,10 @@ class LocalOpenSearch:
         heap: JVM heap, e.g. ``"1g"`` or ``"512m"`` (default ``$SEMDUP_OPENSEARCH_HEAP`` or 1g).
         run_as: account to run as when we are root (default: see module docstring).
         maven_repo: local Maven repository (default ``$SEMDUP_MAVEN_REPO`` or ``~/.m2/repository``).
+        node_name: the node's name (default ``semdup-local-1``).
+        transport_port: the node's transport port (default: the first free one of 9300-9399).
+        peers: the other members of a local cluster; None (the default) is a single node (``discovery.type:
+            single-node``, new indices without replicas).
     """
 
     def __init__(
@@ -185,6 +216,9 @@ class LocalOpenSearch:
         heap: str | None = None,
         run_as: str | None = None,
         maven_repo: Path | str | None = None,
+        node_name: str | None = None,
+        transport_port: int | None = None,
+        peers: ClusterPeers | None = None,
     ) -> None:
         self.version = version or default_version()
         java_range(self.version)  # a malformed or unsupported version fails here (it also names the state folder)
@@ -197,6 +231,9 @@ class LocalOpenSearch:
             raise ConfigError(f"heap must look like 512m or 1g, got {self.heap!r}")
         self.run_as_name = run_as
         self.maven_repo = Path(maven_repo).expanduser() if maven_repo else None
+        self.node_name = node_name or "semdup-local-1"
+        self.transport_port = transport_port
+        self.peers = peers
 
     def __repr__(self) -> str:
         return f"LocalOpenSearch(version={self.version!r}, state_dir='{self.state_dir}', url={self.url!r})"
@@ -207,7 +244,7 @@ class LocalOpenSearch:
 
     @property
     def log_file(self) -> Path:
-        return self.state_dir / "logs" / f"{_CLUSTER}.log"
+        return self.state_dir / "logs" / f"{self.peers.name if self.peers else _CLUSTER}.log"
 
     @property
     def url(self) -> str | None:
@@ -269,7 +306,8 @@ class LocalOpenSearch:
             logger.info("started OpenSearch %s pid %d on %s; waiting for health", inst.version, proc.pid, url)
             try:
                 self._wait_healthy(proc.poll, url, timeout)
-                _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS})
+                if self.peers is None:  # a cluster's members keep its default of one replica
+                    _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS})
             except OpenSearchUnavailable:
                 terminate(proc.pid, marker, timeout=10)
                 remove_record(self.state_file)
@@ -292,17 +330,21 @@ class LocalOpenSearch:
         jvm = jvm.replace("HeapDumpPath=data", f"HeapDumpPath={data}")
         jvm = jvm.replace("-javaagent:agent/", f"-javaagent:{inst.home}/agent/")  # 3.x: its security agent
         (conf / "jvm.options").write_text(jvm, encoding="utf-8")
-        settings = {
-            "cluster.name": _CLUSTER,
-            "node.name": "semdup-local-1",
-            "discovery.type": "single-node",
+        settings: dict[str, Any] = {
+            "cluster.name": self.peers.name if self.peers else _CLUSTER,
+            "node.name": self.node_name,
             "network.host": "127.0.0.1",
             "http.port": port,
-            "transport.port": "9300-9399",
+            "transport.port": self.transport_port or "9300-9399",
             "path.data": str(data),
             "path.logs": str(logs),
             "cluster.routing.allocation.disk.threshold_enabled": False,
         }
+        if self.peers is None:
+            settings["discovery.type"] = "single-node"
+        else:
+            settings["discovery.seed_hosts"] = list(self.peers.seed_hosts)
+            settings["cluster.initial_cluster_manager_nodes"] = list(self.peers.initial_managers)
         text = "# Written by semdup on every start; edits here are overwritten.\n"
         text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items())
         (conf / "opensearch.yml").write_text(text, encoding="utf-8")
@@ -363,6 +405,31 @@ class LocalOpenSearch:
             remove_record(self.state_dir / "opensearch.pid")
             logger.info("stopped OpenSearch pid %d%s", record.pid, " (SIGKILL)" if killed else "")
             return True
+
+    def kill(self, timeout: float = 30.0) -> int | None:
+        """SIGKILL the node, as a crash or an out-of-memory kill would: no shutdown, its data folder as the kill
+        left it (a later :meth:`start` opens it again, on the same ports). Returns the pid killed, None when none
+        was running.
+
+        Raises:
+            OpenSearchUnavailable: the process still ran ``timeout`` seconds after the signal.
+        """
+        with file_lock(self.state_dir / ".lock"):
+            record = read_record(self.state_file)
+            if record is None or not pid_runs(record.pid, record.program):
+                remove_record(self.state_file)
+                return None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+            while pid_runs(record.pid, record.program):
+                if time.monotonic() > deadline:
+                    raise OpenSearchUnavailable(f"OpenSearch pid {record.pid} still runs {timeout:.0f}s after SIGKILL")
+                time.sleep(0.05)
+            remove_record(self.state_file)
+            remove_record(self.state_dir / "opensearch.pid")
+            logger.info("killed OpenSearch %s pid %d (SIGKILL)", self.node_name, record.pid)
+            return record.pid
 
     def status(self, timeout: float = 5.0) -> dict[str, Any] | None:
         """What runs: URL, pid, health, version, plugins; None when no node is running."""

@@ -301,8 +301,8 @@ class SimilarResponse(BaseModel):
 
 RETRY_AFTER_HEADER = {
     "Retry-After": {
-        "description": f"Seconds to wait before retrying: {RETRY_AFTER_S} with the Overloaded 503, the rest of "
-        "the block with the TooManyFailures 429.",
+        "description": f"Seconds to wait before retrying: {RETRY_AFTER_S} with the Overloaded 503, 2 with the 503 "
+        "of OpenSearch or the broker down, the rest of the block with the TooManyFailures 429.",
         "schema": {"type": "integer"},
     }
 }
@@ -320,8 +320,8 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         422: "Bad input: a schema violation, malformed JSON, or a post without usable text.",
         429: "Too many wrong keys from this address (type TooManyFailures): wait Retry-After seconds.",
         500: "An unexpected error (logged by the service).",
-        503: "OpenSearch is down, or this worker has SEMDUP_MAX_IN_FLIGHT requests in flight (type Overloaded, "
-        f"with Retry-After: {RETRY_AFTER_S}); retry later or on another replica.",
+        503: "OpenSearch is down (with Retry-After: 2), or this worker has SEMDUP_MAX_IN_FLIGHT requests in flight "
+        f"(type Overloaded, with Retry-After: {RETRY_AFTER_S}); retry then, or on another replica.",
         504: "OpenSearch did not answer within the search timeout.",
     }
     out: dict[int | str, dict[str, Any]] = {

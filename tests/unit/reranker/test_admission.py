@@ -180,3 +180,19 @@ def test_max_in_flight_setting() -> None:
     assert load_settings(env={**env, "SEMDUP_MAX_IN_FLIGHT": "0"}).service_settings().max_in_flight == 0
     with pytest.raises(ConfigError, match="SEMDUP_MAX_IN_FLIGHT"):
         service_settings({"bundle": "b", "index": "t", "api_key": KEY, "max_in_flight": -1}, os_settings)
+
+
+class DownReranker(BlockingReranker):
+    """Every rank finds the cluster gone (a node lost before its replicas took over, the client's one node down)."""
+
+    def rank(self, post: Any, **kw: Any) -> list[Any]:
+        raise OpenSearchUnavailable("OpenSearch did not answer at http://127.0.0.1:9")
+
+
+def test_the_opensearch_down_503_says_when_to_retry_and_not_where_the_cluster_is() -> None:
+    from semdup.apps.http import UNAVAILABLE_RETRY_AFTER_S
+
+    client = TestClient(create_app(settings(), reranker=DownReranker()))  # type: ignore[arg-type]
+    r = client.post("/v1/rerank", headers={"X-API-Key": KEY}, json={"title": "a visa for Chile", "k": 5})
+    assert r.status_code == 503 and r.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S), r.text
+    assert r.json()["error"]["type"] == "OpenSearchUnavailable" and "127.0.0.1" not in r.text
