@@ -156,6 +156,12 @@ def client_error(exc: BaseException, method: str, path: str, timeout: float | No
         return OpenSearchUnavailable(f"OpenSearch answered {asked} with {detail}; it is retried later", **kw)
     if status == 404:
         return OpenSearchMissing(f"OpenSearch has no such index, document or template: {asked} ({detail})", **kw)
+    if status == 403 and kind == "security_exception":  # the security plugin: this user's roles do not allow it
+        return OpenSearchRefused(
+            f"OpenSearch refused {asked} ({detail}); the user's roles do not allow it (`semdup roles print` writes "
+            "the roles semdup's users need)",
+            **kw,
+        )
     return OpenSearchRefused(f"OpenSearch refused {asked} ({detail})", **kw)
 
 

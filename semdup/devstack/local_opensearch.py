@@ -26,6 +26,7 @@ import os
 import pwd
 import re
 import shutil
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -96,11 +97,14 @@ def running_url(state_dir: Path | None = None) -> str | None:
     return record.url if record and record.extra.get("ready", True) else None
 
 
-def cluster_health(url: str, timeout: float = 5.0, wait_for: str | None = None) -> dict[str, Any]:
-    """``GET /_cluster/health`` with the standard library (no client needed during start-up)."""
+def cluster_health(
+    url: str, timeout: float = 5.0, wait_for: str | None = None, context: ssl.SSLContext | None = None
+) -> dict[str, Any]:
+    """``GET /_cluster/health`` with the standard library (no client needed during start-up); ``context``: the TLS
+    context of a secured node (its CA, and the admin certificate that logs in)."""
     query = f"?wait_for_status={wait_for}&timeout={max(1, int(timeout) - 1)}s" if wait_for else ""
     try:
-        with urllib.request.urlopen(f"{url}/_cluster/health{query}", timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"{url}/_cluster/health{query}", timeout=timeout, context=context) as resp:  # noqa: S310
             return json.loads(resp.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:  # 408 when wait_for_status times out: body still has the status
         try:
@@ -111,7 +115,9 @@ def cluster_health(url: str, timeout: float = 5.0, wait_for: str | None = None) 
         raise OpenSearchUnavailable(f"no OpenSearch answering at {url} ({exc})") from exc
 
 
-def _put_json(url: str, path: str, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+def _put_json(
+    url: str, path: str, body: dict[str, Any], timeout: float = 10.0, context: ssl.SSLContext | None = None
+) -> dict[str, Any]:
     request = urllib.request.Request(
         f"{url}{path}",
         data=json.dumps(body).encode("utf-8"),
@@ -119,7 +125,7 @@ def _put_json(url: str, path: str, body: dict[str, Any], timeout: float = 10.0) 
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:  # noqa: S310
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise OpenSearchUnavailable(f"PUT {url}{path} failed: {exc}") from exc
@@ -174,7 +180,13 @@ class LocalOpenSearch:
         heap: JVM heap, e.g. ``"1g"`` or ``"512m"`` (default ``$SEMDUP_OPENSEARCH_HEAP`` or 1g).
         run_as: account to run as when we are root (default: see module docstring).
         maven_repo: local Maven repository (default ``$SEMDUP_MAVEN_REPO`` or ``~/.m2/repository``).
+
+    A subclass changes the node through two hooks (the secured node, :mod:`semdup.devstack.secured_opensearch`):
+    :meth:`node_settings`, merged over ``opensearch.yml``, and :attr:`http_context`, which makes the URL ``https``
+    and is the TLS context of every request made here.
     """
+
+    http_context: ssl.SSLContext | None = None
 
     def __init__(
         self,
@@ -246,7 +258,7 @@ class LocalOpenSearch:
             port = choose_port(self.port, 9200)  # cheap checks first: a busy port fails before any download
             run_as = RunAs.lookup(self.run_as_name or _default_run_as()) if os.geteuid() == 0 else None
             inst = self.ensure_installed()
-            url = f"http://127.0.0.1:{port}"
+            url = f"{'https' if self.http_context else 'http'}://127.0.0.1:{port}"
             env = self._prepare(inst, port, run_as)
             began = time.monotonic()
             proc = spawn_detached(
@@ -269,7 +281,7 @@ class LocalOpenSearch:
             logger.info("started OpenSearch %s pid %d on %s; waiting for health", inst.version, proc.pid, url)
             try:
                 self._wait_healthy(proc.poll, url, timeout)
-                _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS})
+                _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS}, context=self.http_context)
             except OpenSearchUnavailable:
                 terminate(proc.pid, marker, timeout=10)
                 remove_record(self.state_file)
@@ -303,6 +315,7 @@ class LocalOpenSearch:
             "path.logs": str(logs),
             "cluster.routing.allocation.disk.threshold_enabled": False,
         }
+        settings.update(self.node_settings())
         text = "# Written by semdup on every start; edits here are overwritten.\n"
         text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items())
         (conf / "opensearch.yml").write_text(text, encoding="utf-8")
@@ -326,6 +339,10 @@ class LocalOpenSearch:
             env.update(HOME=str(self.state_dir), USER=run_as.user, LOGNAME=run_as.user)
         return env
 
+    def node_settings(self) -> dict[str, Any]:
+        """Settings a subclass adds to (or changes in) ``opensearch.yml``; none here."""
+        return {}
+
     def _wait_healthy(self, poll: Callable[[], int | None], url: str, timeout: float) -> None:
         """Wait for health yellow/green; ``poll`` returns the exit code once the process has died."""
         deadline = time.monotonic() + timeout
@@ -337,7 +354,7 @@ class LocalOpenSearch:
                     f"{self.state_dir / 'console.log'}. Last lines:\n{self._last_lines()}"
                 )
             try:
-                health = cluster_health(url, timeout=3.0, wait_for="yellow")
+                health = cluster_health(url, timeout=3.0, wait_for="yellow", context=self.http_context)
                 if health.get("status") in ("yellow", "green"):
                     return
             except OpenSearchUnavailable:
@@ -380,8 +397,11 @@ class LocalOpenSearch:
             "uptime_s": round(time.time() - record.started_at, 1),
         }
         try:
-            info["health"] = cluster_health(record.url, timeout=timeout).get("status", "unknown")
-            with urllib.request.urlopen(f"{record.url}/_cat/plugins?format=json", timeout=timeout) as resp:  # noqa: S310
+            info["health"] = cluster_health(record.url, timeout=timeout, context=self.http_context).get(
+                "status", "unknown"
+            )
+            plugins_url = f"{record.url}/_cat/plugins?format=json"
+            with urllib.request.urlopen(plugins_url, timeout=timeout, context=self.http_context) as resp:  # noqa: S310
                 plugins = [row["component"] for row in json.loads(resp.read().decode("utf-8"))]
         except (OpenSearchUnavailable, urllib.error.URLError, OSError, ValueError, KeyError) as exc:
             info["health"] = f"unreachable ({exc})"
