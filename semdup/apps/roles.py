@@ -38,7 +38,7 @@ _READ = (
     "indices:data/read/msearch",
     "indices:data/read/msearch/template",
     "indices:data/read/get",
-    "indices:data/read/mget",
+    "indices:data/read/mget*",  # and its shard-level action, indices:data/read/mget[shard]
     "indices:data/read/scroll",
     "indices:data/read/scroll/clear",
     "indices:data/read/count",
@@ -48,6 +48,15 @@ _READ = (
     "indices:admin/aliases/get",
     "indices:monitor/settings/get",
 )
+# Requests over several indices or documents: the plugin checks them at the cluster level, then each part on its
+# index (``_READ``, ``_WRITE``).
+_COMPOSITE_READ = (
+    "indices:data/read/msearch",
+    "indices:data/read/msearch/template",
+    "indices:data/read/mget",
+    "indices:data/read/scroll",
+    "indices:data/read/scroll/clear",
+)
 # Writing documents (one at a time or in bulk), refreshing what was written, deleting by query (purges).
 _WRITE = (
     "indices:data/write/index",
@@ -55,7 +64,7 @@ _WRITE = (
     "indices:data/write/delete",
     "indices:data/write/bulk*",
     "indices:data/write/delete/byquery",
-    "indices:admin/refresh",
+    "indices:admin/refresh*",  # the shard-level action too: indices:admin/refresh[s]
 )
 # A store is created on first use and its mapping grows with semdup (semdup.index_format.system_indices.ensure).
 _OWN_STORE = ("indices:admin/create", "indices:admin/mapping/put")
@@ -104,9 +113,7 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
     service = Role(
         f"{prefix}_service",
         "semdup serve: rank candidates (/v1/rerank, /v1/similar) and run the review page",
-        cluster=(*_HELLO, "indices:data/read/msearch", "indices:data/read/msearch/template",
-                 "indices:data/read/mget", "indices:data/read/scroll", "indices:data/read/scroll/clear",
-                 "cluster:admin/script/get"),  # fmt: skip
+        cluster=(*_HELLO, *_COMPOSITE_READ, "indices:data/write/bulk", "cluster:admin/script/get"),
         indices=(
             IndexPermission(site + companion, _READ),
             IndexPermission(service_stores, _READ + _WRITE + _OWN_STORE),
@@ -115,9 +122,7 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
     worker = Role(
         f"{prefix}_worker",
         "semdup worker, backfill, watch, index-posts: encode posts into the companion, keep the job ledger",
-        cluster=(*_HELLO, "indices:data/write/bulk", "indices:data/read/msearch", "indices:data/read/msearch/template",
-                 "indices:data/read/mget", "indices:data/read/scroll", "indices:data/read/scroll/clear",
-                 "cluster:admin/script/get"),  # fmt: skip
+        cluster=(*_HELLO, *_COMPOSITE_READ, "indices:data/write/bulk", "cluster:admin/script/get"),
         indices=(
             IndexPermission(site, _READ),
             IndexPermission(companion, _READ + _WRITE),
@@ -138,22 +143,22 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
             "cluster:admin/search/pipeline/put",
             "cluster:admin/search/pipeline/get",
             "cluster:admin/search/pipeline/delete",
-            "cluster:admin/opensearch/ml/connectors/create",
+            "cluster:admin/opensearch/ml/create_connector",
             "cluster:admin/opensearch/ml/connectors/get",
             "cluster:admin/opensearch/ml/connectors/search",
             "cluster:admin/opensearch/ml/connectors/delete",
-            "cluster:admin/opensearch/ml/model_groups/register",
             "cluster:admin/opensearch/ml/register_model",
+            "cluster:admin/opensearch/ml/register_model_group",
             "cluster:admin/opensearch/ml/deploy_model",
             "cluster:admin/opensearch/ml/undeploy_model",
+            "cluster:admin/opensearch/ml/undeploy_models",
             "cluster:admin/opensearch/ml/models/get",
             "cluster:admin/opensearch/ml/models/search",
             "cluster:admin/opensearch/ml/models/delete",
             "cluster:admin/opensearch/ml/tasks/get",
             "cluster:admin/opensearch/ml/predict",
-            "indices:data/read/msearch",
-            "indices:data/read/scroll",
-            "indices:data/read/scroll/clear",
+            *_COMPOSITE_READ,
+            "indices:data/write/bulk",
         ),
         indices=(
             IndexPermission(site, (*_READ, "indices:admin/settings/update")),  # the index's default pipeline
@@ -165,7 +170,7 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
     site_search = Role(
         f"{prefix}_site_search",
         "the site's own search user, once `semdup pipeline create --default` puts semdup in its _search",
-        cluster=(*_HELLO, "cluster:admin/opensearch/ml/predict"),
+        cluster=("cluster:admin/opensearch/ml/predict",),  # without it the pipeline falls back to the site's order
         indices=(IndexPermission(site, ("indices:data/read/search",)),),
     )
     return [service, worker, setup, site_search]

@@ -129,9 +129,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         make_site_index(admin, private, posts[:5])
         yield Cluster(node, url, node.certificates.ca, site, private, admin, logs)
     finally:
-        for line in node.log_file.read_text(errors="replace").splitlines() if node.log_file.exists() else ():
-            assert not any(pw in line for pw in PASSWORDS.values()), "a password in the OpenSearch log"
         node.stop()
+        for log in (node.log_file, node.state_dir / "console.log"):
+            text = log.read_text(errors="replace") if log.exists() else ""
+            assert not any(pw in text for pw in PASSWORDS.values()), f"a password in {log}"
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -152,8 +153,6 @@ def _calibration(bundle_dir: Path, path: Path) -> Path:
 def test_the_whole_flow_runs_as_the_least_privilege_users(
     cluster: Cluster, redis_url: str, bundle_dir: Path, tmp_path: Path
 ) -> None:
-    from semdup.core.task_names import FLAG_DUPLICATES  # noqa: F401  (the worker's flagging task is loaded)
-
     c, log = cluster, cluster.logs / "cli.log"
     enabled = semdup_cli(c.env("setup"), "enable", "--index", c.site, "--bundle", str(bundle_dir),
                          "--title-field", "Title", "--body-field", "Body", log=log)  # fmt: skip
