@@ -42,8 +42,26 @@ _ml_option = click.option(
 )
 
 
-def _node(version: str | None, state_dir: Path | None, ml: bool, **options: object) -> LocalOpenSearch:
-    """The embedded node, or (``--ml``) the one with ml-commons, installed on first use."""
+_secured_option = click.option(
+    "--secured",
+    is_flag=True,
+    help="The node with the security plugin (2.19.1, ml-commons too): TLS on HTTP and transport with a CA it makes, "
+    "the admin certificate the only login until you make users; its own state folder "
+    "($SEMDUP_CACHE/secured/state/opensearch). docs/operations.md, 'Security plugin: users, roles and TLS'.",
+)
+
+
+def _node(
+    version: str | None, state_dir: Path | None, ml: bool, secured: bool = False, **options: object
+) -> LocalOpenSearch:
+    """The embedded node, or (``--ml``) the one with ml-commons, or (``--secured``) the one with the security
+    plugin, installed on first use."""
+    if secured:
+        from semdup.devstack.secured_opensearch import SecuredOpenSearch
+
+        if version not in (None, DEFAULT_VERSION):
+            raise click.UsageError(f"--secured runs OpenSearch {DEFAULT_VERSION} (its plugins' version), not {version}")
+        return SecuredOpenSearch(state_dir=state_dir, **options)  # type: ignore[arg-type]
     if not ml:
         return LocalOpenSearch(version=version, state_dir=state_dir, **options)  # type: ignore[arg-type]
     from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
@@ -64,6 +82,7 @@ def opensearch() -> None:
       semdup opensearch status
       semdup opensearch stop
       semdup opensearch start --ml      # with ml-commons, for semdup pipeline
+      semdup opensearch start --secured # with the security plugin: https, users, roles
     """
 
 
@@ -73,9 +92,16 @@ def opensearch() -> None:
 @click.option("--heap", default=None, help="JVM heap, e.g. 512m or 1g. Default: $SEMDUP_OPENSEARCH_HEAP or 1g.")
 @_version_option
 @_ml_option
+@_secured_option
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for health.")
 def start(
-    port: int | None, state_dir: Path | None, heap: str | None, version: str | None, ml: bool, timeout: float
+    port: int | None,
+    state_dir: Path | None,
+    heap: str | None,
+    version: str | None,
+    ml: bool,
+    secured: bool,
+    timeout: float,
 ) -> None:
     """Start the node detached (or find it running) and print its URL.
 
@@ -89,13 +115,17 @@ def start(
       semdup opensearch start --port 9250 --heap 512m
       semdup opensearch start --version 3.6.0 --port 9236
     """
-    node = _node(version, state_dir, ml, port=port, heap=heap)
+    node = _node(version, state_dir, ml, secured, port=port, heap=heap)
     running = node.url
     url = running or node.start(timeout=timeout)
     info = node.status() or {}
     verb = "already running" if running else "started"
     knn = "k-NN plugin: yes (lucene engine only)" if info.get("knn") else "k-NN plugin: no"
     click.echo(f"OpenSearch {verb} at {url}, health {info.get('health')}, {knn}; log {node.log_file}", err=True)
+    certs = getattr(node, "certificates", None)
+    if certs is not None:
+        click.echo(f"CA (SEMDUP_OPENSEARCH_CA_CERTS): {certs.ca}; admin certificate: {certs.admin} "
+                   f"(key {certs.admin_key})", err=True)  # fmt: skip
     click.echo(url)
 
 
@@ -103,8 +133,9 @@ def start(
 @_data_option
 @_version_option
 @_ml_option
+@_secured_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait before SIGKILL.")
-def stop(state_dir: Path | None, version: str | None, ml: bool, timeout: float) -> None:
+def stop(state_dir: Path | None, version: str | None, ml: bool, secured: bool, timeout: float) -> None:
     """Stop the node (SIGTERM, then SIGKILL after --timeout).
 
     \b
@@ -112,7 +143,7 @@ def stop(state_dir: Path | None, version: str | None, ml: bool, timeout: float) 
       semdup opensearch stop
       semdup opensearch stop --version 3.6.0
     """
-    node = _node(version, state_dir, ml)
+    node = _node(version, state_dir, ml, secured)
     if node.stop(timeout=timeout):
         click.echo("stopped")
     else:
@@ -123,8 +154,9 @@ def stop(state_dir: Path | None, version: str | None, ml: bool, timeout: float) 
 @_data_option
 @_version_option
 @_ml_option
+@_secured_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full status as JSON.")
-def status(state_dir: Path | None, version: str | None, ml: bool, as_json: bool) -> None:
+def status(state_dir: Path | None, version: str | None, ml: bool, secured: bool, as_json: bool) -> None:
     """Print the node's URL and health, or "not running" (exit 1).
 
     \b
@@ -132,7 +164,7 @@ def status(state_dir: Path | None, version: str | None, ml: bool, as_json: bool)
       semdup opensearch status --json
       semdup opensearch status --version 3.6.0
     """
-    info = _node(version, state_dir, ml).status()
+    info = _node(version, state_dir, ml, secured).status()
     if info is None:
         click.echo(json.dumps(None) if as_json else "not running")
         sys.exit(1)  # click.exceptions.Exit would be swallowed by semdup.cli.main's non-standalone mode

@@ -106,13 +106,17 @@ def _subject(dn: str) -> str:
     return "/" + "/".join(reversed(dn.split(",")))
 
 
+def _certificate_paths(folder: Path) -> Certificates:
+    return Certificates(*(folder / f for f in ("root-ca.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem")))
+
+
 def make_certificates(folder: Path, name: str = "semdup-local-ca") -> Certificates:
     """A new CA named ``name`` and the node and admin certificates it signs, in ``folder`` (kept if there already).
 
     A second call with another folder makes another CA: what a test uses as the wrong one.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    certs = Certificates(*(folder / f for f in ("root-ca.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem")))
+    certs = _certificate_paths(folder)
     if all(p.is_file() for p in asdict(certs).values()):
         return certs
     ca_key = folder / "root-ca-key.pem"
@@ -203,13 +207,24 @@ class SecuredOpenSearch(LocalOpenSearch):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("cache_dir", secured_cache_dir())
         super().__init__(version=DEFAULT_VERSION, **kwargs)
-        self.certificates = make_certificates(self.state_dir / "tls")
-        context = ssl.create_default_context(cafile=str(self.certificates.ca))
-        context.load_cert_chain(str(self.certificates.admin), str(self.certificates.admin_key))
-        self.http_context = context
+        self.certificates = _certificate_paths(self.state_dir / "tls")  # made by the first start
+        self._context: ssl.SSLContext | None = None
+
+    @property
+    def http_context(self) -> ssl.SSLContext | None:  # type: ignore[override]
+        """Trust the node's CA, log in with the admin certificate (None until the first start made them)."""
+        if self._context is None and self.certificates.admin_key.is_file():
+            context = ssl.create_default_context(cafile=str(self.certificates.ca))
+            context.load_cert_chain(str(self.certificates.admin), str(self.certificates.admin_key))
+            self._context = context
+        return self._context
 
     def ensure_installed(self) -> Installation:
-        return ensure_secured_installed(self.cache_dir, self.maven_repo)
+        """The install (:func:`ensure_secured_installed`) and this node's certificates (before its URL is chosen:
+        the certificates make it https)."""
+        inst = ensure_secured_installed(self.cache_dir, self.maven_repo)
+        make_certificates(self.state_dir / "tls")
+        return inst
 
     def node_settings(self) -> dict[str, Any]:
         """TLS on both layers with the node's certificate (paths relative to the config folder), the admin

@@ -130,10 +130,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(node, url, node.certificates.ca, site, private, admin, logs)
     finally:
         node.stop()
-        for log in (node.log_file, node.state_dir / "console.log"):
-            text = log.read_text(errors="replace") if log.exists() else ""
-            assert not any(pw in text for pw in PASSWORDS.values()), f"a password in {log}"
+        logs_ = [node.log_file, node.state_dir / "console.log"]
+        leaked = [str(f) for f in logs_ if f.exists() and any(pw in f.read_text(errors="replace") for pw in PASSWORDS.values())]
         shutil.rmtree(state, ignore_errors=True)
+        assert not leaked, f"a password in {leaked}"
 
 
 @pytest.fixture(scope="module")
