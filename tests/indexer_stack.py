@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from semdup.core.posts import Post
+from semdup.data.paths import default_data_dir
 
-TRAVEL = Path(os.environ.get("SEMDUP_DATA", "/work/shared/data")) / "travel-stackexchange"
+# The data folder by the project's own rule (SEMDUP_DATA_DIR, else ../shared/data beside the checkout).
+TRAVEL = default_data_dir() / "travel-stackexchange"
 HELD_WORKER = Path(__file__).parent / "integration" / "held_worker.py"
 WAIT_S = 900.0
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +15,7 @@ from semdup.core.measures import (
     semeval_scores,
 )
 from semdup.data import load_relevancy, load_semeval_xml
+from semdup.data.paths import default_data_dir
 from semdup.data.run_files import (
     load_official_results,
     read_semeval_pred,
@@ -24,9 +23,9 @@ from semdup.data.run_files import (
     write_semeval_pred,
 )
 
-DATA = Path(os.environ.get("SEMDUP_DATA", "/work/shared/data"))
+DATA = default_data_dir()
 OFFICIAL = DATA / "semeval2016-task3" / "official"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA} (set SEMDUP_DATA)")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real data not found at {DATA} (set SEMDUP_DATA_DIR)")
 
 SETS = {
     "dev": ("SemEval2016-Task3-CQA-QL-dev.xml", "SemEval2016-Task3-CQA-QL-dev.xml.subtaskB.relevancy"),
