@@ -60,7 +60,7 @@ def _node(
         from semdup.devstack.secured_opensearch import SecuredOpenSearch
 
         if version not in (None, DEFAULT_VERSION):
-            raise click.UsageError(f"--secured runs OpenSearch {DEFAULT_VERSION} (its plugins' version), not {version}")
+            raise click.UsageError(f"--secured runs OpenSearch {DEFAULT_VERSION} (its plugins'), not {version}")
         return SecuredOpenSearch(state_dir=state_dir, **options)  # type: ignore[arg-type]
     if not ml:
         return LocalOpenSearch(version=version, state_dir=state_dir, **options)  # type: ignore[arg-type]

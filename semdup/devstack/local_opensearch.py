@@ -104,7 +104,8 @@ def cluster_health(
     context of a secured node (its CA, and the admin certificate that logs in)."""
     query = f"?wait_for_status={wait_for}&timeout={max(1, int(timeout) - 1)}s" if wait_for else ""
     try:
-        with urllib.request.urlopen(f"{url}/_cluster/health{query}", timeout=timeout, context=context) as resp:  # noqa: S310
+        health_url = f"{url}/_cluster/health{query}"
+        with urllib.request.urlopen(health_url, timeout=timeout, context=context) as resp:  # noqa: S310
             return json.loads(resp.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:  # 408 when wait_for_status times out: body still has the status
         try:

@@ -107,7 +107,8 @@ def _subject(dn: str) -> str:
 
 
 def _certificate_paths(folder: Path) -> Certificates:
-    return Certificates(*(folder / f for f in ("root-ca.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem")))
+    names = ("root-ca.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem")
+    return Certificates(*(folder / name for name in names))
 
 
 def make_certificates(folder: Path, name: str = "semdup-local-ca") -> Certificates:

@@ -36,7 +36,6 @@ from review_stack import semdup_serve, serve_env
 
 from benchmarks.local_worker import LocalWorker
 from benchmarks.site_index import make_site_index
-from semdup.core.posts import Post
 from semdup.devstack.local_process import any_free_port
 from semdup.devstack.secured_opensearch import SecuredOpenSearch, make_certificates
 
@@ -61,6 +60,10 @@ class Cluster:
     admin: Any
     logs: Path
 
+    def login(self, role: str) -> dict[str, str]:
+        """Only the ``SEMDUP_OPENSEARCH_*`` variables of :meth:`env` (for the worker's and service's helpers)."""
+        return {k: v for k, v in self.env(role).items() if k.startswith("SEMDUP_OPENSEARCH")}
+
     def env(self, role: str, **extra: str) -> dict[str, str]:
         """A process's environment as ``semdup-<role>``: the URL, its user and password, the cluster's CA."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SEMDUP_OPENSEARCH")}
@@ -83,8 +86,9 @@ def _admin_client(url: str, node: SecuredOpenSearch) -> Any:
     from semdup.core.opensearch import MappedTransport
 
     certs = node.certificates
-    return OpenSearch(hosts=[url], use_ssl=True, verify_certs=True, ca_certs=str(certs.ca), client_cert=str(certs.admin),
-                      client_key=str(certs.admin_key), transport_class=MappedTransport, timeout=120)  # fmt: skip
+    return OpenSearch(hosts=[url], use_ssl=True, verify_certs=True, ca_certs=str(certs.ca),
+                      client_cert=str(certs.admin), client_key=str(certs.admin_key), transport_class=MappedTransport,
+                      timeout=120)  # fmt: skip
 
 
 def semdup_cli(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -108,7 +112,8 @@ def error_line(done: subprocess.CompletedProcess[str]) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The secured node (768 MB heap), the roles of ``semdup roles print`` applied, one user per role."""
     state = Path(tempfile.mkdtemp(prefix="semdup-test-secured-"))
-    node = SecuredOpenSearch(state_dir=state, port=any_free_port(), heap=os.environ.get("SEMDUP_TEST_SECURED_HEAP", "768m"))
+    heap = os.environ.get("SEMDUP_TEST_SECURED_HEAP", "768m")
+    node = SecuredOpenSearch(state_dir=state, port=any_free_port(), heap=heap)
     logs = tmp_path_factory.mktemp("secured-logs")
     try:
         url = node.start(timeout=400)
@@ -130,10 +135,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(node, url, node.certificates.ca, site, private, admin, logs)
     finally:
         node.stop()
-        logs_ = [node.log_file, node.state_dir / "console.log"]
-        leaked = [str(f) for f in logs_ if f.exists() and any(pw in f.read_text(errors="replace") for pw in PASSWORDS.values())]
+        node_logs = [f.read_text(errors="replace") for f in (node.log_file, state / "console.log") if f.exists()]
+        leaked = [pw for pw in PASSWORDS.values() if any(pw in text for text in node_logs)]
         shutil.rmtree(state, ignore_errors=True)
-        assert not leaked, f"a password in {leaked}"
+        assert not leaked, f"{len(leaked)} password(s) in the OpenSearch node's logs"
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +165,8 @@ def test_the_whole_flow_runs_as_the_least_privilege_users(
 
     configure_celery(redis_url)
     cal = _calibration(bundle_dir, tmp_path / "flags.calibration.json")
-    wenv = worker_env(c.url, redis_url, bundle_dir, **{k: v for k, v in c.env("worker").items() if k.startswith("SEMDUP_OPENSEARCH")},
-                      SEMDUP_FLAG_DUPLICATES="1", SEMDUP_CALIBRATION=str(cal), SEMDUP_FLAG_K="1")  # fmt: skip
+    wenv = worker_env(c.url, redis_url, bundle_dir, **c.login("worker"), SEMDUP_FLAG_DUPLICATES="1",
+                      SEMDUP_CALIBRATION=str(cal), SEMDUP_FLAG_K="1")  # fmt: skip
     worker = LocalWorker(wenv, c.logs / "worker.log")
     worker.start()
     try:
@@ -189,8 +194,7 @@ def test_the_whole_flow_runs_as_the_least_privilege_users(
         worker.stop()
 
     keys = f"{RERANK_KEY}:{c.site},{REVIEW_KEY}:{c.site}:review:carol"
-    senv = {k: v for k, v in c.env("service").items()}
-    senv = serve_env(c.url, bundle_dir, c.site, keys, **{k: v for k, v in senv.items() if k.startswith("SEMDUP_OPENSEARCH")})
+    senv = serve_env(c.url, bundle_dir, c.site, keys, **c.login("service"))
     with semdup_serve(senv, c.logs / "serve.log") as service:
         post = _travel_posts()[N_SITE + 3]
         r = httpx.post(f"{service}/v1/rerank", headers={"X-API-Key": RERANK_KEY}, timeout=60,
@@ -200,7 +204,7 @@ def test_the_whole_flow_runs_as_the_least_privilege_users(
 
         hit = c.admin.search(index="semdup-duplicates", body={"size": 1, "query": {"term": {"index": c.site}}})
         flag = hit["hits"]["hits"][0]["_source"]
-        body = {"index": c.site, "post_id": flag["post_id"], "candidate_id": flag["candidate_id"], "verdict": "duplicate"}
+        body = {"index": c.site, "verdict": "duplicate"} | {k: flag[k] for k in ("post_id", "candidate_id")}
         r = httpx.post(f"{service}/review/api/verdicts", headers={"X-API-Key": REVIEW_KEY}, json=body, timeout=60)
         assert r.status_code == 200, r.text
         c.admin.indices.refresh(index="semdup-verdicts")

@@ -14,7 +14,8 @@ from semdup.cli import cli
 
 
 def _patterns(role: dict, action: str) -> set[str]:
-    return {p for perm in role["index_permissions"] if action in perm["allowed_actions"] for p in perm["index_patterns"]}
+    perms = role["index_permissions"]
+    return {p for perm in perms if action in perm["allowed_actions"] for p in perm["index_patterns"]}
 
 
 def test_each_role_writes_only_its_own_stores() -> None:
