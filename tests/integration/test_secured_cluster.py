@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -219,7 +220,8 @@ def test_the_whole_flow_runs_as_the_least_privilege_users(
         query = {"size": 5, "_source": False, "query": {"bool": {"should": [
             {"match": {"Title": post.title}}, {"match": {"Body": post.body}}]}}}  # fmt: skip
         auth = (site_user["SEMDUP_OPENSEARCH_USERNAME"], PASSWORDS["site"])
-        r = httpx.post(f"{c.url}/{c.site}/_search", json=query, auth=auth, verify=str(c.ca), timeout=60)
+        tls = ssl.create_default_context(cafile=str(c.ca))
+        r = httpx.post(f"{c.url}/{c.site}/_search", json=query, auth=auth, verify=tls, timeout=60)
         assert r.status_code == 200, r.text
         ids = [h["_id"] for h in r.json()["hits"]["hits"]]
         reranked = httpx.post(f"{service}/v1/rerank", headers={"X-API-Key": RERANK_KEY}, timeout=60,
