@@ -44,6 +44,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo_cmd", "demo", "Run the whole job on the embedded default and print the quality table."),
     "config": ("config_cmd", "config", "Show the effective settings and where each came from; write their table."),
     "pipeline": ("pipeline_cmd", "pipeline", "Put semdup's ranking inside the site's own _search (a search pipeline)."),
+    "roles": ("roles_cmd", "roles", "Print the security plugin roles semdup's users need (least privilege)."),
 }
 
 

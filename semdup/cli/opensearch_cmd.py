@@ -54,10 +54,33 @@ _nodes_option = click.option(
 )
 
 
+_secured_option = click.option(
+    "--secured",
+    is_flag=True,
+    help="The node with the security plugin (2.19.1, ml-commons too): TLS on HTTP and transport with a CA it makes, "
+    "the admin certificate the only login until you make users; its own state folder "
+    "($SEMDUP_CACHE/secured/state/opensearch). docs/operations.md, 'Security plugin: users, roles and TLS'.",
+)
+
+
 def _node(
-    version: str | None, state_dir: Path | None, ml: bool, nodes: int = 1, **options: object
+    version: str | None,
+    state_dir: Path | None,
+    ml: bool,
+    nodes: int = 1,
+    secured: bool = False,
+    **options: object,
 ) -> LocalOpenSearch | LocalCluster:
-    """The embedded node or cluster, or (``--ml``) the one with ml-commons, installed on first use."""
+    """The embedded node or cluster, or (``--ml``) the one with ml-commons, or (``--secured``) the one with the
+    security plugin, installed on first use."""
+    if secured:
+        from semdup.devstack.secured_opensearch import SecuredOpenSearch
+
+        if version not in (None, DEFAULT_VERSION):
+            raise click.UsageError(f"--secured runs OpenSearch {DEFAULT_VERSION} (its plugins'), not {version}")
+        if nodes > 1:
+            raise click.UsageError("--secured runs one node; --nodes is for the plain local cluster")
+        return SecuredOpenSearch(state_dir=state_dir, **options)  # type: ignore[arg-type]
     cache_dir = None
     if ml:
         from semdup.devstack.ml_plugins import ensure_ml_installed, ml_cache_dir
@@ -86,6 +109,7 @@ def opensearch() -> None:
       semdup opensearch start --ml      # with ml-commons, for semdup pipeline
       semdup opensearch start --nodes 3 # a local cluster of three nodes (512m heap each)
       semdup opensearch kill --nodes 3 --node 2   # SIGKILL its third node; `start --nodes 3` brings it back
+      semdup opensearch start --secured # with the security plugin: https, users, roles
     """
 
 
@@ -100,6 +124,7 @@ def opensearch() -> None:
 @_version_option
 @_ml_option
 @_nodes_option
+@_secured_option
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for health.")
 def start(
     port: int | None,
@@ -108,6 +133,7 @@ def start(
     version: str | None,
     ml: bool,
     nodes: int,
+    secured: bool,
     timeout: float,
 ) -> None:
     """Start the node detached (or find it running) and print its URL.
@@ -123,7 +149,7 @@ def start(
       semdup opensearch start --version 3.6.0 --port 9236
       semdup opensearch start --nodes 3 --port 9250    # nodes on 9250, 9251, 9252
     """
-    node = _node(version, state_dir, ml, nodes, port=port, heap=heap)
+    node = _node(version, state_dir, ml, nodes, secured, port=port, heap=heap)
     if isinstance(node, LocalCluster):
         url = node.start(timeout=max(timeout, 300.0))  # starts the members not running, e.g. one killed
         health = node.health()
@@ -140,6 +166,10 @@ def start(
     verb = "already running" if running else "started"
     knn = "k-NN plugin: yes (lucene engine only)" if info.get("knn") else "k-NN plugin: no"
     click.echo(f"OpenSearch {verb} at {url}, health {info.get('health')}, {knn}; log {node.log_file}", err=True)
+    certs = getattr(node, "certificates", None)
+    if certs is not None:
+        click.echo(f"CA (SEMDUP_OPENSEARCH_CA_CERTS): {certs.ca}; admin certificate: {certs.admin} "
+                   f"(key {certs.admin_key})", err=True)  # fmt: skip
     click.echo(url)
 
 
@@ -148,8 +178,11 @@ def start(
 @_version_option
 @_ml_option
 @_nodes_option
+@_secured_option
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait before SIGKILL.")
-def stop(state_dir: Path | None, version: str | None, ml: bool, nodes: int, timeout: float) -> None:
+def stop(
+    state_dir: Path | None, version: str | None, ml: bool, nodes: int, secured: bool, timeout: float
+) -> None:
     """Stop the node (SIGTERM, then SIGKILL after --timeout).
 
     \b
@@ -157,7 +190,7 @@ def stop(state_dir: Path | None, version: str | None, ml: bool, nodes: int, time
       semdup opensearch stop
       semdup opensearch stop --version 3.6.0
     """
-    node = _node(version, state_dir, ml, nodes)
+    node = _node(version, state_dir, ml, nodes, secured)
     if node.stop(timeout=timeout):
         click.echo("stopped")
     else:
@@ -169,8 +202,11 @@ def stop(state_dir: Path | None, version: str | None, ml: bool, nodes: int, time
 @_version_option
 @_ml_option
 @_nodes_option
+@_secured_option
 @click.option("--json", "as_json", is_flag=True, help="Print the full status as JSON.")
-def status(state_dir: Path | None, version: str | None, ml: bool, nodes: int, as_json: bool) -> None:
+def status(
+    state_dir: Path | None, version: str | None, ml: bool, nodes: int, secured: bool, as_json: bool
+) -> None:
     """Print the node's URL and health, or "not running" (exit 1).
 
     \b
@@ -178,7 +214,7 @@ def status(state_dir: Path | None, version: str | None, ml: bool, nodes: int, as
       semdup opensearch status --json
       semdup opensearch status --version 3.6.0
     """
-    node = _node(version, state_dir, ml, nodes)
+    node = _node(version, state_dir, ml, nodes, secured)
     info = node.status()
     if info is None:
         click.echo(json.dumps(None) if as_json else "not running")

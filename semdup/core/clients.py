@@ -103,10 +103,17 @@ def _probe(client: Any, settings: OpenSearchSettings) -> None:
         info = client.info(request_timeout=settings.timeout)
     except OpenSearchError as exc:
         client.close()
-        if exc.status in (401, 403):
+        user = f"user {settings.username!r}" if settings.username else "the credentials"
+        if exc.status == 401:
             raise ConfigError(
-                f"OpenSearch at {url} refused the credentials (HTTP {exc.status}); check "
-                "SEMDUP_OPENSEARCH_USERNAME/PASSWORD or the AWS role's access policy"
+                f"OpenSearch at {url} refused {user} (HTTP 401: wrong name or password); check "
+                "SEMDUP_OPENSEARCH_USERNAME and SEMDUP_OPENSEARCH_PASSWORD" + ("" if settings.username else
+                " or the AWS role's access policy")
+            ) from exc
+        if exc.status == 403:  # logged in, but may not even say hello: no role, or one without cluster:monitor/main
+            raise ConfigError(
+                f"OpenSearch at {url} let {user} in but refused GET / (HTTP 403: {exc.reason[:200]}); give it its "
+                "semdup role (`semdup roles print`) or fix the AWS role's access policy"
             ) from exc
         if exc.type == "SSLError":
             raise ConfigError(

@@ -64,6 +64,7 @@ __all__ = [
     "ItemFailure",
     "is_transient",
     "error_reason",
+    "mget_docs",
     "orjson_serializer",
     "scan",
     "streaming_bulk",
@@ -156,7 +157,37 @@ def client_error(exc: BaseException, method: str, path: str, timeout: float | No
         return OpenSearchUnavailable(f"OpenSearch answered {asked} with {detail}; it is retried later", **kw)
     if status == 404:
         return OpenSearchMissing(f"OpenSearch has no such index, document or template: {asked} ({detail})", **kw)
+    if status == 403 and kind == "security_exception":  # the security plugin: this user's roles do not allow it
+        return OpenSearchRefused(
+            f"OpenSearch refused {asked} ({detail}); the user's roles do not allow it (`semdup roles print` writes "
+            "the roles semdup's users need)",
+            **kw,
+        )
     return OpenSearchRefused(f"OpenSearch refused {asked} ({detail})", **kw)
+
+
+def mget_docs(answer: dict[str, Any], asked: str) -> list[dict[str, Any]]:
+    """The ``docs`` of an ``mget`` answer, raising the first document's own error: an ``mget`` answers 200 while a
+    document inside fails (a user without ``indices:data/read/mget[shard]`` on its index, a shard not there), and such
+    a document has no ``found``. Read as absent, it would pass for a post the site deleted (and its companion
+    document would be removed). ``asked``: the request, for the message (e.g. ``"GET /_mget (site-posts)"``)."""
+    docs = answer.get("docs") or []
+    for doc in docs:
+        error = doc.get("error")
+        if error is None:
+            continue
+        kind = error.get("type") if isinstance(error, dict) else None
+        reason = error_reason(error)[:_REASON_CHARS]
+        where = f"{asked}: document {str(doc.get('_id'))[:80]} of {doc.get('_index')}"
+        if kind == "security_exception":
+            raise OpenSearchRefused(
+                f"OpenSearch refused {where} (HTTP 403: {kind}: {reason}); the user's roles do not allow it "
+                "(`semdup roles print` writes the roles semdup's users need)",
+                status=403, type=kind, reason=reason,
+            )  # fmt: skip
+        raise OpenSearchUnavailable(f"OpenSearch could not read {where} ({kind}: {reason}); it is retried later",
+                                    type=kind, reason=reason)  # fmt: skip
+    return docs
 
 
 @contextmanager

@@ -31,6 +31,7 @@ import pwd
 import re
 import shutil
 import signal
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -109,14 +110,20 @@ def running_url(state_dir: Path | None = None) -> str | None:
 
 
 def cluster_health(
-    url: str, timeout: float = 5.0, wait_for: str | None = None, nodes: int | None = None
+    url: str,
+    timeout: float = 5.0,
+    wait_for: str | None = None,
+    nodes: int | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     """``GET /_cluster/health`` with the standard library (no client needed during start-up); ``wait_for`` a status
-    and/or ``nodes`` (that many nodes joined), for at most ``timeout`` seconds (the body says ``timed_out``)."""
+    and/or ``nodes`` (that many nodes joined), for at most ``timeout`` seconds (the body says ``timed_out``);
+    ``context``: the TLS context of a secured node (its CA, and the admin certificate that logs in)."""
     waits = ([f"wait_for_status={wait_for}"] if wait_for else []) + ([f"wait_for_nodes={nodes}"] if nodes else [])
     query = f"?{'&'.join(waits)}&timeout={max(1, int(timeout) - 1)}s" if waits else ""
     try:
-        with urllib.request.urlopen(f"{url}/_cluster/health{query}", timeout=timeout) as resp:  # noqa: S310
+        health_url = f"{url}/_cluster/health{query}"
+        with urllib.request.urlopen(health_url, timeout=timeout, context=context) as resp:  # noqa: S310
             return json.loads(resp.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:  # 408 when wait_for_status times out: body still has the status
         try:
@@ -127,7 +134,9 @@ def cluster_health(
         raise OpenSearchUnavailable(f"no OpenSearch answering at {url} ({exc})") from exc
 
 
-def _put_json(url: str, path: str, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+def _put_json(
+    url: str, path: str, body: dict[str, Any], timeout: float = 10.0, context: ssl.SSLContext | None = None
+) -> dict[str, Any]:
     request = urllib.request.Request(
         f"{url}{path}",
         data=json.dumps(body).encode("utf-8"),
@@ -135,7 +144,7 @@ def _put_json(url: str, path: str, body: dict[str, Any], timeout: float = 10.0) 
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:  # noqa: S310
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise OpenSearchUnavailable(f"PUT {url}{path} failed: {exc}") from exc
@@ -205,7 +214,13 @@ class LocalOpenSearch:
         transport_port: the node's transport port (default: the first free one of 9300-9399).
         peers: the other members of a local cluster; None (the default) is a single node (``discovery.type:
             single-node``, new indices without replicas).
+
+    A subclass changes the node through two hooks (the secured node, :mod:`semdup.devstack.secured_opensearch`):
+    :meth:`node_settings`, merged over ``opensearch.yml``, and :attr:`http_context`, which makes the URL ``https``
+    and is the TLS context of every request made here.
     """
+
+    http_context: ssl.SSLContext | None = None
 
     def __init__(
         self,
@@ -283,7 +298,7 @@ class LocalOpenSearch:
             port = choose_port(self.port, 9200)  # cheap checks first: a busy port fails before any download
             run_as = RunAs.lookup(self.run_as_name or _default_run_as()) if os.geteuid() == 0 else None
             inst = self.ensure_installed()
-            url = f"http://127.0.0.1:{port}"
+            url = f"{'https' if self.http_context else 'http'}://127.0.0.1:{port}"
             env = self._prepare(inst, port, run_as)
             began = time.monotonic()
             proc = spawn_detached(
@@ -307,7 +322,9 @@ class LocalOpenSearch:
             try:
                 self._wait_healthy(proc.poll, url, timeout)
                 if self.peers is None:  # a cluster's members keep its default of one replica
-                    _put_json(url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS})
+                    _put_json(
+                        url, "/_cluster/settings", {"persistent": _SINGLE_NODE_SETTINGS}, context=self.http_context
+                    )
             except OpenSearchUnavailable:
                 terminate(proc.pid, marker, timeout=10)
                 remove_record(self.state_file)
@@ -345,6 +362,7 @@ class LocalOpenSearch:
         else:
             settings["discovery.seed_hosts"] = list(self.peers.seed_hosts)
             settings["cluster.initial_cluster_manager_nodes"] = list(self.peers.initial_managers)
+        settings.update(self.node_settings())
         text = "# Written by semdup on every start; edits here are overwritten.\n"
         text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items())
         (conf / "opensearch.yml").write_text(text, encoding="utf-8")
@@ -368,6 +386,10 @@ class LocalOpenSearch:
             env.update(HOME=str(self.state_dir), USER=run_as.user, LOGNAME=run_as.user)
         return env
 
+    def node_settings(self) -> dict[str, Any]:
+        """Settings a subclass adds to (or changes in) ``opensearch.yml``; none here."""
+        return {}
+
     def _wait_healthy(self, poll: Callable[[], int | None], url: str, timeout: float) -> None:
         """Wait for health yellow/green; ``poll`` returns the exit code once the process has died."""
         deadline = time.monotonic() + timeout
@@ -379,7 +401,7 @@ class LocalOpenSearch:
                     f"{self.state_dir / 'console.log'}. Last lines:\n{self._last_lines()}"
                 )
             try:
-                health = cluster_health(url, timeout=3.0, wait_for="yellow")
+                health = cluster_health(url, timeout=3.0, wait_for="yellow", context=self.http_context)
                 if health.get("status") in ("yellow", "green"):
                     return
             except OpenSearchUnavailable:
@@ -447,8 +469,11 @@ class LocalOpenSearch:
             "uptime_s": round(time.time() - record.started_at, 1),
         }
         try:
-            info["health"] = cluster_health(record.url, timeout=timeout).get("status", "unknown")
-            with urllib.request.urlopen(f"{record.url}/_cat/plugins?format=json", timeout=timeout) as resp:  # noqa: S310
+            info["health"] = cluster_health(record.url, timeout=timeout, context=self.http_context).get(
+                "status", "unknown"
+            )
+            plugins_url = f"{record.url}/_cat/plugins?format=json"
+            with urllib.request.urlopen(plugins_url, timeout=timeout, context=self.http_context) as resp:  # noqa: S310
                 plugins = [row["component"] for row in json.loads(resp.read().decode("utf-8"))]
         except (OpenSearchUnavailable, urllib.error.URLError, OSError, ValueError, KeyError) as exc:
             info["health"] = f"unreachable ({exc})"

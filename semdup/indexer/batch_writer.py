@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from semdup.core.bulk import BulkReport, bulk_write, chunked
 from semdup.core.errors import OpenSearchRefused, PostError, SearchIndexError
-from semdup.core.opensearch import ItemFailure, OpenSearch
+from semdup.core.opensearch import ItemFailure, OpenSearch, mget_docs
 from semdup.core.post_rules import check_post_input, opensearch_id_problem
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
@@ -348,7 +348,8 @@ def _bulk_or_split(client: OpenSearch, actions: list[dict[str, Any]]) -> BulkRep
 def _fetch_posts(client: OpenSearch, index: str, ids: Sequence[str], result: BatchResult) -> list[Post]:
     """The posts of an index semdup created, from its (cleaned) ``title`` and ``body``."""
     title_field, body_field = _OWN_FIELDS.title, _OWN_FIELDS.body
-    docs = client.mget(index=index, body={"ids": list(ids)}, _source_includes=[title_field, body_field])["docs"]
+    got = client.mget(index=index, body={"ids": list(ids)}, _source_includes=[title_field, body_field])
+    docs = mget_docs(got, f"GET /{index}/_mget")
     posts = []
     for doc in docs:
         if not doc.get("found"):

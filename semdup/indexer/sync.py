@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from semdup.core.opensearch import OpenSearch
+from semdup.core.opensearch import OpenSearch, mget_docs
 from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import mappings
@@ -46,7 +46,7 @@ def read_source_posts(
     docs = [{"_index": name, "_id": str(i)} for name in concrete for i in ids]
     resp = client.mget(body={"docs": docs}, _source_includes=[source.title, source.body])
     out: dict[str, dict[str, str]] = {}
-    for doc in resp["docs"]:
+    for doc in mget_docs(resp, f"GET /_mget ({source.index})"):
         if doc.get("found") and str(doc["_id"]) not in out:
             out[str(doc["_id"])] = source_post(str(doc["_id"]), doc.get("_source") or {}, source)
     return out

@@ -34,7 +34,7 @@ from typing import Any
 
 from semdup.core.bulk import bulk_write, chunked
 from semdup.core.errors import BrokerUnavailable, OpenSearchRefused, OpenSearchUnavailable
-from semdup.core.opensearch import OpenSearch, scan
+from semdup.core.opensearch import OpenSearch, mget_docs, scan
 from semdup.ingest.outcomes import JOBS_INDEX, Job, ensure_jobs_index
 
 __all__ = [
@@ -243,7 +243,7 @@ def read_calls(client: OpenSearch, keys: Sequence[Key]) -> list[tuple[Key, str, 
         return []
     found = client.mget(index=JOBS_INDEX, body={"ids": [f"batch/{job}/{batch}" for job, batch in keys]})
     out = []
-    for doc in found.get("docs", []):
+    for doc in mget_docs(found, f"GET /{JOBS_INDEX}/_mget"):
         if doc.get("found"):
             src = doc["_source"]
             key = (str(src["job"]), str(src["batch"]))
@@ -261,7 +261,7 @@ def sent_marks(client: OpenSearch, jobs: Sequence[str]) -> dict[str, SentMark]:
         return {}
     found = client.mget(index=JOBS_INDEX, body={"ids": [f"job/{j}" for j in jobs]})
     out = {}
-    for doc in found.get("docs", []):
+    for doc in mget_docs(found, f"GET /{JOBS_INDEX}/_mget"):
         src = doc.get("_source") or {}
         if doc.get("found") and "sent" in src:
             out[str(src["job"])] = SentMark(int(src["sent"]), float(src.get("sent_at") or src.get("at") or 0))

@@ -128,3 +128,25 @@ def test_a_scroll_that_some_shards_failed_is_transient() -> None:
     failed = ScanError("scroll-1", "Scroll request has only succeeded on 3 (+0 skipped) shards out of 5.")
     got = client_error(failed, "GET", "/travel/_search?scroll")
     assert type(got) is OpenSearchUnavailable and got.type == "ScanError" and "3 (+0 skipped)" in got.reason
+
+
+def test_an_mget_document_that_failed_raises_instead_of_reading_as_absent() -> None:
+    from semdup.core.opensearch import mget_docs
+
+    denied = {"type": "security_exception", "reason": "no permissions for [indices:data/read/mget[shard]] and User "
+              "[name=semdup-worker, backend_roles=[], requestedTenant=null]"}  # fmt: skip
+    ok = [{"_index": "site", "_id": "1", "found": True, "_source": {}}, {"_index": "site", "_id": "2", "found": False}]
+    assert mget_docs({"docs": ok}, "GET /_mget (site)") == ok
+    with pytest.raises(OpenSearchRefused, match=r"document 3 of site.*semdup-worker.*semdup roles print") as refused:
+        mget_docs({"docs": [*ok, {"_index": "site", "_id": "3", "error": denied}]}, "GET /_mget (site)")
+    assert (refused.value.status, refused.value.type) == (403, "security_exception")
+    shard = {"type": "no_shard_available_action_exception", "reason": "No shard available"}
+    with pytest.raises(OpenSearchUnavailable, match="retried later"):
+        mget_docs({"docs": [{"_index": "site", "_id": "4", "error": shard}]}, "GET /_mget (site)")
+
+
+def test_a_security_refusal_says_the_roles_are_why() -> None:
+    body = {"error": {"type": "security_exception", "reason": "no permissions for [indices:data/read/search]"}}
+    err = client_error(os_exc.AuthorizationException(403, "security_exception", body), "GET", "/other/_search")
+    assert isinstance(err, OpenSearchRefused) and err.status == 403
+    assert "GET /other/_search" in str(err) and "semdup roles print" in str(err)
