@@ -69,7 +69,14 @@ from semdup.core.errors import (
     SearchTimeout,
     SemdupError,
 )
-from semdup.core.json_input import TOO_DEEP, TOO_DEEP_TYPE, is_too_deep
+from semdup.core.json_input import (
+    TOO_DEEP,
+    TOO_DEEP_TYPE,
+    TOO_LONG_NUMBER,
+    TOO_LONG_NUMBER_TYPE,
+    is_too_deep,
+    is_too_long_number,
+)
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
@@ -324,6 +331,9 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if is_too_deep(exc.__cause__):  # the rule `semdup index-posts --input` skips a line by
             message = f"the body {TOO_DEEP}; send the flat JSON object the schema at /openapi.json describes"
             kind = TOO_DEEP_TYPE
+        elif is_too_long_number(exc.__cause__):  # {"k": 1 followed by 5,000 digits}: JSON, but not readable
+            message = f"the body {TOO_LONG_NUMBER}; send numbers within the bounds /openapi.json gives"
+            kind = TOO_LONG_NUMBER_TYPE
         else:  # not UTF-8
             message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
             kind = "body_unreadable"

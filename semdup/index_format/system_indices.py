@@ -12,8 +12,9 @@ since (a mapping only grows), once per client and name in a process. Every call 
 The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.ingest.parking`), ``semdup-jobs``
 (index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.ingest.outcomes`,
 :mod:`semdup.ingest.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
-``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`) and ``semdup-sessions`` (the review page's
-logins, :mod:`semdup.review.sessions`).
+``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`), ``semdup-sessions`` (the review page's
+logins, :mod:`semdup.review.sessions`) and ``semdup-locks`` (one document per ``semdup pipeline`` name while a
+``create`` or ``remove`` of it runs, :mod:`semdup.search_pipeline.setup`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from semdup.core.errors import OpenSearchRefused
 
-__all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SESSIONS", "SYSTEM_INDICES", "ensure"]
+__all__ = ["SystemIndex", "PARKED", "JOBS", "FLAGS", "VERDICTS", "SESSIONS", "LOCKS", "SYSTEM_INDICES", "ensure"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +132,18 @@ SESSIONS = SystemIndex(
     },
 )
 
-SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS, SESSIONS)
+# A lock: the document's _id is what is locked (a pipeline's name); made with op_type=create, so one process holds
+# it; ``taken`` lets a later one take over a lock whose holder was killed.
+LOCKS = SystemIndex(
+    "semdup-locks",
+    {
+        "what": {"type": "keyword"},
+        "owner": {"type": "keyword"},
+        "taken": {"type": "date", "format": "epoch_second"},
+    },
+)
+
+SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS, SESSIONS, LOCKS)
 
 _current: set[tuple[int, str]] = set()  # (client id, index name) known to hold the declared mapping
 _lock = threading.Lock()

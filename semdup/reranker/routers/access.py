@@ -44,6 +44,7 @@ __all__ = [
     "ops_access",
     "open_access",
     "access_for",
+    "require_scope",
     "served_index",
     "state",
     "bind",
@@ -179,6 +180,27 @@ async def ops_access(
     if st.settings.auth and st.settings.ops_auth:
         key = given or (bearer.credentials if bearer else None)
         await asyncio.wrap_future(st.probes.submit(authenticate, request, st.settings, st.throttle, key, OPS))
+
+
+def require_scope(request: Request, scope: str, why: str) -> None:
+    """A request that passed its endpoint's access check must also hold ``scope`` for what it asks (``why``, said in
+    the 403): the key is read again from the request (``X-API-Key``, else ``Authorization: Bearer``); nothing is
+    checked with access control off.
+
+    Raises:
+        ScopeError: the key lacks ``scope`` (403).
+    """
+    st = state(request)
+    if not st.settings.auth:
+        return
+    given = request.headers.get(API_KEY_HEADER)
+    if not given:
+        scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+        given = token.strip() if scheme.lower() == "bearer" else None
+    entry = st.settings.key_of(given) if given else None
+    if entry is None or scope not in entry.scopes:
+        held = "|".join(entry.scopes) if entry else "none"
+        raise ScopeError(f"{why} needs a key with the {scope} scope; this key has {held}")
 
 
 def open_access(request: Request) -> tuple[str, ...]:
