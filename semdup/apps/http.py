@@ -234,13 +234,13 @@ class ServiceMetrics:
             ),
             auth_failed_total=Counter(
                 "semdup_auth_failures",
-                "Wrong API keys and review logins (each counts against its client's address)",
+                "Wrong API keys and review logins (counted against the key, once a window against the address)",
                 ["path"],
                 registry=registry,
             ),
             auth_throttled_total=Counter(
                 "semdup_auth_throttled",
-                "Requests refused with 429 TooManyFailures: their address failed too often",
+                "Requests refused with 429 TooManyFailures: their address, or their wrong key, failed too often",
                 ["path"],
                 registry=registry,
             ),

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["TOO_DEEP", "TOO_DEEP_TYPE", "TOO_LONG_NUMBER", "TOO_LONG_NUMBER_TYPE", "JsonTooDeep", "loads", "is_too_deep",
-           "is_too_long_number"]  # fmt: skip
+__all__ = ["TOO_DEEP", "TOO_DEEP_TYPE", "TOO_LONG_NUMBER", "TOO_LONG_NUMBER_TYPE", "JsonTooDeep", "loads",
+           "is_too_deep", "is_too_long_number"]  # fmt: skip
 
 TOO_DEEP = "nests arrays or objects too deeply to be read (json gives up at about 1,000 levels)"
 TOO_DEEP_TYPE = "json_too_deep"  # the HTTP error item's type, and what a test looks for

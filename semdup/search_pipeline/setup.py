@@ -22,8 +22,8 @@ of ``semdup-locks`` made with ``op_type=create``): two run at once end in one st
 objects, with no orphan connector. ``create`` ends with one warm-up search through the pipeline, so the site's
 first search does not pay the connector's and the service's first-call costs (1.4 s against a 1 s timeout in the
 #45 probe), and warns when the cluster has no security plugin (ml-commons' master key is then readable by anyone
-who can search the cluster, so is the connector's key). :func:`describe` reads the state back. Timeouts are whole seconds on clusters before 3.6 (where ml-commons reads
-the values as seconds) and milliseconds from 3.6 on.
+who can search the cluster, so is the connector's key). :func:`describe` reads the state back. Timeouts are whole
+seconds on clusters before 3.6 (where ml-commons reads the values as seconds) and milliseconds from 3.6 on.
 """
 
 from __future__ import annotations
