@@ -516,15 +516,15 @@ def _remove(client: Any, index: str, name: str | None) -> PipelineState:
     if state.connector_id is not None:
         _call(client, "DELETE", f"{_ML}/connectors/{state.connector_id}")
         state.actions.append(f"connector {state.connector_id} deleted")
-        _restore_settings(client, state)
+        _restore_settings(client, state, state.connector_id)
     return state
 
 
-def _restore_settings(client: Any, state: PipelineState) -> None:
+def _restore_settings(client: Any, state: PipelineState, deleted: str) -> None:
     """Take back the cluster settings ``create`` changed (recorded on the connector) that no other semdup
     connector still needs: a regex another one's URL matches, private addresses while another one's service has
     one, are left (and recorded on that connector, :func:`_shared_records`)."""
-    others = [_url_of(c) for c in _semdup_connectors(client, None)]  # this one is deleted already
+    others = [_url_of(c) for c in _semdup_connectors(client, deleted)]  # a search may still show the deleted one
     added = state.settings.get(_ADDED_REGEX)
     private = state.settings.get(_SET_PRIVATE) == "true"
     needed = []
