@@ -65,9 +65,12 @@ def test_different_wrong_keys_block_the_address_as_before() -> None:
 
 
 def test_the_file_never_holds_a_key(tmp_path: Path) -> None:
-    path = tmp_path / "t.sqlite3"
-    FailureThrottle(path, limit=3).fail("node", "stale-key-4b1d-9a7e-0c3f5e2a")
-    assert b"stale-key-4b1d" not in path.read_bytes() + (tmp_path / "t.sqlite3-wal").read_bytes()
+    t = FailureThrottle(tmp_path / "t.sqlite3", limit=3)
+    t.fail("node", "stale-key-4b1d-9a7e-0c3f5e2a")
+    assert t.blocked("node", "stale-key-4b1d-9a7e-0c3f5e2a") == 0.0  # counted (one failure, no block yet)
+    t.close()
+    written = b"".join(f.read_bytes() for f in tmp_path.iterdir())  # the file and, where it is left, its WAL
+    assert b"node key:sha256:" in written and b"stale-key-4b1d" not in written
 
 
 def test_failures_spread_over_more_than_a_window_never_block() -> None:
