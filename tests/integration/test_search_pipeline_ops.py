@@ -175,6 +175,15 @@ def test_a_stale_connector_key_blocks_only_itself(
     good, stale = f"semdup-good-{suffix}", f"semdup-stale-{suffix}"
     _create(ml_client, index, url, good)
     _create(ml_client, index, url, stale, "--replace-key", key=STALE)
+    try:
+        _stale_key_blocks_only_itself(ml_client, index, posts, url, log, good, stale)
+    finally:  # a later test compares the cluster settings with the initial ones
+        for name in (good, stale):
+            _remove(ml_client, index, name)
+
+
+def _stale_key_blocks_only_itself(ml_client: Any, index: str, posts: list[Post], url: str, log: Path, good: str,
+                                  stale: str) -> None:  # fmt: skip
     post, other = _queries(posts, 7, 2)
     original = _ids(ml_client, index, _site_search(post), search_pipeline="_none")
     for _ in range(12):  # past SEMDUP_AUTH_FAILURES (10): the stale key's own block starts
@@ -205,8 +214,6 @@ def test_a_stale_connector_key_blocks_only_itself(
         f"\nthrottled pipeline: site search p50 {sorted(costs)[2]:.0f} ms (max {max(costs):.0f}) against "
         f"{sorted(plain)[2]:.0f} ms without a pipeline; {throttled[0]}"
     )
-    for name in (good, stale):
-        _remove(ml_client, index, name)
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
@@ -310,15 +317,20 @@ def test_texts_mode_needs_the_ingest_scope_and_rerank_keeps_answering(
                 reranks.append((_rerank(url, index, post).status_code, time.perf_counter() - t0))
         finally:
             stop.set()
-    assert abuse and {s for s, _ in abuse} == {403}, sorted({s for s, _ in abuse})
-    assert [s for s, _ in reranks] == [200] * 20
+    statuses = [s for s, _ in abuse]
+    # none is scored: each is refused before any encoding (403), or by the admission gate when the four and a
+    # rerank are in flight at once (503, as any four callers flooding an endpoint would be at SEMDUP_MAX_IN_FLIGHT 4)
+    assert 403 in statuses and set(statuses) <= {403, 503}, sorted(set(statuses))
+    rerank_statuses = [s for s, _ in reranks]
+    print(f"\nabuse: {statuses.count(403)} x 403, {statuses.count(503)} x 503; reranks: {rerank_statuses}")
+    assert rerank_statuses == [200] * 20
     ms = sorted(1000 * t for _, t in reranks)
     t0 = time.perf_counter()
     allowed = httpx.post(f"{url}/v1/rerank/documents", headers={"X-API-Key": BACK_END}, json=big, timeout=120)
     one_call = time.perf_counter() - t0
     assert allowed.status_code == 200 and len(allowed.json()["results"]) == 100
     print(
-        f"\ntexts mode abused by 4 search-key threads: {len(abuse)} calls, all 403 (max "
+        f"\ntexts mode abused by 4 search-key threads: {len(abuse)} calls, none scored (max "
         f"{1000 * max(t for _, t in abuse):.0f} ms); /v1/rerank meanwhile 20 of 20 200, p50 {ms[10]:.0f} ms, "
         f"max {ms[-1]:.0f} ms; one allowed (ingest-scope) call of 100 x 9 kB: {one_call:.2f} s"
     )
@@ -336,12 +348,12 @@ def test_create_warms_the_pipeline_so_the_first_check_ranks(
         made = _semdup("create", "--index", index, "--service-url", fresh, "--name", name, "--timeout", "1",
                        "--json", opensearch=ml_client)  # fmt: skip
         assert made.returncode == 0, made.stderr
-        warm = [x for x in json.loads(made.stdout)["actions"] if x.startswith("warm-up search")]
-        assert warm, made.stdout
         checked = _semdup("check", "--index", index, "--name", name, "--title", post.title, opensearch=ml_client)
-        print(f"\n{warm[0]}; first check: {checked.stdout.splitlines()[0] if checked.stdout else checked.stderr}")
-        assert checked.returncode == 0 and "equal" in checked.stdout, checked.stdout + checked.stderr
+        warm = [x for x in json.loads(made.stdout)["actions"] if x.startswith("warm-up search")]
+        print(f"\n{warm}; first check: {checked.stdout.splitlines()[0] if checked.stdout else checked.stderr}")
         _remove(ml_client, index, name)
+        assert checked.returncode == 0 and "equal" in checked.stdout, checked.stdout + checked.stderr
+        assert warm, made.stdout  # the first-call costs were paid by create
 
 
 def test_a_5000_digit_integer_is_called_too_long_and_parameters_text_runs_in_the_sites_order(
