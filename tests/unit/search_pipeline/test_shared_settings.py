@@ -78,6 +78,6 @@ def test_a_regex_another_pipeline_added_since_is_kept_when_the_first_is_removed(
     cluster = Cluster({TRUSTED: [*DEFAULTS, REGEX, other]})
     connectors.append(_connector("c", "https://semdup.example.org", **{setup._ADDED_REGEX: other,
                                                                       setup._WAS_DEFAULT: "false"}))  # fmt: skip
-    setup._restore_settings(cluster, PipelineState("semdup-a", settings={setup._ADDED_REGEX: REGEX,
-                                                                         setup._WAS_DEFAULT: "true"}), "a")  # fmt: skip
+    a = PipelineState("semdup-a", settings={setup._ADDED_REGEX: REGEX, setup._WAS_DEFAULT: "true"})
+    setup._restore_settings(cluster, a, "a")
     assert cluster.persistent == {TRUSTED: [*DEFAULTS, other]}  # only A's regex out: not reset to the default
