@@ -70,7 +70,14 @@ from semdup.core.errors import (
     SearchTimeout,
     SemdupError,
 )
-from semdup.core.json_input import TOO_DEEP, TOO_DEEP_TYPE, is_too_deep
+from semdup.core.json_input import (
+    TOO_DEEP,
+    TOO_DEEP_TYPE,
+    TOO_LONG_NUMBER,
+    TOO_LONG_NUMBER_TYPE,
+    is_too_deep,
+    is_too_long_number,
+)
 from semdup.core.logs import active_format, configure_logging, scrub
 from semdup.reranker.admission import OVERLOADED, Admission, Gate
 from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
@@ -98,7 +105,8 @@ logger = logging.getLogger(__name__)
 UNAVAILABLE_RETRY_AFTER_S = 2  # the Retry-After of a 503 for OpenSearch or the broker down (not Overloaded's own)
 # never refused by admission control (a busy worker still answers its probes and scrapes)
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
-_KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS}  # metrics' path label
+_KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS, pipeline.REWRITE_PATH, pipeline.DOCUMENTS_PATH}
+# (metrics' path label: a pipeline's stale key shows as semdup_auth_throttled_total{path="/v1/search/rewrite"})
 # The feature routers every app includes, in order; each takes the app's ServiceSettings. The review page's router
 # is included beside them (create_app).
 FEATURES = (rerank.router, similar.router, pipeline.router, ingest.router)
@@ -229,13 +237,13 @@ class ServiceMetrics:
             ),
             auth_failed_total=Counter(
                 "semdup_auth_failures",
-                "Wrong API keys and review logins (each counts against its client's address)",
+                "Wrong API keys and review logins (counted against the key, once a window against the address)",
                 ["path"],
                 registry=registry,
             ),
             auth_throttled_total=Counter(
                 "semdup_auth_throttled",
-                "Requests refused with 429 TooManyFailures: their address failed too often",
+                "Requests refused with 429 TooManyFailures: their address, or their wrong key, failed too often",
                 ["path"],
                 registry=registry,
             ),
@@ -326,6 +334,9 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if is_too_deep(exc.__cause__):  # the rule `semdup index-posts --input` skips a line by
             message = f"the body {TOO_DEEP}; send the flat JSON object the schema at /openapi.json describes"
             kind = TOO_DEEP_TYPE
+        elif is_too_long_number(exc.__cause__):  # {"k": 1 followed by 5,000 digits}: JSON, but not readable
+            message = f"the body {TOO_LONG_NUMBER}; send numbers within the bounds /openapi.json gives"
+            kind = TOO_LONG_NUMBER_TYPE
         else:  # not UTF-8
             message = f"{exc.detail}: the body is not UTF-8 JSON; send a UTF-8 JSON object"
             kind = "body_unreadable"

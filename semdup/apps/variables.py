@@ -74,8 +74,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("SEMDUP_MAX_INGEST_POSTS", "service.max_ingest_posts", "most posts or ids one ingest request may carry"),
     Var("SEMDUP_OPS_AUTH", "service.ops_auth", "/metrics and /openapi.json need a key with the ops scope (off: open)",
         "bool"),
-    Var("SEMDUP_AUTH_FAILURES", "service.auth_failures", "wrong keys or logins an address may send per window; "
-        "more get 429"),
+    Var("SEMDUP_AUTH_FAILURES", "service.auth_failures", "different wrong keys or logins an address may send per "
+        "window, and times one wrong key may be sent again; more get 429 (the address, or that key)"),
     Var("SEMDUP_AUTH_WINDOW", "service.auth_window", "seconds over which an address's failures are counted"),
     Var("SEMDUP_AUTH_BLOCK", "service.auth_block", "seconds of the first 429 block; doubles in a row, at most 1 h"),
     Var("SEMDUP_RUNTIME_DIR", "service.runtime_dir", "folder for the state the service's workers share (the failure "

@@ -26,6 +26,8 @@ def _key() -> str:
 
 def _print(state: object, as_json: bool) -> None:
     data = state.to_json()  # type: ignore[attr-defined]
+    for warning in data.get("warnings") or []:  # on stderr, also beside --json
+        click.echo(f"Warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -76,7 +78,10 @@ def create(index, service_url, timeout, on_failure, as_default, replace_key, nam
     It checks and, where this user may, sets the two ml-commons cluster settings a connector to the
     service needs (otherwise it prints the PUT _cluster/settings body to run), creates the connector
     (the key as its encrypted credential, explicit timeouts, no retries), registers and deploys the
-    remote model, creates the search pipeline and, with --default, makes it the index's default.
+    remote model, creates the search pipeline and, with --default, makes it the index's default. It
+    ends with one warm-up search through the pipeline, and warns when the cluster has no security
+    plugin (ml-commons' master key, hence the connector's key, is then readable by anyone who can
+    search the cluster). Two creates of one name at once: the second waits for the first.
 
     \b
     Example:
@@ -158,7 +163,8 @@ def status(index, name, url, as_json) -> None:
 @_url
 @click.option("--json", "as_json", is_flag=True, help="Print what was undone as JSON.")
 def remove(index, name, url, as_json) -> None:
-    """Undo every step of create: default pipeline, pipeline, model, connector, the settings it changed.
+    """Undo every step of create: default pipeline, pipeline, model and its group, connector, and the
+    cluster settings it changed that no other semdup pipeline needs.
 
     \b
     Example:

@@ -21,10 +21,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["TOO_DEEP", "TOO_DEEP_TYPE", "JsonTooDeep", "loads", "is_too_deep"]
+__all__ = ["TOO_DEEP", "TOO_DEEP_TYPE", "TOO_LONG_NUMBER", "TOO_LONG_NUMBER_TYPE", "JsonTooDeep", "loads",
+           "is_too_deep", "is_too_long_number"]  # fmt: skip
 
 TOO_DEEP = "nests arrays or objects too deeply to be read (json gives up at about 1,000 levels)"
 TOO_DEEP_TYPE = "json_too_deep"  # the HTTP error item's type, and what a test looks for
+
+
+# Python's int() refuses decimal strings past sys.get_int_max_str_digits() (4,300 digits) with a plain ValueError,
+# not a JSONDecodeError: a body with such a number was answered as if it were not UTF-8 (issue #45).
+TOO_LONG_NUMBER = "holds an integer too long to be read (over 4,300 digits)"
+TOO_LONG_NUMBER_TYPE = "json_number_too_long"
+
+
+def is_too_long_number(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the parser refusing an integer longer than Python converts (:data:`TOO_LONG_NUMBER`)."""
+    return type(exc) is ValueError and "integer string conversion" in str(exc)
 
 
 class JsonTooDeep(ValueError):

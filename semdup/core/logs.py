@@ -66,6 +66,10 @@ _SECRET_PAIR = re.compile(
     r"(?i)\b(password|passwd|pwd|api[_-]?key|secret|token|x-api-key)(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;}&]+)"
 )
 _BEARER = re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic)\s+)([^\s\"',;}]+)")
+# A credential object (an ml-commons connector's ``"credential": {"key": ...}``, AWS's ``"credentials": {...}``): every
+# value inside it is a secret, whatever its name; the object is masked whole. Quotes may be JSON's, Python's, or
+# JSON's escaped inside a string (a body logged as a JSON string).
+_CREDENTIAL_OBJECT = re.compile(r"(?i)(\\?[\"']?\b(?:credentials?|secrets?)\\?[\"']?\s*[:=]\s*)\{[^{}]*\}")
 # LogRecord's own attributes; anything else on a record came from ``extra=`` (uvicorn's ``color_message``
 # repeats the message with terminal colour codes).
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -94,8 +98,10 @@ def _mask_pair(found: re.Match[str]) -> str:
 
 
 def scrub(text: str) -> str:
-    """``text`` with URL credentials, ``key=secret`` pairs and Authorization values replaced by ``***``; a sentence
-    that merely names a secret (``missing or wrong CSRF token: send the page's token``) is left as it is."""
+    """``text`` with URL credentials, credential objects (``"credential": {"key": ...}``), ``key=secret`` pairs and
+    Authorization values replaced by ``***``; a sentence that merely names a secret (``missing or wrong CSRF token:
+    send the page's token``) is left as it is."""
+    text = _CREDENTIAL_OBJECT.sub(r"\1{***}", text)  # the whole object: a value's own quotes cannot end the mask
     text = _URL_USERINFO.sub(r"\1***@", text)
     text = _BEARER.sub(r"\1***", text)
     return _SECRET_PAIR.sub(_mask_pair, text)

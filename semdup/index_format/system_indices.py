@@ -12,8 +12,9 @@ since (a mapping only grows), once per client and name in a process. Every call 
 The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.ingest.parking`), ``semdup-jobs``
 (index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.ingest.outcomes`,
 :mod:`semdup.ingest.ledger`), ``semdup-duplicates`` (duplicate flags, :mod:`semdup.alerts.store`) and
-``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`) and ``semdup-sessions`` (the review page's
-logins, :mod:`semdup.review.sessions`).
+``semdup-verdicts`` (moderators' verdicts, :mod:`semdup.review.verdicts`), ``semdup-sessions`` (the review page's
+logins, :mod:`semdup.review.sessions`) and ``semdup-locks`` (one document per ``semdup pipeline`` name while a
+``create`` or ``remove`` of it runs, :mod:`semdup.search_pipeline.setup`).
 
 Their shards and replicas are the process's store layout (:func:`use_store_shape`, which the composition roots
 call with the ``indices.store_*`` settings: the CLI, the worker app, the HTTP app), by default one shard and
@@ -40,6 +41,7 @@ __all__ = [
     "FLAGS",
     "VERDICTS",
     "SESSIONS",
+    "LOCKS",
     "SYSTEM_INDICES",
     "ensure",
     "use_store_shape",
@@ -153,7 +155,18 @@ SESSIONS = SystemIndex(
     },
 )
 
-SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS, SESSIONS)
+# A lock: the document's _id is what is locked (a pipeline's name); made with op_type=create, so one process holds
+# it; ``taken`` lets a later one take over a lock whose holder was killed.
+LOCKS = SystemIndex(
+    "semdup-locks",
+    {
+        "what": {"type": "keyword"},
+        "owner": {"type": "keyword"},
+        "taken": {"type": "date", "format": "epoch_second"},
+    },
+)
+
+SYSTEM_INDICES = (PARKED, JOBS, FLAGS, VERDICTS, SESSIONS, LOCKS)
 
 _current: set[tuple[int, str]] = set()  # (client id, index name) known to hold the declared mapping
 _lock = threading.Lock()

@@ -1,21 +1,27 @@
 """Guessing costs time: per client address, a few wrong keys or logins per window, then 429 with Retry-After.
 
     throttle = FailureThrottle(Path(run_dir) / THROTTLE_FILE, limit=10, window=60, block=60)
-    throttle.blocked("203.0.113.7")   # seconds the address must still wait (0.0: it may try)
-    throttle.fail("203.0.113.7")      # a wrong key: counted; seconds blocked from now on (0.0: not yet)
+    throttle.blocked("203.0.113.7", key)   # seconds the address (or this key from it) must still wait (0.0: go)
+    throttle.fail("203.0.113.7", key)      # a wrong key: counted; seconds blocked from now on (0.0: not yet)
 
 Rules:
 
 - The failures of one address are counted over a fixed window of ``window`` seconds; the ``limit``-th starts a
   block of ``block`` seconds. A block that follows within a window of the previous one's end lasts twice as long,
   up to :data:`MAX_BLOCK_S`: a guesser gets ``limit`` tries per block, ever fewer per hour.
+- **A wrong key sent again is one guess, not many.** Each wrong key is also counted on its own, per address (a
+  row keyed by the address and a SHA-256 of the key, never the key): only its first failure in a window counts
+  against the address; its repeats count against that key alone, which the same rules block. A stale key (a
+  search pipeline's connector with an old credential, a page with an old key) so blocks itself and nobody
+  else behind the same address (every pipeline of a cluster calls from its node's address), while a guesser,
+  whose keys are all different, is counted exactly as before: ``limit`` different keys per block.
 - A blocked address gets 429 on every request that presents a key, right or not: answering a right key during
-  the block would tell the guesser which guess was right.
+  the block would tell the guesser which guess was right. A blocked key gets 429 only itself.
 - Outside a block nothing is slowed: a right key costs one indexed read, and only failures are written.
 - An address is an IPv4 address or the /64 of an IPv6 one (one host is commonly given a whole /64).
 - Memory is bounded: rows expire ``window`` + :data:`MAX_BLOCK_S` seconds after their last failure, and past
   :data:`MAX_ADDRESSES` rows the oldest go first, so a flood from many addresses cannot grow the table; a failure
-  is one small write, so the throttle cannot become a way to make the service work hard.
+  is one or two small writes, so the throttle cannot become a way to make the service work hard.
 
 Why SQLite in a folder: ``semdup serve`` runs several uvicorn worker processes, and the kernel spreads a guesser's
 connections over them; counts kept in each process would give N workers N times the guesses. A small SQLite file
@@ -31,6 +37,7 @@ warning at most once a minute: an outage of the throttle must not lock every cli
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import math
@@ -43,6 +50,8 @@ __all__ = [
     "FailureThrottle",
     "Throttled",
     "client_address",
+    "key_row",
+    "key_label",
     "retry_after",
     "THROTTLE_FILE",
     "MAX_BLOCK_S",
@@ -93,6 +102,18 @@ def client_address(host: str | None) -> str:
             return str(ip.ipv4_mapped)
         return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
     return str(ip)
+
+
+def key_row(address: str, key: str) -> str:
+    """The row one wrong ``key`` from ``address`` is counted in: the address and the first 24 hex digits of the
+    key's SHA-256 (what the file and the logs may show; the key itself never)."""
+    return f"{address} key:{key_label(key)}"
+
+
+def key_label(key: str) -> str:
+    """A wrong key as the file and the log name it: ``sha256:<24 hex digits>`` (an operator can compute the same
+    from the key a connector was given, ``printf %s KEY | sha256sum``)."""
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 class FailureThrottle:
@@ -154,46 +175,38 @@ class FailureThrottle:
             )
         return 0.0
 
-    def blocked(self, address: str, now: float | None = None) -> float:
-        """Seconds ``address`` must still wait before presenting a key again (0.0: it may)."""
+    def blocked(self, address: str, key: str | None = None, now: float | None = None) -> float:
+        """Seconds ``address`` (or ``key`` from it) must still wait before presenting a key again (0.0: it may)."""
+        now = time.time() if now is None else now
+        rows = (address,) if key is None else (address, key_row(address, key))
+        try:
+            with self._lock:
+                (until,) = self._conn().execute(
+                    f"SELECT MAX(blocked_until) FROM failures WHERE addr IN ({', '.join('?' * len(rows))})", rows
+                ).fetchone()
+        except sqlite3.Error as exc:
+            return self._failed(exc)
+        return max(0.0, until - now) if until else 0.0
+
+    def fail(self, address: str, key: str | None = None, now: float | None = None) -> float:
+        """Count one failure of ``address`` with the wrong ``key`` (module doc: a repeated key counts against
+        itself); the seconds the address or that key is blocked from now on (0.0: not blocked)."""
         now = time.time() if now is None else now
         try:
             with self._lock:
-                row = self._conn().execute("SELECT blocked_until FROM failures WHERE addr = ?", (address,)).fetchone()
-        except sqlite3.Error as exc:
-            return self._failed(exc)
-        return max(0.0, row[0] - now) if row else 0.0
-
-    def fail(self, address: str, now: float | None = None) -> float:
-        """Count one failure of ``address``; the seconds it is blocked from now on (0.0: not blocked)."""
-        now = time.time() if now is None else now
-        try:
-            with self._lock:
-                return self._count(self._conn(), address, now)
+                return self._count_failure(self._conn(), address, key, now)
         except sqlite3.Error as exc:
             return self._failed(exc)
 
-    def _count(self, db: sqlite3.Connection, address: str, now: float) -> float:
+    def _count_failure(self, db: sqlite3.Connection, address: str, key: str | None, now: float) -> float:
         db.execute("BEGIN IMMEDIATE")  # one writer at a time across the processes: no failure is lost
         try:
-            row = db.execute(
-                "SELECT count, since, blocked_until, strikes FROM failures WHERE addr = ?", (address,)
-            ).fetchone()
-            count, since, until, strikes = row if row else (0, now, 0.0, 0)
-            if now - since >= self.window:
-                count, since = 0, now
-            if until and now > until + self.window:  # quiet for a window since its last block: start over
-                strikes = 0
-            count += 1
-            if count >= self.limit:
-                strikes += 1
-                until = now + min(self.block * 2 ** (strikes - 1), MAX_BLOCK_S)
-                count, since = 0, now
-            db.execute(
-                "INSERT OR REPLACE INTO failures (addr, count, since, blocked_until, strikes, last) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (address, count, since, until, strikes, now),
-            )
+            if key is None:
+                left, first = self._count(db, address, now)[0], False
+            else:
+                left, first = self._count(db, key_row(address, key), now)
+                if first:  # a key not seen in this window: one more guess of the address
+                    left = max(left, self._count(db, address, now)[0])
             self._fails += 1
             if self._fails % _PRUNE_EVERY == 1:
                 self._prune(db, now)
@@ -201,7 +214,31 @@ class FailureThrottle:
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return max(0.0, until - now)
+        return left
+
+    def _count(self, db: sqlite3.Connection, row_id: str, now: float) -> tuple[float, bool]:
+        """One failure on row ``row_id``: the seconds it is blocked from now on, and whether it is the first of its
+        window (the row's count was zero)."""
+        row = db.execute(
+            "SELECT count, since, blocked_until, strikes FROM failures WHERE addr = ?", (row_id,)
+        ).fetchone()
+        count, since, until, strikes = row if row else (0, now, 0.0, 0)
+        if now - since >= self.window:
+            count, since = 0, now
+        if until and now > until + self.window:  # quiet for a window since its last block: start over
+            strikes = 0
+        first = count == 0 and not (until and now < until + self.window)
+        count += 1
+        if count >= self.limit:
+            strikes += 1
+            until = now + min(self.block * 2 ** (strikes - 1), MAX_BLOCK_S)
+            count, since = 0, now
+        db.execute(
+            "INSERT OR REPLACE INTO failures (addr, count, since, blocked_until, strikes, last) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (row_id, count, since, until, strikes, now),
+        )
+        return max(0.0, until - now), first
 
     def _prune(self, db: sqlite3.Connection, now: float) -> None:
         db.execute("DELETE FROM failures WHERE last < ?", (now - self.window - MAX_BLOCK_S,))

@@ -290,7 +290,8 @@ class ServiceSettings:
 
     Guessing (:mod:`semdup.reranker.auth_throttle`): an address may fail ``auth_failures`` times (a wrong key, a
     wrong login) within ``auth_window`` seconds; then it gets 429 for ``auth_block`` seconds, twice as long for
-    each block in a row (at most an hour). ``runtime_dir`` holds what the worker processes of one ``semdup serve``
+    each block in a row (at most an hour). One wrong key sent again counts once against the address and the
+    repeats against that key alone, blocked by the same rule (a stale connector key blocks only itself). ``runtime_dir`` holds what the worker processes of one ``semdup serve``
     share (those counts); None: kept in this process only. Review sessions (:mod:`semdup.review.sessions`) end
     after ``session_idle`` seconds unused or ``session_max_age`` after login. With ingest on, each process sweeps the
     unfinished jobs of the served indices (:mod:`semdup.ingest.sweeper`), with the bound ``sweep_after``.

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
-from semdup.index_format.companion import companion_of
+from semdup.search_pipeline.setup import REWRITE_PATH, describe_connector, text_fields
 
-__all__ = ["CheckResult", "site_search", "check_pipeline", "service_url_of"]
+__all__ = ["CheckResult", "site_search", "check_pipeline", "service_url_of", "text_fields"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,6 @@ class CheckResult:
         return self.pipeline == self.rerank
 
 
-def text_fields(client: Any, index: str) -> tuple[str, str]:
-    """The title and body fields of ``index``: the site's own for a connected index, else semdup's."""
-    found = companion_of(client, index)
-    return (found[1].title, found[1].body) if found is not None else ("title", "body")
-
-
 def site_search(title: str, body: str, fields: tuple[str, str], size: int) -> dict[str, Any]:
     """The search body a site sends for a new post (module doc)."""
     should = [{"match": {field: {"query": text}}} for field, text in zip(fields, (title, body), strict=True) if text]
@@ -47,8 +41,6 @@ def site_search(title: str, body: str, fields: tuple[str, str], size: int) -> di
 
 def service_url_of(client: Any, name: str) -> str:
     """The service URL the pipeline's connector calls (from its action's URL)."""
-    from semdup.search_pipeline.setup import REWRITE_PATH, describe_connector
-
     url = describe_connector(client, name)["actions"][0]["url"]
     return url[: -len(REWRITE_PATH)] if url.endswith(REWRITE_PATH) else url
 

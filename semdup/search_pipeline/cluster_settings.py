@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from semdup.core.errors import ConfigError, OpenSearchRefused
 
 __all__ = ["TRUSTED", "PRIVATE_IP", "SettingsChange", "SettingsRefused", "needed_settings", "apply_settings",
-           "endpoint_regex", "is_private", "restore_body"]  # fmt: skip
+           "endpoint_regex", "is_private", "matches", "restore_body"]  # fmt: skip
 
 TRUSTED = "plugins.ml_commons.trusted_connector_endpoints_regex"
 PRIVATE_IP = "plugins.ml_commons.connector.private_ip_enabled"
@@ -114,14 +114,14 @@ def needed_settings(client: Any, service_url: str) -> SettingsChange:
     explicit = any(k == TRUSTED or k.startswith(TRUSTED + ".") for lv in ("persistent", "transient") for k in levels[lv])
     probe = service_url.rstrip("/") + "/v1/search/rewrite"
     trusted, added = None, None
-    if not any(_matches(r, probe) for r in regexes):
+    if not any(matches(r, probe) for r in regexes):
         added = endpoint_regex(service_url)
         trusted = [*regexes, added]
     private = str(effective.get(PRIVATE_IP, "false")).lower() != "true" and is_private(service_url)
     return SettingsChange(trusted, private, added, not explicit)
 
 
-def _matches(regex: str, url: str) -> bool:
+def matches(regex: str, url: str) -> bool:
     try:
         return re.fullmatch(regex, url) is not None
     except re.error:
@@ -149,11 +149,14 @@ def apply_settings(client: Any, change: SettingsChange) -> None:
 
 def restore_body(client: Any, added: str | None, trusted_was_default: bool, private_ip: bool) -> dict[str, Any]:
     """The ``persistent`` settings that take back what a :class:`SettingsChange` put: semdup's regex out of the
-    list (the setting reset when it was the default before), private addresses back to their default."""
+    list (the setting reset when it was the default before and nothing else was added since), private addresses
+    back to their default. ``added`` None and ``private_ip`` False: nothing (``{}``)."""
     persistent: dict[str, Any] = {}
     if added:
-        rest = [r for r in _regexes(_effective(_levels(client))) if r != added]
-        persistent[TRUSTED] = None if trusted_was_default else rest
+        levels = _levels(client)
+        rest = [r for r in _regexes(_effective(levels)) if r != added]
+        # reset only when nothing else was added since (another pipeline's regex, the operator's): else the rest
+        persistent[TRUSTED] = None if trusted_was_default and rest == _regexes(levels["defaults"]) else rest
     if private_ip:
         persistent[PRIVATE_IP] = None
     return persistent

@@ -15,9 +15,15 @@ object that exists with the wanted configuration is kept, one that differs is re
     default pipeline   with ``--default``: ``index.search.default_pipeline`` of the site's index, so a plain
                        ``GET site-posts/_search`` goes through it
 
-:func:`remove` undoes every step it finds, the cluster settings included (only what ``create`` added).
-:func:`describe` reads the state back. Timeouts are whole seconds on clusters before 3.6 (where ml-commons reads
-the values as seconds) and milliseconds from 3.6 on.
+:func:`remove` undoes every step it finds: the model's group too, and of the cluster settings ``create`` changed
+only those no other semdup pipeline needs (a later ``create`` whose connector needs a change an earlier one made
+records it too, so the last ``remove`` takes it back). ``create`` and ``remove`` of one name hold a lock (a document
+of ``semdup-locks`` made with ``op_type=create``): two run at once end in one state, the second finding the first's
+objects, with no orphan connector. ``create`` ends with one warm-up search through the pipeline, so the site's
+first search does not pay the connector's and the service's first-call costs (1.4 s against a 1 s timeout in the
+#45 probe), and warns when the cluster has no security plugin (ml-commons' master key is then readable by anyone
+who can search the cluster, so is the connector's key). :func:`describe` reads the state back. Timeouts are whole
+seconds on clusters before 3.6 (where ml-commons reads the values as seconds) and milliseconds from 3.6 on.
 """
 
 from __future__ import annotations
@@ -25,15 +31,29 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import socket
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from semdup.core.errors import ConfigError, OpenSearchMissing, OpenSearchRefused, OpenSearchUnavailable
-from semdup.search_pipeline.cluster_settings import SettingsChange, apply_settings, needed_settings, restore_body
+from semdup.index_format.companion import companion_of
+from semdup.index_format.system_indices import LOCKS, ensure
+from semdup.search_pipeline.cluster_settings import (
+    SettingsChange,
+    apply_settings,
+    is_private,
+    matches,
+    needed_settings,
+    restore_body,
+)
 
-__all__ = ["PipelineSpec", "PipelineState", "REWRITE_PATH", "create", "remove", "describe", "describe_connector",
-           "names", "connector_body", "pipeline_body"]  # fmt: skip
+__all__ = ["PipelineSpec", "PipelineState", "REWRITE_PATH", "NO_SECURITY_WARNING", "create", "remove", "describe",
+           "describe_connector", "names", "connector_body", "pipeline_body", "pipeline_lock"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +64,14 @@ _WAS_DEFAULT = "semdup_trusted_was_default"
 _SET_PRIVATE = "semdup_enabled_private_ip"
 _SPEC = "semdup_spec"
 _RECORDED = (_ADDED_REGEX, _WAS_DEFAULT, _SET_PRIVATE, _SPEC)
+LOCK_WAIT_S = 180.0  # how long a create or remove waits for another one of the same name
+LOCK_STALE_S = 600.0  # a lock older than this was left by a killed process: taken over
+NO_SECURITY_WARNING = (
+    "this cluster has no security plugin: ml-commons keeps its master key in the .plugins-ml-config index, so "
+    "anyone who can search the cluster can decrypt the connector's key; install the security plugin (or keep the "
+    "cluster's port private) and give the connector a key with the search scope only (docs/operations.md, "
+    '"semdup inside _search")'
+)
 
 
 @dataclass(frozen=True)
@@ -96,11 +124,20 @@ class PipelineState:
     default_of: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
+    model_group_ids: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "connector_id": self.connector_id, "model_id": self.model_id,
-                "model_state": self.model_state, "pipeline": self.pipeline is not None,
-                "default_of": self.default_of, "settings": self.settings, "actions": self.actions}  # fmt: skip
+                "model_state": self.model_state, "model_group_ids": self.model_group_ids,
+                "pipeline": self.pipeline is not None, "default_of": self.default_of, "settings": self.settings,
+                "actions": self.actions, "warnings": self.warnings}  # fmt: skip
+
+
+def text_fields(client: Any, index: str) -> tuple[str, str]:
+    """The title and body fields of ``index``: the site's own for a connected index, else semdup's."""
+    found = companion_of(client, index)
+    return (found[1].title, found[1].body) if found is not None else ("title", "body")
 
 
 def names(index: str) -> str:
@@ -218,6 +255,7 @@ def describe(client: Any, index: str, name: str | None = None) -> PipelineState:
     models = _find(client, "models", state.name)
     if models:
         state.model_id, state.model_state = models[0]["_id"], models[0].get("model_state")
+    state.model_group_ids = [g["_id"] for g in _find(client, "model_groups", state.name)]
     state.pipeline = _get_pipeline(client, state.name)
     state.default_of = _defaults_of(client, state.name, index)
     if connectors:
@@ -246,24 +284,176 @@ def _undeploy_and_delete(client: Any, model_id: str) -> None:
     _call(client, "DELETE", f"{_ML}/models/{model_id}")
 
 
-def create(client: Any, spec: PipelineSpec, key: str, *, replace_key: bool = False) -> PipelineState:
-    """Set up (or bring up to date) semdup's search pipeline for ``spec.index`` (module doc); idempotent.
+def _delete_groups(client: Any, state: PipelineState) -> None:
+    """Delete the model groups named as the pipeline (ml-commons makes one per registered name; it refuses to
+    delete one that still holds a model, which is then kept)."""
+    for group_id in state.model_group_ids:
+        try:
+            _call(client, "DELETE", f"{_ML}/model_groups/{group_id}")
+        except OpenSearchMissing:
+            continue
+        except OpenSearchRefused as exc:
+            logger.warning("model group %s of %s kept: %s", group_id, state.name, exc)
+            continue
+        state.actions.append(f"model group {group_id} deleted")
+    state.model_group_ids = []
+
+
+def _model_group(client: Any, state: PipelineState, description: str) -> str:
+    """The model group the pipeline's model is registered in (made once, named as the pipeline)."""
+    if state.model_group_ids:
+        return state.model_group_ids[0]
+    made = _call(client, "POST", f"{_ML}/model_groups/_register", {"name": state.name, "description": description})
+    state.model_group_ids = [made["model_group_id"]]
+    state.actions.append(f"model group {made['model_group_id']} created")
+    return made["model_group_id"]
+
+
+@contextmanager
+def pipeline_lock(client: Any, name: str, wait: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the lock of pipeline ``name`` (module doc) while the block runs; wait for another holder first.
+
+    A document ``name`` of ``semdup-locks``, made with ``op_type=create``: one process makes it, the others wait
+    (polling) until it is deleted. One older than :data:`LOCK_STALE_S` (a killed ``create``) is taken over, by a
+    write conditioned on its sequence number, so two waiters cannot both take it.
+
+    Raises:
+        OpenSearchUnavailable: another ``create`` or ``remove`` of ``name`` held it longer than ``wait``.
+    """
+    try:
+        ensure(client, LOCKS)
+    except OpenSearchRefused as exc:
+        if exc.status != 403:
+            raise
+        logger.warning("this user may not create %s, so %s runs unlocked (two at once may race): %s", LOCKS.name,
+                       name, exc)  # fmt: skip
+        yield
+        return
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + wait
+    while True:
+        now = int(time.time())
+        doc = {"what": "semdup pipeline", "owner": owner, "taken": now}
+        try:
+            made = client.index(index=LOCKS.name, id=name, body=doc, op_type="create", refresh="true")
+            break
+        except OpenSearchRefused as exc:
+            if exc.status != 409:
+                raise
+        held = client.get(index=LOCKS.name, id=name, ignore=(404,))
+        if held.get("found") and now - int(held["_source"].get("taken", now)) > LOCK_STALE_S:
+            try:
+                made = client.index(index=LOCKS.name, id=name, body=doc, refresh="true",
+                                    if_seq_no=held["_seq_no"], if_primary_term=held["_primary_term"])  # fmt: skip
+                logger.warning("took over the lock of pipeline %s left by %s", name, held["_source"].get("owner"))
+                break
+            except OpenSearchRefused as exc:
+                if exc.status != 409:
+                    raise
+        if time.monotonic() > deadline:
+            raise OpenSearchUnavailable(f"another `semdup pipeline create` or `remove` of {name} has held its lock "
+                                        f"for over {wait:.0f} s (semdup-locks/{name})")  # fmt: skip
+        time.sleep(0.25)
+    try:
+        yield
+    finally:
+        try:
+            client.delete(index=LOCKS.name, id=name, refresh="true", if_seq_no=made["_seq_no"],
+                          if_primary_term=made["_primary_term"])  # fmt: skip
+        except OpenSearchRefused as exc:  # taken over meanwhile (held past LOCK_STALE_S) or gone: not ours
+            logger.warning("the lock of pipeline %s was no longer ours: %s", name, exc)
+
+
+def _semdup_connectors(client: Any, but: str | None) -> list[dict[str, Any]]:
+    """Every connector ``semdup pipeline create`` made (it records its spec), except the one with id ``but``."""
+    body = {"size": 1000, "query": {"match_all": {}}}
+    try:
+        got = _call(client, "POST", f"{_ML}/connectors/_search", body)
+    except (OpenSearchMissing, OpenSearchRefused) as exc:
+        if isinstance(exc, OpenSearchMissing) or exc.status in (400, 404):
+            return []
+        raise
+    hits = (got.get("hits") or {}).get("hits") or []
+    return [{"_id": h["_id"], **(h.get("_source") or {})} for h in hits
+            if h["_id"] != but and _SPEC in ((h.get("_source") or {}).get("parameters") or {})]  # fmt: skip
+
+
+def _url_of(connector: dict[str, Any]) -> str:
+    actions = connector.get("actions") or [{}]
+    return str(actions[0].get("url") or "")
+
+
+def _shared_records(client: Any, service_url: str, but: str | None) -> dict[str, str]:
+    """The changes other semdup connectors recorded that a connector to ``service_url`` needs too: recorded on it
+    as well, so whichever is removed last takes them back."""
+    url = service_url.rstrip("/") + REWRITE_PATH
+    out: dict[str, str] = {}
+    for other in _semdup_connectors(client, but):
+        params = other.get("parameters") or {}
+        added = params.get(_ADDED_REGEX)
+        if added and _ADDED_REGEX not in out and matches(added, url):
+            out[_ADDED_REGEX], out[_WAS_DEFAULT] = added, params.get(_WAS_DEFAULT, "true")
+        if params.get(_SET_PRIVATE) == "true" and is_private(service_url):
+            out[_SET_PRIVATE] = "true"
+    return out
+
+
+def _security_absent(client: Any) -> bool:
+    """True when no node of the cluster runs the security plugin (module doc)."""
+    try:
+        plugins = client.cat.plugins(params={"format": "json"})
+    except (OpenSearchRefused, OpenSearchUnavailable) as exc:  # not allowed to look: say nothing
+        logger.info("could not list the cluster's plugins: %s", exc)
+        return False
+    return not any("security" in str(p.get("component", "")) for p in plugins or [])
+
+
+def _warm_up(client: Any, spec: PipelineSpec, state: PipelineState) -> None:
+    """One search through the new pipeline (no hits asked): the connector's first call (its HTTP client) and the
+    service's first rank of the index are paid here, not by the site's first search (module doc)."""
+    title = text_fields(client, spec.index)[0]
+    t0 = time.perf_counter()
+    try:
+        client.search(index=spec.index, body={"size": 0, "query": {"match": {title: "semdup pipeline warm up"}}},
+                      params={"search_pipeline": spec.object_name, "request_timeout": 60})  # fmt: skip
+    except (OpenSearchRefused, OpenSearchUnavailable) as exc:  # the search runs with --on-failure error: said
+        state.warnings.append(f"the warm-up search through {spec.object_name} failed: {str(exc)[:300]}")
+        return
+    state.actions.append(f"warm-up search through {spec.object_name}: {1000 * (time.perf_counter() - t0):.0f} ms")
+
+
+def create(client: Any, spec: PipelineSpec, key: str, *, replace_key: bool = False, warm: bool = True
+           ) -> PipelineState:  # fmt: skip
+    """Set up (or bring up to date) semdup's search pipeline for ``spec.index`` (module doc); idempotent, and one
+    at a time per pipeline name (a second waits for the first, then finds its state).
 
     ``key``: a key of the service with the ``search`` scope (the connector's credential). An existing connector
-    made from the same spec keeps its key unless ``replace_key``.
+    made from the same spec keeps its key unless ``replace_key``. ``warm``: end with the warm-up search.
 
     Raises:
         SettingsRefused: the cluster settings need an administrator (the message has the body to run).
         OpenSearchMissing: ``spec.index`` does not exist. OpenSearchUnavailable: ml-commons failed a step.
     """
     client.indices.get_mapping(index=spec.index)  # the index exists (OpenSearchMissing otherwise)
+    with pipeline_lock(client, spec.object_name):
+        state = _create(client, spec, key, replace_key)
+    if warm and state.actions:
+        _warm_up(client, spec, state)
+    if _security_absent(client):
+        state.warnings.append(NO_SECURITY_WARNING)
+    return state
+
+
+def _create(client: Any, spec: PipelineSpec, key: str, replace_key: bool) -> PipelineState:
     version = _version(client)
     state = describe(client, spec.index, spec.object_name)
     change = needed_settings(client, spec.service_url)
     apply_settings(client, change)
     if not change.empty:
         state.actions.append(f"cluster settings: {json.dumps(change.body()['persistent'])}")
-    recorded = dict(state.settings)  # what an earlier create changed stays recorded on a replaced connector
+    # what an earlier create changed stays recorded on a replaced connector, and what another pipeline's changed
+    # that this one needs is recorded here too (module doc)
+    recorded = {**_shared_records(client, spec.service_url, state.connector_id), **state.settings}
     if change.added:
         recorded[_ADDED_REGEX] = change.added
         recorded[_WAS_DEFAULT] = str(change.trusted_was_default).lower()
@@ -285,6 +475,7 @@ def create(client: Any, spec: PipelineSpec, key: str, *, replace_key: bool = Fal
         state.actions.append(f"connector {state.connector_id} created")
     if state.model_id is None:
         body = {"name": spec.object_name, "function_name": "remote", "connector_id": state.connector_id,
+                "model_group_id": _model_group(client, state, f"semdup's ranking of {spec.index}"),
                 "description": f"semdup's ranking of {spec.index}"}  # fmt: skip
         made = _call(client, "POST", f"{_ML}/models/_register", body)
         state.model_id = made.get("model_id") or _wait_task(client, made["task_id"], "register the model")["model_id"]
@@ -313,6 +504,11 @@ def create(client: Any, spec: PipelineSpec, key: str, *, replace_key: bool = Fal
 
 def remove(client: Any, index: str, name: str | None = None) -> PipelineState:
     """Undo what ``create`` set up for ``index`` (module doc); idempotent: a second call finds nothing to do."""
+    with pipeline_lock(client, name or names(index)):
+        return _remove(client, index, name)
+
+
+def _remove(client: Any, index: str, name: str | None) -> PipelineState:
     state = describe(client, index, name)
     if state.default_of:
         client.indices.put_settings(index=",".join(state.default_of),
@@ -324,17 +520,31 @@ def remove(client: Any, index: str, name: str | None = None) -> PipelineState:
     if state.model_id is not None:
         _undeploy_and_delete(client, state.model_id)
         state.actions.append(f"model {state.model_id} undeployed and deleted")
+    _delete_groups(client, state)
     if state.connector_id is not None:
         _call(client, "DELETE", f"{_ML}/connectors/{state.connector_id}")
         state.actions.append(f"connector {state.connector_id} deleted")
-        _restore_settings(client, state)
+        _restore_settings(client, state, state.connector_id)
     return state
 
 
-def _restore_settings(client: Any, state: PipelineState) -> None:
-    """Take back the cluster settings ``create`` changed (recorded on the connector)."""
-    persistent = restore_body(client, state.settings.get(_ADDED_REGEX), state.settings.get(_WAS_DEFAULT) != "false",
-                              state.settings.get(_SET_PRIVATE) == "true")  # fmt: skip
+def _restore_settings(client: Any, state: PipelineState, deleted: str) -> None:
+    """Take back the cluster settings ``create`` changed (recorded on the connector) that no other semdup
+    connector still needs: a regex another one's URL matches, private addresses while another one's service has
+    one, are left (and recorded on that connector, :func:`_shared_records`)."""
+    others = [_url_of(c) for c in _semdup_connectors(client, deleted)]  # a search may still show the deleted one
+    added = state.settings.get(_ADDED_REGEX)
+    private = state.settings.get(_SET_PRIVATE) == "true"
+    needed = []
+    if added and any(matches(added, url) for url in others):
+        needed.append("the trusted endpoint regex")
+        added = None
+    if private and any(is_private(url) for url in others):
+        needed.append("private addresses")
+        private = False
+    if needed:
+        state.actions.append(f"cluster settings kept for another semdup pipeline: {', '.join(needed)}")
+    persistent = restore_body(client, added, state.settings.get(_WAS_DEFAULT) != "false", private)
     if persistent:
         client.cluster.put_settings(body={"persistent": persistent})
         state.actions.append(f"cluster settings restored: {', '.join(sorted(persistent))}")

@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.opensearch, pytest.mark.slow]
 
 KEY = "pipeline-key-4b1d-9a7e-0c3f5e2a"
 OTHER = "other-key-77a0-41c2-9d0e-2b6a81c4"
+BACK_END = "backend-key-3f9a-41d2-8c7e-5b0a1c2d"  # search|ingest: texts mode of /v1/rerank/documents needs ingest
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,8 @@ def service(ml_client: Any, travel: tuple[Path, str, list[Post]], tmp_path_facto
             ) -> Iterator[str]:  # fmt: skip
     bundle_dir, index, _ = travel
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with semdup_serve(serve_env(_url(ml_client), bundle_dir, index, f"{KEY}:{index}"), log) as served:
+    keys = f"{KEY}:{index},{BACK_END}:{index}:search|ingest"
+    with semdup_serve(serve_env(_url(ml_client), bundle_dir, index, keys), log) as served:
         yield served
 
 
@@ -244,7 +246,7 @@ def test_the_cohere_shaped_endpoint_scores_every_document(
                                                                        restrict_ids=ids)  # fmt: skip
     assert [c.id for c in ranked] == [ids[x["index"]] for x in results[:-1]]
     assert [x["relevance_score"] for x in results[:-1]] == pytest.approx([c.score for c in ranked], rel=1e-8)
-    texts = httpx.post(f"{service}/v1/rerank/documents", headers=head, timeout=60,
+    texts = httpx.post(f"{service}/v1/rerank/documents", headers={"Authorization": f"Bearer {BACK_END}"}, timeout=60,
                        json={"query": post.title, "documents": [post.body, posts[0].body], "top_n": 1})
     assert texts.status_code == 200 and len(texts.json()["results"]) == 1
     assert texts.json()["results"][0]["index"] == 0  # the post's own body ranks above another's

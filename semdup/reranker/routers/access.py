@@ -6,10 +6,12 @@ for ``search``, :func:`ingest_access` for ``ingest``, or :func:`open_access` whe
 endpoint needs at run time it reads from ``app.state`` (:func:`state`): the settings, the reranker, the ingest
 broker (the Celery app ingest publishes through), the admission gate, the failure throttle.
 
-Every key check goes through :func:`authenticate`: a blocked address gets 429 (:class:`Throttled`) before its key is
-looked at, a wrong key 401 (:class:`AuthError`, counted as a failure of the address,
-:mod:`semdup.reranker.auth_throttle`), a right key without the scope 403 (:class:`ScopeError`). The review page
-uses it too, so its logins and the API share one count per address.
+Every key check goes through :func:`authenticate`: a blocked address, or a blocked wrong key from it, gets 429
+(:class:`Throttled`) before the key is looked at, a wrong key 401 (:class:`AuthError`, counted as a failure of that
+key and, the first time in a window, of the address, :mod:`semdup.reranker.auth_throttle`), a right key without the
+scope 403 (:class:`ScopeError`). A wrong key that starts a block is logged once, by the SHA-256 label the operator
+can match with a connector's key. The review page uses it too, so its logins and the API share one count per
+address.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from semdup.core.errors import SearchIndexError
-from semdup.reranker.auth_throttle import FailureThrottle, Throttled, client_address
+from semdup.reranker.auth_throttle import FailureThrottle, Throttled, client_address, key_label
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed
 from semdup.reranker.routers.schemas import API_KEY_HEADER, MAX_INDEX_CHARS, NOT_SERVED
 from semdup.reranker.settings import INGEST, OPS, SEARCH, ApiKey, ServiceSettings
@@ -42,6 +44,7 @@ __all__ = [
     "ops_access",
     "open_access",
     "access_for",
+    "require_scope",
     "served_index",
     "state",
     "bind",
@@ -103,28 +106,44 @@ def authenticate(
     """The configured key ``given`` when it holds ``scope``.
 
     Raises:
-        Throttled: the client's address failed too often (429); its key is not looked at.
-        AuthError: no key, or a wrong one (401); a wrong one counts as a failure of the address.
+        Throttled: the client's address, or this wrong key from it, failed too often (429); the key is not looked at.
+        AuthError: no key, or a wrong one (401); a wrong one counts as a failure of that key (and, the first time in
+            a window, of the address).
         ScopeError: the key lacks ``scope`` (403).
     """
     if not given:
         raise AuthError(f"missing API key; send a key with the {scope} scope in the X-API-Key header")
     address = client_address(request.client.host if request.client else None)
-    left = throttle.blocked(address)
+    left = throttle.blocked(address, given)
     if left:
         _count(request, "throttled")
         raise Throttled(left)
     entry = settings.key_of(given)
     if entry is None:
         _count(request, "failed")
-        left = throttle.fail(address)
+        left = throttle.fail(address, given)
         if left:
+            _log_block(request, throttle, address, given, left)
             _count(request, "throttled")
             raise Throttled(left)
         raise AuthError("wrong API key; send a key of this service in the X-API-Key header")
     if scope not in entry.scopes:
         raise ScopeError(f"this API key has no {scope} scope; use a key with the {scope} scope")
     return entry
+
+
+def _log_block(request: Request, throttle: FailureThrottle, address: str, key: str, left: float) -> None:
+    """The one warning a block starts with: the operator learns which address or key, and what it costs."""
+    if throttle.blocked(address):
+        logger.warning("%s: %d wrong keys or logins from %s within %.0f s: every key from it gets 429 for %.0f s",
+                       request.url.path, throttle.limit, address, throttle.window, left)  # fmt: skip
+        return
+    logger.warning(
+        "%s: one wrong key (%s) from %s was sent %d times: it gets 429 for %.0f s, other keys from %s are not "
+        "slowed; a search pipeline whose connector holds it ranks nothing (its searches run in the site's own "
+        "order, or fail with --on-failure error) until `semdup pipeline create --replace-key` gives it the right key",
+        request.url.path, key_label(key), address, throttle.limit, left, address,
+    )  # fmt: skip
 
 
 def _access(request: Request, given: str | None, scope: str) -> tuple[str, ...]:
@@ -161,6 +180,27 @@ async def ops_access(
     if st.settings.auth and st.settings.ops_auth:
         key = given or (bearer.credentials if bearer else None)
         await asyncio.wrap_future(st.probes.submit(authenticate, request, st.settings, st.throttle, key, OPS))
+
+
+def require_scope(request: Request, scope: str, why: str) -> None:
+    """A request that passed its endpoint's access check must also hold ``scope`` for what it asks (``why``, said in
+    the 403): the key is read again from the request (``X-API-Key``, else ``Authorization: Bearer``); nothing is
+    checked with access control off.
+
+    Raises:
+        ScopeError: the key lacks ``scope`` (403).
+    """
+    st = state(request)
+    if not st.settings.auth:
+        return
+    given = request.headers.get(API_KEY_HEADER)
+    if not given:
+        scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+        given = token.strip() if scheme.lower() == "bearer" else None
+    entry = st.settings.key_of(given) if given else None
+    if entry is None or scope not in entry.scopes:
+        held = "|".join(entry.scopes) if entry else "none"
+        raise ScopeError(f"{why} needs a key with the {scope} scope; this key has {held}")
 
 
 def open_access(request: Request) -> tuple[str, ...]:

@@ -15,7 +15,11 @@ body, semdup ranks the post its full-text clauses hold (:func:`semdup.reranker.r
   title (one text is all the shape carries; its title term is then the query's);
 * ``documents_are: "texts"`` (the default): each document is a post's text, encoded here and scored by the
   bundle's fusion without its lexical term (a list of texts has no index statistics to score BM25 with) and
-  without the title term (a document's title is not told apart from its body).
+  without the title term (a document's title is not told apart from its body). Encoding up to ``max_k`` texts
+  of up to a MiB costs seconds of CPU (100 texts of 9 kB: 3.9 s, issue #45), where ``/v1/rerank`` encodes one
+  post: texts mode needs a key that also holds the ``ingest`` scope (the back end's, which already makes the
+  workers encode), never a ``search`` key alone, the one that may sit in a browser. ``ids`` mode encodes nothing
+  and takes a ``search`` key.
 
 Every document gets a score (to 9 significant digits); one the index does not hold (``ids``) scores below all the
 others. Both endpoints need
@@ -31,7 +35,15 @@ from fastapi import APIRouter, Depends, Request
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.reranker.rewrite import excluded_id, post_of_search, ranked_query
-from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
+from semdup.reranker.routers.access import (
+    access_for,
+    bind,
+    key_access,
+    require_scope,
+    searchable,
+    served_index,
+    state,
+)
 from semdup.reranker.routers.schemas import (
     NO_QUERY,
     DocumentsResponse,
@@ -40,7 +52,7 @@ from semdup.reranker.routers.schemas import (
     responses,
     rewrite_model,
 )
-from semdup.reranker.settings import ServiceSettings
+from semdup.reranker.settings import INGEST, ServiceSettings
 
 __all__ = ["REWRITE_PATH", "DOCUMENTS_PATH", "ALL_CANDIDATES", "rewrite", "documents", "router"]
 
@@ -82,6 +94,7 @@ def documents(
                                                  index=name)} if ids else {}  # fmt: skip
         scores = [found.get(doc) for doc in req.documents]
     else:
+        require_scope(request, INGEST, "documents_are: texts (every document encoded here)")
         from semdup.bundle.scorer import BundleScorer
 
         posts = [Post(str(i), "", text) for i, text in enumerate(req.documents)]

@@ -125,6 +125,23 @@ def test_scrub_masks_secrets_but_not_a_sentence_that_names_one() -> None:
     assert scrub('{"token": "Zq9x-41"}') == '{"token": "***"}' and scrub("secret: Abc def") == "secret: *** def"
 
 
+def test_scrub_masks_credential_objects_in_every_quoting() -> None:
+    """An ml-commons connector body (``semdup -vv pipeline create`` logs the request) holds its key under
+    ``"credential": {"key": ...}``: the whole object is masked, as JSON, as a Python repr, and escaped in a string."""
+    key = "pipeline-key-4b1d-9a7e-0c3f5e2a"
+    bodies = [
+        json.dumps({"name": "semdup-travel", "credential": {"key": key}, "protocol": "http"}),
+        json.dumps({"credential": {"key": key}}, indent=2),
+        repr({"credential": {"key": key, "region": "eu"}}),
+        json.dumps(json.dumps({"credential": {"key": key}})),  # a body logged as a JSON string
+        json.dumps({"credentials": {"access_key": key, "secret_key": key}}),
+        json.dumps({"credential": {"key": 'a"b\\"' + key}}),  # quotes inside the key cannot end the mask
+    ]
+    for body in bodies:
+        assert key not in scrub(body), body
+    assert scrub(bodies[0]) == '{"name": "semdup-travel", "credential": {***}, "protocol": "http"}'
+
+
 def test_configure_logging_format_from_env_and_bad_value() -> None:
     from semdup.apps.settings import load_settings, log_format_setting
 

@@ -155,6 +155,15 @@ def test_a_deeply_nested_body_is_called_too_deep_not_non_utf8() -> None:
     assert r.status_code == 422 and "not UTF-8 JSON" in r.json()["error"]["message"], r.text
 
 
+def test_an_integer_of_5000_digits_is_called_too_long_not_non_utf8() -> None:
+    """Issue #45: Python refuses to convert an integer past 4,300 digits with a plain ValueError."""
+    c = TestClient(create_app(settings(), reranker=BlockingReranker()))  # type: ignore[arg-type]
+    body = b'{"title": "Visa?", "k": ' + b"7" * 5000 + b"}"
+    r = c.post("/v1/rerank", content=body, headers={"X-API-Key": KEY, "content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_number_too_long", r.text
+    assert "integer too long" in r.json()["error"]["message"] and "UTF-8" not in r.json()["error"]["message"]
+
+
 def test_gate_counts_refusals_and_zero_means_no_bound() -> None:
     refused: list[str] = []
     gate = Gate(1, on_shed=refused.append)

@@ -39,6 +39,40 @@ def test_the_limit_th_failure_in_a_window_starts_a_block_and_blocks_in_a_row_dou
     assert left == 10.0
 
 
+def test_a_repeated_wrong_key_blocks_itself_and_no_other_key_from_its_address() -> None:
+    """A stale connector key (issue #45: every pipeline of a cluster calls from its node's address) repeats one
+    wrong key: it is blocked, the address is not, so the node's other pipelines and clients keep being answered."""
+    t = FailureThrottle(None, limit=3, window=60, block=10)
+    lefts = [t.fail("node", "stale-key", now=100 + i) for i in range(3)]
+    assert lefts == [0.0, 0.0, 10.0]  # the third repeat blocks that key
+    assert t.blocked("node", "stale-key", now=105) == 7.0
+    assert t.blocked("node", "right-key", now=105) == 0.0 and t.blocked("node", now=105) == 0.0
+    assert t.blocked("elsewhere", "stale-key", now=105) == 0.0  # counted per address: not a key's global ban
+    assert [t.fail("node", "stale-key", now=111 + i) for i in range(3)][-1] == 20.0  # in a row: twice as long
+    assert t.blocked("node", "right-key", now=112) == 0.0  # the stale key counted once against the address
+
+
+def test_different_wrong_keys_block_the_address_as_before() -> None:
+    """A guesser's keys all differ: each is the first of its row, so each counts against the address."""
+    t = FailureThrottle(None, limit=3, window=60, block=10)
+    assert [t.fail("a", f"guess-{i}", now=100 + i) for i in range(3)] == [0.0, 0.0, 10.0]
+    assert t.blocked("a", "the-right-key", now=105) == 7.0  # a right key too: no oracle during the block
+    assert t.blocked("b", "the-right-key", now=105) == 0.0
+    # repeating one guess does not buy more guesses: it counts once against the address per window
+    u = FailureThrottle(None, limit=3, window=60, block=10)
+    u.fail("a", "g1", now=0), u.fail("a", "g1", now=1)
+    assert u.fail("a", "g2", now=2) == 0.0 and u.fail("a", "g3", now=3) == 10.0
+
+
+def test_the_file_never_holds_a_key(tmp_path: Path) -> None:
+    t = FailureThrottle(tmp_path / "t.sqlite3", limit=3)
+    t.fail("node", "stale-key-4b1d-9a7e-0c3f5e2a")
+    assert t.blocked("node", "stale-key-4b1d-9a7e-0c3f5e2a") == 0.0  # counted (one failure, no block yet)
+    t.close()
+    written = b"".join(f.read_bytes() for f in tmp_path.iterdir())  # the file and, where it is left, its WAL
+    assert b"node key:sha256:" in written and b"stale-key-4b1d" not in written
+
+
 def test_failures_spread_over_more_than_a_window_never_block() -> None:
     t = FailureThrottle(None, limit=3, window=60, block=10)
     assert all(t.fail("a", now=at) == 0.0 for at in (0, 30, 61, 90, 122, 150))  # two per window at most

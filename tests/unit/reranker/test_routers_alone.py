@@ -15,8 +15,8 @@ from settings_tree import service_settings
 
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import INDEX_POSTS
-from semdup.reranker.routers import ingest, probes, rerank
 from semdup.reranker.auth_throttle import FailureThrottle
+from semdup.reranker.routers import ingest, probes, rerank
 from semdup.reranker.routers.access import AuthError
 
 KEY = "key-router-7c1d-7d2f0c9e4b1a"
@@ -81,3 +81,34 @@ def test_the_probes_router_alone() -> None:
     assert client.get("/metrics", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200  # Prometheus's way
     with pytest.raises(AuthError):  # the app factory turns it into a 401
         client.get("/metrics")
+
+
+def test_texts_mode_of_the_documents_endpoint_needs_the_ingest_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #45: texts mode encodes every document (100 texts of 9 kB: 3.9 s of CPU), so a ``search`` key, the one
+    that may sit in a browser, may not ask for it; with a key that also holds ``ingest`` it is scored."""
+    from semdup.reranker.routers import pipeline
+    from semdup.reranker.routers.access import ScopeError
+
+    back_end = "key-backend-3f9a-41d2-8c7e-5b0a"
+    keys = f"{KEY}:travel,{back_end}:travel:search|ingest"
+    settings = service_settings({"bundle": "b", "index": "travel", "api_keys": keys}, OS)
+    scored: list[int] = []
+
+    class Scorer:
+        def __init__(self, bundle: Any) -> None: ...
+
+        def score(self, query: Any, posts: list[Any]) -> Any:
+            scored.append(len(posts))
+            return SimpleNamespace(tolist=lambda: [0.5] * len(posts))
+
+    rr = SimpleNamespace(bundle=None, fusion={"alpha": 0.5, "beta_title": 0.1}, version="bow-cnn-0123abcd")
+    client = TestClient(_app(pipeline.router(settings), settings=settings, reranker=rr, throttle=THROTTLE))
+    texts = {"query": "Visa on arrival?", "documents": ["a" * 9000] * 3}
+    monkeypatch.setattr("semdup.bundle.scorer.BundleScorer", Scorer)
+    with pytest.raises(ScopeError, match="ingest scope"):  # the app factory answers it 403
+        client.post("/v1/rerank/documents", json=texts, headers={"X-API-Key": KEY})
+    with pytest.raises(ScopeError):  # as a bearer token (what a connector sends) too
+        client.post("/v1/rerank/documents", json=texts, headers={"Authorization": f"Bearer {KEY}"})
+    assert scored == []  # refused before anything was encoded
+    r = client.post("/v1/rerank/documents", json=texts, headers={"Authorization": f"Bearer {back_end}"})
+    assert r.status_code == 200 and scored == [3], r.text
