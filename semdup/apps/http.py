@@ -96,7 +96,8 @@ logger = logging.getLogger(__name__)
 
 # never refused by admission control (a busy worker still answers its probes and scrapes)
 _OPEN_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
-_KEYED_PATHS = {rerank.PATH, similar.PATH, *ingest.INGEST_PATHS}  # metrics' path label
+# metrics' path label
+_KEYED_PATHS = {rerank.PATH, similar.PATH, pipeline.REWRITE_PATH, pipeline.DOCUMENTS_PATH, *ingest.INGEST_PATHS}
 # The feature routers every app includes, in order; each takes the app's ServiceSettings. The review page's router
 # is included beside them (create_app).
 FEATURES = (rerank.router, similar.router, pipeline.router, ingest.router)

@@ -69,6 +69,9 @@ __all__ = [
     "streaming_bulk",
     "expand_action",
     "TRANSIENT_STATUS",
+    "NO_PIPELINE",
+    "own_search_params",
+    "site_searches",
 ]
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})  # overloaded, or a node between the client and the cluster down
@@ -86,6 +89,8 @@ _REASON_CHARS = 500
 # urllib3 starts its connection errors with the connection object's repr, which says nothing to an operator.
 _OBJECT = re.compile(r"<[^<>]* object at 0x[0-9a-fA-F]+>:?")
 _PATH_CHARS = 200
+NO_PIPELINE = "_none"  # OpenSearch's name for "no search pipeline, not even the index's default"
+_NO_PIPELINE_FIELD = f'"search_pipeline":"{NO_PIPELINE}"'
 
 
 def is_transient(status: int | None, type: str | None = None) -> bool:
@@ -175,9 +180,45 @@ def scan(client: OpenSearch, query: Any = None, **kwargs: Any) -> Iterator[dict[
         yield from helpers.scan(client, query, **kwargs)
 
 
+def own_search_params(url: str, params: Any, body: Any, pipelines: bool = False) -> tuple[Any, Any]:
+    """``(params, body)`` of a search semdup makes for itself, made to run no search pipeline, not even the index's
+    default one, which may be semdup's own (issue #45: semdup's ``_msearch`` went through it and called semdup
+    again, five times deep). A ``_search`` gets ``search_pipeline=_none`` in its query string; an ``_msearch``, whose
+    query string takes none, gets ``"search_pipeline": "_none"`` in each search body (both measured on OpenSearch
+    2.19.1: ``tests/integration/test_pipeline_restrictions.py``). A search that names a pipeline keeps it, and
+    ``pipelines`` True (a client that searches as the site does, :func:`site_searches`) leaves every search as it
+    is."""
+    path = url.split("?", 1)[0]
+    if pipelines or (params and "search_pipeline" in params):
+        return params, body
+    if path.endswith("/_search") or path == "_search":
+        if isinstance(body, dict) and "search_pipeline" in body:
+            return params, body
+        return {**(params or {}), "search_pipeline": NO_PIPELINE}, body
+    if (path.endswith("/_msearch") or path == "_msearch") and isinstance(body, str):
+        lines = body.split("\n")
+        for n in range(1, len(lines), 2):  # header, body, header, body ... (each one line of JSON)
+            line = lines[n].strip()
+            if line.startswith("{") and '"search_pipeline"' not in line:
+                lines[n] = "{" + _NO_PIPELINE_FIELD + ("," if line[1:].strip() != "}" else "") + line[1:]
+        return params, "\n".join(lines)
+    return params, body
+
+
+def site_searches(client: Any) -> Any:
+    """``client``, its searches left to the index's default search pipeline, as a site's application searches
+    (``semdup pipeline check``'s comparison, the tests that act as the site); every other client semdup builds
+    searches without one (:func:`own_search_params`)."""
+    client.transport.pipelines = True
+    return client
+
+
 class MappedTransport(Transport):
     """opensearch-py's transport (its retries on 502 / 503 / 504 and connection errors, its node pool), with
-    every request's errors raised as semdup's (:func:`map_client_errors`)."""
+    every request's errors raised as semdup's (:func:`map_client_errors`), and every search of semdup's own made
+    without a search pipeline (:func:`own_search_params`)."""
+
+    pipelines = False  # True: searches run the index's default search pipeline (site_searches)
 
     def perform_request(
         self,
@@ -190,6 +231,7 @@ class MappedTransport(Transport):
         headers: Any = None,
     ) -> Any:
         within = timeout or (params or {}).get("request_timeout") or self.kwargs.get("timeout")
+        params, body = own_search_params(url, params, body, self.pipelines)
         with map_client_errors(method, url, within):
             return super().perform_request(
                 method, url, params=params, body=body, timeout=timeout, ignore=ignore, headers=headers

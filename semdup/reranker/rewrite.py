@@ -13,10 +13,15 @@ answers in its place; everything else in the request stays the site's. Two steps
    text (a filter, ``match_all``) is refused: there is nothing to find duplicates of.
 2. :func:`ranked_query`: semdup's candidates, best first, as a query on the site's index: each id a
    ``constant_score`` clause whose boost is its fused score, so ``_score`` is semdup's score and the order is
-   semdup's. Every candidate of the rerank goes in (~200), so the site's own ``size`` and ``from`` page through
-   them, and the site's ``filter`` and ``must_not`` clauses (of its top-level ``bool``) are kept: a filtered-out
-   candidate leaves the page, the others move up. One id excluded by ``must_not`` (the post itself, when a site
-   looks for the duplicates of a post it holds) is left out of semdup's candidates as well (:func:`excluded_id`).
+   semdup's. Every candidate of the rerank goes in (~200; at most as many as keep the query within the cluster's
+   ``indices.query.bool.max_clause_count``, :func:`candidate_room`), so the site's own ``size`` and ``from`` page
+   through them. Every restriction of the site's query is kept, wherever it wrote it: its restriction skeleton
+   (:func:`semdup.reranker.restriction.restriction`) is the ranking's ``filter``, and its ``boosting`` negatives
+   demote the ranking as they demoted its search; a restricted-out candidate leaves the page, the others move up.
+   The ranking is for the pipeline's own index only (a ``terms`` on ``_index``): any other index searched with the
+   same pipeline gets the site's own query. One id excluded by the top-level ``must_not`` (the post itself, when
+   a site looks for the duplicates of a post it holds) is left out of semdup's candidates as well
+   (:func:`excluded_id`).
 
 Lucene scores are float32 and must be positive: a boost is the fused score rounded to float32, and where two
 candidates would tie or a score is not above 0, the later one gets the next float32 below the earlier one's, so
@@ -167,9 +172,7 @@ def check_encodable(value: Any) -> None:
                 ) from None
 
 
-def candidate_room(
-    search: Mapping[str, Any], text_fields: Sequence[str], index: str | None, max_clauses: int
-) -> int:
+def candidate_room(search: Mapping[str, Any], text_fields: Sequence[str], index: str | None, max_clauses: int) -> int:
     """How many candidates :func:`ranked_query` puts in its query: as many as keep its leaf clauses, the site's
     own (counted by :func:`~semdup.reranker.restriction.leaf_count`, an upper bound) and one per candidate, within
     :data:`CLAUSE_HEADROOM` of ``max_clauses``.

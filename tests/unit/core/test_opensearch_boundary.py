@@ -128,3 +128,22 @@ def test_a_scroll_that_some_shards_failed_is_transient() -> None:
     failed = ScanError("scroll-1", "Scroll request has only succeeded on 3 (+0 skipped) shards out of 5.")
     got = client_error(failed, "GET", "/travel/_search?scroll")
     assert type(got) is OpenSearchUnavailable and got.type == "ScanError" and "3 (+0 skipped)" in got.reason
+
+
+def test_semdups_own_searches_name_no_search_pipeline() -> None:
+    """Issue #45: a search of semdup's own never runs the index's default search pipeline (semdup's, maybe)."""
+    import json
+
+    from semdup.core.opensearch import own_search_params
+
+    params, _ = own_search_params("/travel/_search", {"request_timeout": 5}, {"query": {}})
+    assert params == {"request_timeout": 5, "search_pipeline": "_none"}
+    body = "\n".join(json.dumps(x) for x in ({"index": "t"}, {"size": 3}, {"index": "t"}, {})) + "\n"
+    _, sent = own_search_params("/_msearch", None, body)
+    lines = [json.loads(x) for x in sent.splitlines() if x]
+    assert lines == [{"index": "t"}, {"search_pipeline": "_none", "size": 3}, {"index": "t"},
+                     {"search_pipeline": "_none"}]
+    assert own_search_params("/t/_search", {"search_pipeline": "p"}, None)[0] == {"search_pipeline": "p"}  # named
+    assert own_search_params("/t/_search", None, None, pipelines=True) == (None, None)  # the site's searches
+    assert own_search_params("/_search/scroll", None, None) == (None, None)  # a scroll's next page takes none
+    assert own_search_params("/t/_doc/1", None, None) == (None, None)
