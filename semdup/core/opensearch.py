@@ -183,19 +183,21 @@ def scan(client: OpenSearch, query: Any = None, **kwargs: Any) -> Iterator[dict[
 def own_search_params(url: str, params: Any, body: Any, pipelines: bool = False) -> tuple[Any, Any]:
     """``(params, body)`` of a search semdup makes for itself, made to run no search pipeline, not even the index's
     default one, which may be semdup's own (issue #45: semdup's ``_msearch`` went through it and called semdup
-    again, five times deep). A ``_search`` gets ``search_pipeline=_none`` in its query string; an ``_msearch``, whose
-    query string takes none, gets ``"search_pipeline": "_none"`` in each search body (both measured on OpenSearch
-    2.19.1: ``tests/integration/test_pipeline_restrictions.py``). A search that names a pipeline keeps it, and
-    ``pipelines`` True (a client that searches as the site does, :func:`site_searches`) leaves every search as it
-    is."""
+    again, five times deep). Measured on OpenSearch 2.19.1 (a default pipeline that fails every search it runs):
+    ``_search``, ``_search/template`` and a scroll's first page take ``search_pipeline=_none`` in the query string;
+    ``_msearch`` refuses that parameter and the header key, so each of its search bodies gets
+    ``"search_pipeline": "_none"``; ``_count`` runs the default pipeline and refuses the parameter, so it is sent as
+    a ``_search`` (:meth:`MappedTransport.perform_request`); ``_msearch/template`` has no way to name none. A search
+    that names a pipeline keeps it, and ``pipelines`` True (a client that searches as the site does,
+    :func:`site_searches`) leaves every search as it is."""
     path = url.split("?", 1)[0]
     if pipelines or (params and "search_pipeline" in params):
         return params, body
-    if path.endswith("/_search") or path == "_search":
+    if path.endswith(("/_search", "/_search/template")):
         if isinstance(body, dict) and "search_pipeline" in body:
             return params, body
         return {**(params or {}), "search_pipeline": NO_PIPELINE}, body
-    if (path.endswith("/_msearch") or path == "_msearch") and isinstance(body, str):
+    if path.endswith("/_msearch") and isinstance(body, str):
         lines = body.split("\n")
         for n in range(1, len(lines), 2):  # header, body, header, body ... (each one line of JSON)
             line = lines[n].strip()
@@ -231,6 +233,13 @@ class MappedTransport(Transport):
         headers: Any = None,
     ) -> Any:
         within = timeout or (params or {}).get("request_timeout") or self.kwargs.get("timeout")
+        path = url.split("?", 1)[0]
+        if path.endswith("/_count") and not self.pipelines and isinstance(body, dict | None):
+            # _count runs the index's default search pipeline and takes no search_pipeline: a size-0 _search
+            search = {**(body or {}), "size": 0, "track_total_hits": True}
+            got = self.perform_request("POST", path[: -len("_count")] + "_search", params=params, body=search,
+                                       timeout=timeout, ignore=ignore, headers=headers)  # fmt: skip
+            return {"count": got["hits"]["total"]["value"], "_shards": got.get("_shards")}
         params, body = own_search_params(url, params, body, self.pipelines)
         with map_client_errors(method, url, within):
             return super().perform_request(

@@ -80,10 +80,14 @@ def max_clauses(st: Any) -> int:
         return int(cached[0])
     try:
         got = st.reranker.client.cluster.get_settings(params={
-            "include_defaults": "true", "flat_settings": "true", "filter_path": f"**.{MAX_CLAUSES_SETTING}",
+            "include_defaults": "true", "filter_path": f"*.{MAX_CLAUSES_SETTING}",  # nested: flat keys hold dots
             "request_timeout": st.reranker.settings.search_timeout})  # fmt: skip
-        values = [int(v) for part in got.values() if isinstance(part, dict) for k, v in part.items()
-                  if k == MAX_CLAUSES_SETTING]  # fmt: skip
+        values = []
+        for part in got.values():  # persistent, transient, defaults
+            for key in MAX_CLAUSES_SETTING.split("."):
+                part = part.get(key) if isinstance(part, dict) else None
+            if part is not None:
+                values.append(int(part))
         found = min(values) if values else DEFAULT_MAX_CLAUSES
     except (OpenSearchError, ValueError) as exc:
         logger.warning("could not read %s (%s); the rewrite assumes %d", MAX_CLAUSES_SETTING, exc, DEFAULT_MAX_CLAUSES)
