@@ -215,10 +215,13 @@ def test_every_restriction_the_site_writes_holds_through_the_pipeline(
 
 
 def test_k_candidates_1000_stays_within_max_clause_count(
-    ml_url: str, site: Any, travel: tuple[Path, str, list[Post]], tmp_path: Path
+    ml_url: str, own: Any, site: Any, travel: tuple[Path, str, list[Post]], tmp_path: Path
 ) -> None:
-    _, index, posts = travel
-    env = _env(ml_url, travel, SEMDUP_K_CANDIDATES="1000")
+    bundle_dir = travel[0]
+    posts = travel_posts()[:1300]  # enough for ~1,000 candidates per source, so over the 1,024 clauses unbounded
+    index = f"semdup-test-k1000-{uuid.uuid4().hex[:8]}"
+    build_index(own, index, Bundle.load(bundle_dir), posts)
+    env = _env(ml_url, (bundle_dir, index, posts), SEMDUP_K_CANDIDATES="1000")
     with semdup_serve(env, tmp_path / "k1000.log") as url:
         name = f"semdup-k1000-{uuid.uuid4().hex[:6]}"
         _pipeline(ml_url, "create", "--index", index, "--service-url", url, "--name", name, "--timeout", "20",
@@ -229,10 +232,12 @@ def test_k_candidates_1000_stays_within_max_clause_count(
                                 json={"index": index, "search": _site_search(post)})  # fmt: skip
             assert direct.status_code == 200, direct.text
             print(f"\nK_CANDIDATES=1000: the rewritten query holds {direct.json()['ranked']} candidates")
+            assert direct.json()["ranked"] > 500
             got = [i for i, _ in _hits(site, index, _site_search(post), search_pipeline=name)]
             assert got == _rerank(url, index, post)  # semdup's order, not a maxClauseCount 400
         finally:
             _pipeline(ml_url, "remove", "--index", index, "--name", name)
+            own.indices.delete(index=index, ignore_unavailable=True)
 
 
 def _deep(levels: int, make: Any, leaf: dict[str, Any]) -> dict[str, Any]:
