@@ -91,6 +91,12 @@ _OBJECT = re.compile(r"<[^<>]* object at 0x[0-9a-fA-F]+>:?")
 _PATH_CHARS = 200
 NO_PIPELINE = "_none"  # OpenSearch's name for "no search pipeline, not even the index's default"
 _NO_PIPELINE_FIELD = f'"search_pipeline":"{NO_PIPELINE}"'
+# An index's (or all indices') search APIs; a plugin's own search (``/_plugins/_ml/connectors/_search``) is not one
+# of them and refuses the parameter. Index names never start with "_".
+_INDICES = r"(?:/[^_/][^/]*)?"
+_INDEX_SEARCH = re.compile(_INDICES + r"/_search(?:/template)?")
+_INDEX_MSEARCH = re.compile(_INDICES + r"/_msearch")
+_INDEX_COUNT = re.compile(_INDICES + r"/_count")
 
 
 def is_transient(status: int | None, type: str | None = None) -> bool:
@@ -193,11 +199,11 @@ def own_search_params(url: str, params: Any, body: Any, pipelines: bool = False)
     path = url.split("?", 1)[0]
     if pipelines or (params and "search_pipeline" in params):
         return params, body
-    if path.endswith(("/_search", "/_search/template")):
+    if _INDEX_SEARCH.fullmatch(path):
         if isinstance(body, dict) and "search_pipeline" in body:
             return params, body
         return {**(params or {}), "search_pipeline": NO_PIPELINE}, body
-    if path.endswith("/_msearch") and isinstance(body, str):
+    if _INDEX_MSEARCH.fullmatch(path) and isinstance(body, str):
         lines = body.split("\n")
         for n in range(1, len(lines), 2):  # header, body, header, body ... (each one line of JSON)
             line = lines[n].strip()
@@ -234,7 +240,7 @@ class MappedTransport(Transport):
     ) -> Any:
         within = timeout or (params or {}).get("request_timeout") or self.kwargs.get("timeout")
         path = url.split("?", 1)[0]
-        if path.endswith("/_count") and not self.pipelines and isinstance(body, dict | None):
+        if _INDEX_COUNT.fullmatch(path) and not self.pipelines and isinstance(body, dict | None):
             # _count runs the index's default search pipeline and takes no search_pipeline: a size-0 _search
             search = {**(body or {}), "size": 0, "track_total_hits": True}
             got = self.perform_request("POST", path[: -len("_count")] + "_search", params=params, body=search,

@@ -112,9 +112,11 @@ def _rerank(service: str, index: str, post: Post, k: int = 10) -> list[str]:
 
 
 def _rewrites(service: str) -> int:
-    """How many /v1/search/rewrite requests the service has answered (its metrics)."""
+    """How many /v1/search/rewrite requests the service has answered (its metrics; before issue #45 they were
+    labelled ``other``, the only other requests this module's service answers)."""
     text = httpx.get(f"{service}/metrics", headers={"X-API-Key": OPS}, timeout=10).text
-    found = re.findall(r'semdup_rerank_requests_total\{path="/v1/search/rewrite",status="[0-9]+"\} ([0-9.e+]+)', text)
+    found = re.findall(r'semdup_rerank_requests_total\{path="(?:/v1/search/rewrite|other)",status="[0-9]+"\} '
+                       r"([0-9.e+]+)", text)
     return int(sum(float(x) for x in found))
 
 

@@ -148,6 +148,10 @@ def test_semdups_own_searches_name_no_search_pipeline() -> None:
     assert own_search_params("/_search/scroll", None, None) == (None, None)  # a scroll's next page takes none
     assert own_search_params("/t/_doc/1", None, None) == (None, None)
     assert own_search_params("/t/_search/template", None, {"id": "x"})[0] == {"search_pipeline": "_none"}
+    assert own_search_params("/_search", None, None)[0] == {"search_pipeline": "_none"}
+    assert own_search_params("/a,b/_search", None, None)[0] == {"search_pipeline": "_none"}
+    # a plugin's own search API is no index search: it refuses the parameter (ml-commons' connectors)
+    assert own_search_params("/_plugins/_ml/connectors/_search", None, {}) == (None, {})
 
 
 def test_a_count_is_sent_as_a_search_without_pipeline() -> None:
