@@ -128,7 +128,11 @@ class _Nodes:
         for node in (self.semdup, self.peer):
             url = node.start()
             clients.append(connect(OpenSearchSettings(url=url, timeout=_TIMEOUT)))
-        return clients[0], clients[1]
+        from semdup.core.opensearch import site_searches
+
+        # the peer's index runs its hybrid normalization as its default search pipeline, as the peer's application
+        # searches it; semdup's own clients would name no pipeline (issue #45)
+        return clients[0], site_searches(clients[1])
 
     def pids(self) -> tuple[int, int]:
         from semdup.devstack.local_process import read_record

@@ -70,6 +70,9 @@ __all__ = [
     "streaming_bulk",
     "expand_action",
     "TRANSIENT_STATUS",
+    "NO_PIPELINE",
+    "own_search_params",
+    "site_searches",
 ]
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})  # overloaded, or a node between the client and the cluster down
@@ -87,6 +90,14 @@ _REASON_CHARS = 500
 # urllib3 starts its connection errors with the connection object's repr, which says nothing to an operator.
 _OBJECT = re.compile(r"<[^<>]* object at 0x[0-9a-fA-F]+>:?")
 _PATH_CHARS = 200
+NO_PIPELINE = "_none"  # OpenSearch's name for "no search pipeline, not even the index's default"
+_NO_PIPELINE_FIELD = f'"search_pipeline":"{NO_PIPELINE}"'
+# An index's (or all indices') search APIs; a plugin's own search (``/_plugins/_ml/connectors/_search``) is not one
+# of them and refuses the parameter. Index names never start with "_".
+_INDICES = r"(?:/[^_/][^/]*)?"
+_INDEX_SEARCH = re.compile(_INDICES + r"/_search(?:/template)?")
+_INDEX_MSEARCH = re.compile(_INDICES + r"/_msearch")
+_INDEX_COUNT = re.compile(_INDICES + r"/_count")
 
 
 def is_transient(status: int | None, type: str | None = None) -> bool:
@@ -206,9 +217,47 @@ def scan(client: OpenSearch, query: Any = None, **kwargs: Any) -> Iterator[dict[
         yield from helpers.scan(client, query, **kwargs)
 
 
+def own_search_params(url: str, params: Any, body: Any, pipelines: bool = False) -> tuple[Any, Any]:
+    """``(params, body)`` of a search semdup makes for itself, made to run no search pipeline, not even the index's
+    default one, which may be semdup's own (issue #45: semdup's ``_msearch`` went through it and called semdup
+    again, five times deep). Measured on OpenSearch 2.19.1 (a default pipeline that fails every search it runs):
+    ``_search``, ``_search/template`` and a scroll's first page take ``search_pipeline=_none`` in the query string;
+    ``_msearch`` refuses that parameter and the header key, so each of its search bodies gets
+    ``"search_pipeline": "_none"``; ``_count`` runs the default pipeline and refuses the parameter, so it is sent as
+    a ``_search`` (:meth:`MappedTransport.perform_request`); ``_msearch/template`` has no way to name none. A search
+    that names a pipeline keeps it, and ``pipelines`` True (a client that searches as the site does,
+    :func:`site_searches`) leaves every search as it is."""
+    path = url.split("?", 1)[0]
+    if pipelines or (params and "search_pipeline" in params):
+        return params, body
+    if _INDEX_SEARCH.fullmatch(path):
+        if isinstance(body, dict) and "search_pipeline" in body:
+            return params, body
+        return {**(params or {}), "search_pipeline": NO_PIPELINE}, body
+    if _INDEX_MSEARCH.fullmatch(path) and isinstance(body, str):
+        lines = body.split("\n")
+        for n in range(1, len(lines), 2):  # header, body, header, body ... (each one line of JSON)
+            line = lines[n].strip()
+            if line.startswith("{") and '"search_pipeline"' not in line:
+                lines[n] = "{" + _NO_PIPELINE_FIELD + ("," if line[1:].strip() != "}" else "") + line[1:]
+        return params, "\n".join(lines)
+    return params, body
+
+
+def site_searches(client: Any) -> Any:
+    """``client``, its searches left to the index's default search pipeline, as a site's application searches
+    (``semdup pipeline check``'s comparison, the tests that act as the site); every other client semdup builds
+    searches without one (:func:`own_search_params`)."""
+    client.transport.pipelines = True
+    return client
+
+
 class MappedTransport(Transport):
     """opensearch-py's transport (its retries on 502 / 503 / 504 and connection errors, its node pool), with
-    every request's errors raised as semdup's (:func:`map_client_errors`)."""
+    every request's errors raised as semdup's (:func:`map_client_errors`), and every search of semdup's own made
+    without a search pipeline (:func:`own_search_params`)."""
+
+    pipelines = False  # True: searches run the index's default search pipeline (site_searches)
 
     def perform_request(
         self,
@@ -221,6 +270,14 @@ class MappedTransport(Transport):
         headers: Any = None,
     ) -> Any:
         within = timeout or (params or {}).get("request_timeout") or self.kwargs.get("timeout")
+        path = url.split("?", 1)[0]
+        if _INDEX_COUNT.fullmatch(path) and not self.pipelines and isinstance(body, dict | None):
+            # _count runs the index's default search pipeline and takes no search_pipeline: a size-0 _search
+            search = {**(body or {}), "size": 0, "track_total_hits": True}
+            got = self.perform_request("POST", path[: -len("_count")] + "_search", params=params, body=search,
+                                       timeout=timeout, ignore=ignore, headers=headers)  # fmt: skip
+            return {"count": got["hits"]["total"]["value"], "_shards": got.get("_shards")}
+        params, body = own_search_params(url, params, body, self.pipelines)
         with map_client_errors(method, url, within):
             return super().perform_request(
                 method, url, params=params, body=body, timeout=timeout, ignore=ignore, headers=headers

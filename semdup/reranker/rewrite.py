@@ -13,10 +13,15 @@ answers in its place; everything else in the request stays the site's. Two steps
    text (a filter, ``match_all``) is refused: there is nothing to find duplicates of.
 2. :func:`ranked_query`: semdup's candidates, best first, as a query on the site's index: each id a
    ``constant_score`` clause whose boost is its fused score, so ``_score`` is semdup's score and the order is
-   semdup's. Every candidate of the rerank goes in (~200), so the site's own ``size`` and ``from`` page through
-   them, and the site's ``filter`` and ``must_not`` clauses (of its top-level ``bool``) are kept: a filtered-out
-   candidate leaves the page, the others move up. One id excluded by ``must_not`` (the post itself, when a site
-   looks for the duplicates of a post it holds) is left out of semdup's candidates as well (:func:`excluded_id`).
+   semdup's. Every candidate of the rerank goes in (~200; at most as many as keep the query within the cluster's
+   ``indices.query.bool.max_clause_count``, :func:`candidate_room`), so the site's own ``size`` and ``from`` page
+   through them. Every restriction of the site's query is kept, wherever it wrote it: its restriction skeleton
+   (:func:`semdup.reranker.restriction.restriction`) is the ranking's ``filter``, and its ``boosting`` negatives
+   demote the ranking as they demoted its search; a restricted-out candidate leaves the page, the others move up.
+   The ranking is for the pipeline's own index only (a ``terms`` on ``_index``): any other index searched with the
+   same pipeline gets the site's own query. One id excluded by the top-level ``must_not`` (the post itself, when
+   a site looks for the duplicates of a post it holds) is left out of semdup's candidates as well
+   (:func:`excluded_id`).
 
 Lucene scores are float32 and must be positive: a boost is the fused score rounded to float32, and where two
 candidates would tie or a score is not above 0, the later one gets the next float32 below the earlier one's, so
@@ -32,14 +37,26 @@ import numpy as np
 
 from semdup.core.errors import PostError
 from semdup.core.posts import Post
+from semdup.reranker.restriction import TEXT_QUERIES, check_depth, demotions, leaf_count, restriction
 
-__all__ = ["MAX_QUERY_DEPTH", "TEXT_QUERIES", "excluded_id", "post_of_search", "ranked_query"]
+__all__ = [
+    "CLAUSE_HEADROOM",
+    "DEFAULT_MAX_CLAUSES",
+    "MAX_QUERY_DEPTH",
+    "TEXT_QUERIES",
+    "candidate_room",
+    "check_encodable",
+    "excluded_id",
+    "post_of_search",
+    "ranked_query",
+]
 
 MAX_QUERY_DEPTH = 32  # nested compound queries followed; deeper ones are a malformed or hostile body
+DEFAULT_MAX_CLAUSES = 1024  # indices.query.bool.max_clause_count's default (OpenSearch 2.x)
+CLAUSE_HEADROOM = 0.9  # of max_clause_count: leaf_count is an upper bound, but an analyzer may split finer
 # full-text queries and the key of their text (a field-keyed one: {"match": {FIELD: TEXT or {"query": TEXT}}})
 _FIELD_KEYED = ("match", "match_phrase", "match_phrase_prefix", "match_bool_prefix")
 _FIELDS_LISTED = ("multi_match", "combined_fields", "query_string", "simple_query_string")
-TEXT_QUERIES = _FIELD_KEYED + _FIELDS_LISTED
 _COMPOUND_LISTS = ("must", "should", "filter", "must_not")
 _SMALLEST = np.float32(1e-30)
 
@@ -57,8 +74,10 @@ def _texts(query: Any, depth: int = 0) -> Iterator[tuple[tuple[str, ...], str]]:
         elif kind in _FIELDS_LISTED and isinstance(spec, Mapping):
             text = spec.get("query")
             fields = spec.get("fields") or ([spec["default_field"]] if "default_field" in spec else [])
+            if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+                raise PostError(f"{kind}.fields must be a list of field names; got {type(fields).__name__}")
             if isinstance(text, str):
-                yield tuple(str(f).split("^")[0] for f in fields), text
+                yield tuple(f.split("^")[0] for f in fields), text
         elif kind == "bool" and isinstance(spec, Mapping):
             for part in ("must", "should"):  # filter / must_not select, they do not describe the post
                 clauses = spec.get(part)
@@ -83,8 +102,9 @@ def post_of_search(search: Mapping[str, Any], title_field: str, body_field: str)
     """The post a site's search body searches with (module doc).
 
     Raises:
-        PostError: the query holds no text (nothing to rank by).
+        PostError: the query holds no text (nothing to rank by), is malformed or nested too deeply.
     """
+    check_depth(search.get("query"))
     title: list[str] = []
     body: list[str] = []
     for fields, text in _texts(search.get("query")):
@@ -114,35 +134,99 @@ def _boosts(scores: Sequence[float]) -> list[float]:
     return out
 
 
-def _kept_clauses(search: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The site's top-level ``bool`` ``filter`` and ``must_not`` clauses (as lists)."""
+def _top_must_not(search: Mapping[str, Any]) -> list[Any]:
+    """The site's top-level ``bool`` ``must_not`` clauses (as a list)."""
     query = search.get("query")
     spec = query.get("bool") if isinstance(query, Mapping) else None
-    out: dict[str, list[Any]] = {}
-    if isinstance(spec, Mapping):
-        for part in ("filter", "must_not"):
-            clauses = spec.get(part)
-            if clauses:
-                out[part] = list(clauses) if isinstance(clauses, list) else [clauses]
-    return out
+    clauses = spec.get("must_not") if isinstance(spec, Mapping) else None
+    return [] if not clauses else list(clauses) if isinstance(clauses, list) else [clauses]
 
 
 def excluded_id(search: Mapping[str, Any]) -> str | None:
     """The one post id the site's top-level ``bool`` ``must_not`` excludes by an ``ids`` clause (the post being
     edited, when a site looks for its duplicates), which semdup then leaves out of its candidates too: left in, it
     would take a k-NN place and set lexnorm's maximum (a post matches itself best)."""
-    ids = [v for c in _kept_clauses(search).get("must_not", []) if isinstance(c, Mapping) and "ids" in c
+    ids = [v for c in _top_must_not(search) if isinstance(c, Mapping) and isinstance(c.get("ids"), Mapping)
            for v in (c["ids"].get("values") or [])]  # fmt: skip
     return str(ids[0]) if len(ids) == 1 else None
 
 
-def ranked_query(search: Mapping[str, Any], ranked: Sequence[tuple[str, float]]) -> dict[str, Any]:
-    """The query that ranks the site's index as semdup does: ``ranked`` = (id, fused score), best first (module
-    doc). No candidate: a query that matches nothing (semdup found no duplicate candidate)."""
-    if not ranked:
-        return {"bool": {"must_not": [{"match_all": {}}]}}
-    should = [
-        {"constant_score": {"filter": {"ids": {"values": [doc_id]}}, "boost": boost}}
-        for (doc_id, _), boost in zip(ranked, _boosts([s for _, s in ranked]), strict=True)
-    ]
-    return {"bool": {"should": should, "minimum_should_match": "1", **_kept_clauses(search)}}
+def check_encodable(value: Any) -> None:
+    """Refuse a search holding a string UTF-8 cannot encode (a lone surrogate such as ``"\\ud800"``, which JSON
+    can carry): neither the cluster nor the answer could be written with it (PostError, answered 422)."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise PostError(
+                    "the search holds a lone surrogate (a \\ud800-\\udfff escape without its pair), which is not "
+                    "text UTF-8 can encode; send the character itself or its pair"
+                ) from None
+
+
+def candidate_room(search: Mapping[str, Any], text_fields: Sequence[str], index: str | None, max_clauses: int) -> int:
+    """How many candidates :func:`ranked_query` puts in its query: as many as keep its leaf clauses, the site's
+    own (counted by :func:`~semdup.reranker.restriction.leaf_count`, an upper bound) and one per candidate, within
+    :data:`CLAUSE_HEADROOM` of ``max_clauses``.
+
+    Raises:
+        PostError: the site's own clauses leave no room (the site's own search is near the limit itself).
+    """
+    site = search.get("query")
+    fixed: list[Any] = [restriction(site, text_fields), [n for n, _ in demotions(site)]]
+    if index is not None:
+        fixed += [site, [index], [index]]  # the pass-through branch and the two _index clauses
+    room = int(max_clauses * CLAUSE_HEADROOM) - leaf_count(fixed) - 2  # 2: the empty query's match_all, slack
+    if room < 1:
+        raise PostError(
+            f"the search's own clauses leave no room for semdup's candidates within the cluster's "
+            f"indices.query.bool.max_clause_count ({max_clauses}); the pipeline runs it as the site sent it"
+        )
+    return room
+
+
+def ranked_query(
+    search: Mapping[str, Any],
+    ranked: Sequence[tuple[str, float]],
+    text_fields: Sequence[str],
+    index: str | None = None,
+    max_clauses: int = DEFAULT_MAX_CLAUSES,
+) -> dict[str, Any]:
+    """The query that ranks the site's index as semdup does (module doc): ``ranked`` = (id, fused score), best
+    first, restricted by the site's restriction skeleton (:func:`~semdup.reranker.restriction.restriction`,
+    ``text_fields`` the index's title and body fields) and demoted by its ``boosting`` negatives; on ``index``
+    only, any other index searched through the pipeline gets the site's own query. At most as many candidates as
+    keep the query's leaf clauses within ``max_clauses`` (the cluster's ``indices.query.bool.max_clause_count``).
+    No candidate: a query that matches nothing on ``index`` (semdup found no duplicate candidate).
+
+    Raises:
+        PostError: a malformed or too deeply nested query, or one whose own clauses leave no room for a candidate.
+    """
+    site = search.get("query")
+    skeleton = restriction(site, text_fields)
+    demoted = demotions(site)
+    on_index = [{"terms": {"_index": [index]}}] if index is not None else []
+    ranked = list(ranked)[: candidate_room(search, text_fields, index, max_clauses)]
+    if ranked:
+        should = [
+            {"constant_score": {"filter": {"ids": {"values": [doc_id]}}, "boost": boost}}
+            for (doc_id, _), boost in zip(ranked, _boosts([s for _, s in ranked]), strict=True)
+        ]
+        query: dict[str, Any] = {"bool": {"should": should, "minimum_should_match": "1",
+                                          **({"filter": [skeleton]} if skeleton is not None else {})}}  # fmt: skip
+    else:
+        query = {"bool": {"must_not": [{"match_all": {}}]}}
+    for negative, boost in demoted:
+        query = {"boosting": {"positive": query, "negative": negative, "negative_boost": boost}}
+    if not on_index:
+        return query
+    other = {"bool": {"must": [site if site is not None else {"match_all": {}}], "must_not": on_index}}
+    return {"bool": {"should": [{"bool": {"must": [query], "filter": on_index}}, other], "minimum_should_match": "1"}}

@@ -30,6 +30,7 @@ from served_index import build_index
 
 from semdup.bundle import Bundle
 from semdup.core.clients import connect
+from semdup.core.opensearch import site_searches
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.search_pipeline.cluster_settings import PRIVATE_IP, TRUSTED
@@ -134,10 +135,11 @@ def test_the_sites_own_search_ranks_as_rerank_and_create_is_idempotent(
         k: state[k] for k in ("connector_id", "model_id")}  # run twice: the same state, nothing done
 
     queries = [p for p in posts[::37] if p.title and p.body][:8]
+    site = site_searches(connect(OpenSearchSettings(url=_url(ml_client), timeout=60)))  # searches as the site does
     for post in queries:
-        plain = _ids(ml_client, index, _site_search(post))  # the index's default pipeline: no parameter at all
+        plain = _ids(site, index, _site_search(post))  # the index's default pipeline: no parameter at all
         assert plain == _rerank(service, index, post), post.id
-    hits = ml_client.search(index=index, body=_site_search(queries[0], 3))["hits"]["hits"]
+    hits = site.search(index=index, body=_site_search(queries[0], 3))["hits"]["hits"]
     scores = [h["_score"] for h in hits]
     assert scores == sorted(scores, reverse=True) and all(0 < s < 10 for s in scores)  # semdup's fused scores
 

@@ -28,13 +28,24 @@ a key with the ``search`` scope, in ``X-API-Key`` or as ``Authorization: Bearer`
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from semdup.core.errors import OpenSearchError, PostError
+from semdup.core.post_rules import text_problem
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
-from semdup.reranker.rewrite import excluded_id, post_of_search, ranked_query
+from semdup.reranker.rewrite import (
+    DEFAULT_MAX_CLAUSES,
+    candidate_room,
+    check_encodable,
+    excluded_id,
+    post_of_search,
+    ranked_query,
+)
 from semdup.reranker.routers.access import (
     access_for,
     bind,
@@ -54,11 +65,16 @@ from semdup.reranker.routers.schemas import (
 )
 from semdup.reranker.settings import INGEST, ServiceSettings
 
-__all__ = ["REWRITE_PATH", "DOCUMENTS_PATH", "ALL_CANDIDATES", "rewrite", "documents", "router"]
+__all__ = ["REWRITE_PATH", "DOCUMENTS_PATH", "ALL_CANDIDATES", "MAX_CLAUSES_SETTING", "max_clauses", "rewrite",
+           "documents", "router"]  # fmt: skip
+
+logger = logging.getLogger(__name__)
 
 REWRITE_PATH = "/v1/search/rewrite"
 DOCUMENTS_PATH = "/v1/rerank/documents"
 ALL_CANDIDATES = 10_000  # rank every candidate the sources found (k-candidates per source, a few hundred)
+MAX_CLAUSES_SETTING = "indices.query.bool.max_clause_count"
+CLAUSES_TTL_S = 300.0  # the setting is dynamic: read again after this long
 
 
 def _served(st: Any, name: str) -> Any:
@@ -67,16 +83,47 @@ def _served(st: Any, name: str) -> Any:
         return st.reranker.indices.resolve(name, st.reranker.settings)
 
 
+def max_clauses(st: Any) -> int:
+    """The cluster's ``indices.query.bool.max_clause_count`` (the smallest of its transient, persistent and default
+    values), read once every :data:`CLAUSES_TTL_S`; the OpenSearch default when the service may not read the
+    cluster's settings."""
+    cached = getattr(st, "max_clauses", None)
+    if cached is not None and cached[1] > time.monotonic():
+        return int(cached[0])
+    try:
+        got = st.reranker.client.cluster.get_settings(params={
+            "include_defaults": "true", "filter_path": f"*.{MAX_CLAUSES_SETTING}",  # nested: flat keys hold dots
+            "request_timeout": st.reranker.settings.search_timeout})  # fmt: skip
+        values = []
+        for part in got.values():  # persistent, transient, defaults
+            for key in MAX_CLAUSES_SETTING.split("."):
+                part = part.get(key) if isinstance(part, dict) else None
+            if part is not None:
+                values.append(int(part))
+        found = min(values) if values else DEFAULT_MAX_CLAUSES
+    except (OpenSearchError, ValueError) as exc:
+        logger.warning("could not read %s (%s); the rewrite assumes %d", MAX_CLAUSES_SETTING, exc, DEFAULT_MAX_CLAUSES)
+        found = DEFAULT_MAX_CLAUSES
+    st.max_clauses = (found, time.monotonic() + CLAUSES_TTL_S)
+    return found
+
+
 def rewrite(
     req: Any, request: Request, allowed: tuple[str, ...] = Depends(key_access), query: NO_QUERY = None
 ) -> dict[str, Any]:
     """The site's search with semdup's ranking as its query (module doc)."""
     st = state(request)
     name = served_index(st.settings, req.index, allowed)
+    check_encodable(req.search)
     resolved = _served(st, name)
     post = post_of_search(req.search, *resolved.text_fields)
-    ranked = st.reranker.rank(post, k=ALL_CANDIDATES, exclude_id=excluded_id(req.search), index=name)
-    query = ranked_query(req.search, [(c.id, c.score) for c in ranked])
+    for field, text in (("title", post.title), ("body", post.body)):  # the limits /v1/rerank's schema applies
+        if (problem := text_problem(f"the search's {field}", text, st.settings.max_text_chars)) is not None:
+            raise PostError(problem)
+    room = candidate_room(req.search, resolved.text_fields, name, max_clauses(st))
+    ranked = st.reranker.rank(post, k=ALL_CANDIDATES, exclude_id=excluded_id(req.search), index=name)[:room]
+    query = ranked_query(req.search, [(c.id, c.score) for c in ranked], resolved.text_fields, index=name,
+                         max_clauses=max_clauses(st))  # fmt: skip
     return {"query": query, "model": st.reranker.version, "index": name, "ranked": len(ranked)}
 
 
@@ -86,15 +133,16 @@ def documents(
     """Cohere's rerank shape over post ids or texts (module doc)."""
     st = state(request)
     rr = st.reranker
+    name = served_index(st.settings, req.index, allowed)  # texts too: a missing or foreign index is the 404
+    if req.documents_are == "texts":  # refused before anything else is asked of the cluster
+        require_scope(request, INGEST, "documents_are: texts (every document encoded here)")
+    _served(st, name)
     if req.documents_are == "ids":
-        name = served_index(st.settings, req.index, allowed)
-        _served(st, name)
         ids = [d for d in dict.fromkeys(req.documents) if d.strip()]  # an empty id (a hit without it) scores last
         found = {c.id: c.score for c in rr.rank(Post("_query", req.query, ""), k=len(ids), restrict_ids=ids,
                                                  index=name)} if ids else {}  # fmt: skip
         scores = [found.get(doc) for doc in req.documents]
     else:
-        require_scope(request, INGEST, "documents_are: texts (every document encoded here)")
         from semdup.bundle.scorer import BundleScorer
 
         posts = [Post(str(i), "", text) for i, text in enumerate(req.documents)]

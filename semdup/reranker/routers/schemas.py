@@ -357,6 +357,15 @@ class RewriteResponse(BaseModel):
     ranked: int = Field(description="How many candidates the query holds (the site's size and from page through them).")
 
 
+def _unencodable(field: str, text: str) -> str | None:
+    """Why ``text`` cannot be sent to the cluster (a lone surrogate UTF-8 cannot encode), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{field} holds a lone surrogate U+{ord(text[exc.start]):04X}, which UTF-8 cannot encode"
+    return None
+
+
 def documents_model(settings: ServiceSettings) -> type[BaseModel]:
     """The ``/v1/rerank/documents`` body: Cohere's rerank shape (what ml-commons' and Elasticsearch's rerank
     connectors send), plus what the documents are."""
@@ -369,7 +378,10 @@ def documents_model(settings: ServiceSettings) -> type[BaseModel]:
         model_config = ConfigDict(extra="forbid")
 
         query: str = Field(min_length=1, max_length=limit, description="The query text (a title, or title and body).")
-        documents: list[str] = Field(min_length=1, max_length=most, description=f"1 to {most} documents.")
+        documents: list[str] = Field(
+            min_length=1, max_length=most,
+            description=f"1 to {most} documents (texts: at most {limit} characters each, the rules of a post's text).",
+        )  # fmt: skip
         top_n: int | None = Field(None, ge=1, description="Return the best top_n (default: every document).")
         documents_are: Literal["texts", "ids"] = Field(
             "texts", description="texts: each document is a post's text; ids: each is a post id of the index."
@@ -383,6 +395,11 @@ def documents_model(settings: ServiceSettings) -> type[BaseModel]:
             problem = text_problem("query", self.query, None) or blank_problem(self.query, "")
             if problem:
                 raise ValueError(f"query: {problem}")
+            for n, doc in enumerate(self.documents):  # texts: the rules of a post's text; ids: encodable at all
+                problem = (text_problem(f"documents[{n}]", doc, limit) if self.documents_are == "texts"
+                           else _unencodable(f"documents[{n}]", doc))  # fmt: skip
+                if problem:
+                    raise ValueError(problem)
             return self
 
     return DocumentsRequest

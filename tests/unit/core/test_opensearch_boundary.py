@@ -150,3 +150,56 @@ def test_a_security_refusal_says_the_roles_are_why() -> None:
     err = client_error(os_exc.AuthorizationException(403, "security_exception", body), "GET", "/other/_search")
     assert isinstance(err, OpenSearchRefused) and err.status == 403
     assert "GET /other/_search" in str(err) and "semdup roles print" in str(err)
+
+
+def test_semdups_own_searches_name_no_search_pipeline() -> None:
+    """Issue #45: a search of semdup's own never runs the index's default search pipeline (semdup's, maybe)."""
+    import json
+
+    from semdup.core.opensearch import own_search_params
+
+    params, _ = own_search_params("/travel/_search", {"request_timeout": 5}, {"query": {}})
+    assert params == {"request_timeout": 5, "search_pipeline": "_none"}
+    body = "\n".join(json.dumps(x) for x in ({"index": "t"}, {"size": 3}, {"index": "t"}, {})) + "\n"
+    _, sent = own_search_params("/_msearch", None, body)
+    lines = [json.loads(x) for x in sent.splitlines() if x]
+    assert lines == [{"index": "t"}, {"search_pipeline": "_none", "size": 3}, {"index": "t"},
+                     {"search_pipeline": "_none"}]
+    assert own_search_params("/t/_search", {"search_pipeline": "p"}, None)[0] == {"search_pipeline": "p"}  # named
+    assert own_search_params("/t/_search", None, None, pipelines=True) == (None, None)  # the site's searches
+    assert own_search_params("/_search/scroll", None, None) == (None, None)  # a scroll's next page takes none
+    assert own_search_params("/t/_doc/1", None, None) == (None, None)
+    assert own_search_params("/t/_search/template", None, {"id": "x"})[0] == {"search_pipeline": "_none"}
+    assert own_search_params("/_search", None, None)[0] == {"search_pipeline": "_none"}
+    assert own_search_params("/a,b/_search", None, None)[0] == {"search_pipeline": "_none"}
+    # a plugin's own search API is no index search: it refuses the parameter (ml-commons' connectors)
+    assert own_search_params("/_plugins/_ml/connectors/_search", None, {}) == (None, {})
+
+
+def test_a_count_is_sent_as_a_search_without_pipeline() -> None:
+    """_count runs the default search pipeline and refuses search_pipeline (OpenSearch 2.19.1): a size-0 _search."""
+    from semdup.core.opensearch import MappedTransport
+
+    sent: list[tuple[str, str, object, object]] = []
+
+    class Recording(MappedTransport):
+        def __init__(self) -> None:  # no connection pool: perform_request below never reaches one
+            self.kwargs = {}
+            self.pipelines = False
+
+    def fake(self: object, method: str, url: str, params: object = None, body: object = None, **kw: object) -> object:
+        sent.append((method, url, params, body))
+        return {"hits": {"total": {"value": 7}}, "_shards": {"total": 1}}
+
+    import opensearchpy
+
+    original = opensearchpy.Transport.perform_request
+    opensearchpy.Transport.perform_request = fake  # type: ignore[method-assign]
+    try:
+        got = Recording().perform_request("POST", "/travel/_count", params={"request_timeout": 3},
+                                          body={"query": {"term": {"a": "b"}}})
+    finally:
+        opensearchpy.Transport.perform_request = original  # type: ignore[method-assign]
+    assert got == {"count": 7, "_shards": {"total": 1}}
+    assert sent == [("POST", "/travel/_search", {"request_timeout": 3, "search_pipeline": "_none"},
+                     {"query": {"term": {"a": "b"}}, "size": 0, "track_total_hits": True})]

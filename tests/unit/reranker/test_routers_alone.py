@@ -101,7 +101,9 @@ def test_texts_mode_of_the_documents_endpoint_needs_the_ingest_scope(monkeypatch
             scored.append(len(posts))
             return SimpleNamespace(tolist=lambda: [0.5] * len(posts))
 
-    rr = SimpleNamespace(bundle=None, fusion={"alpha": 0.5, "beta_title": 0.1}, version="bow-cnn-0123abcd")
+    indices = SimpleNamespace(resolve=lambda name, _settings: SimpleNamespace(name=name))  # the index is served
+    rr = SimpleNamespace(bundle=None, fusion={"alpha": 0.5, "beta_title": 0.1}, version="bow-cnn-0123abcd",
+                         indices=indices, settings=None)  # fmt: skip
     client = TestClient(_app(pipeline.router(settings), settings=settings, reranker=rr, throttle=THROTTLE))
     texts = {"query": "Visa on arrival?", "documents": ["a" * 9000] * 3}
     monkeypatch.setattr("semdup.bundle.scorer.BundleScorer", Scorer)
