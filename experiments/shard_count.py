@@ -13,7 +13,8 @@ shard) asks the shards for their statistics first. This runs the service's own r
 Each with the bundle's own fusion and with BM25 alone (the lexnorm term only: the ranking that depends on the
 statistics most), and on Travel the bundle's fusion over BM25 candidates alone (no k-NN), with the overlap of each
 candidate source's posts with the 1-shard index's: k-NN candidates come from each shard's own HNSW graph, an
-approximate search that no statistics change. Travel dev: BM25 ∪ k-NN candidates (100 each, as the demo), MAP over the 100; SemEval-2016 dev:
+approximate search that no statistics change. Travel dev: BM25 ∪ k-NN candidates (100 each, as the demo), MAP
+over the 100; SemEval-2016 dev:
 each question's ten candidates, official MAP. The three conditions run query by query in rotating order, so the
 machine's load falls on each alike; the Travel ``_msearch`` times (``--repeat`` passes over dev) give the latency
 of dfs on three shards against plain on three shards and one shard.
@@ -124,8 +125,9 @@ def _travel(client: Any, bundle_path: str, shards: int, repeat: int) -> dict[str
                     ms[c].append(timed[0])
         finally:
             restore()
-        out["msearch_ms"] = {c: {"p50": round(float(np.percentile(v, 50)), 1), "p99": round(float(np.percentile(v, 99)), 1),
-                                 "n": len(v)} for c, v in ms.items()}  # fmt: skip
+        out["msearch_ms"] = {c: {"p50": round(float(np.percentile(v, 50)), 1),
+                                 "p99": round(float(np.percentile(v, 99)), 1), "n": len(v)}
+                             for c, v in ms.items()}  # fmt: skip
     return out
 
 
@@ -221,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                   "semeval dev": _semeval(client, args.semeval, args.shards)}  # fmt: skip
     print(json.dumps(result, indent=1))
     ok = all(abs(r[f]["3 shards + dfs"] - r[f]["1 shard"]) <= WITHIN
-             for r in (result["travel dev"], result["semeval dev"]) for f in ("bundle fusion", "BM25 alone"))  # fmt: skip
+             for r in (result["travel dev"], result["semeval dev"])
+             for f in ("bundle fusion", "BM25 alone"))  # fmt: skip
     print(f"3 shards + dfs within {WITHIN} MAP of 1 shard on every dev set and fusion: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
 

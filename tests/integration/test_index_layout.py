@@ -31,8 +31,8 @@ def _green(client: Any, name: str) -> str:
 def site(opensearch_client: Any, unique_index: str) -> Any:
     """A site's index of two primary shards holding three posts; it and its companions deleted afterwards."""
     client = opensearch_client
-    client.indices.create(index=unique_index, body={
-        "settings": {"index": {"number_of_shards": 2, "number_of_replicas": 0}}, "mappings": SITE_MAPPING})  # fmt: skip
+    settings = {"index": {"number_of_shards": 2, "number_of_replicas": 0}}
+    client.indices.create(index=unique_index, body={"settings": settings, "mappings": SITE_MAPPING})
     for n, title in enumerate(("Visa on arrival in Qatar", "Night train from Paris", "Lounge at the airport")):
         client.index(index=unique_index, id=str(n), body={"Title": title, "Body": f"<p>{title}?</p>"})
     client.indices.refresh(index=unique_index)

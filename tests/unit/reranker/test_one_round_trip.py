@@ -191,8 +191,10 @@ def test_a_cluster_that_is_down_is_the_error_the_caller_gets() -> None:
         _reranker(DownCluster(POSTS), 3).rank(Post("q", "Visa for Qatar?", ""))
 
 
-@pytest.mark.parametrize(("shards", "dfs", "expected"), [(1, None, None), (3, None, "dfs_query_then_fetch"),
-                                                          (3, False, None), (1, True, "dfs_query_then_fetch")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("shards", "dfs", "expected"),
+    [(1, None, None), (3, None, "dfs_query_then_fetch"), (3, False, None), (1, True, "dfs_query_then_fetch")],
+)
 def test_an_index_of_several_shards_is_searched_with_global_statistics(
     shards: int, dfs: bool | None, expected: str | None
 ) -> None:
