@@ -1,6 +1,7 @@
 """The least privilege each of semdup's users needs on a cluster with the security plugin, stated in code.
 
-Three users, three roles (``semdup roles print`` writes them; an administrator applies them, see
+Three users of semdup's and the site's own search user (``semdup roles print`` writes their roles; an
+administrator applies them, see
 ``docs/operations.md``, "Security plugin: users, roles and TLS")::
 
     role             who runs as it                             may
@@ -12,6 +13,9 @@ Three users, three roles (``semdup roles print`` writes them; an administrator a
                                                                 templates and scripts, ml-commons' connector, model
                                                                 and the search pipeline, the cluster settings
                                                                 ``pipeline create`` changes
+    semdup_site_search  the site's search user, once the    ``cluster:admin/opensearch/ml/predict`` (the pipeline's
+                     pipeline is its index's default         call to semdup; without it the search falls back to
+                                                             the site's own order, silently)
 
 Every action named here was found by running that flow as a user with less and reading the security plugin's
 403s (``tests/integration/test_secured_cluster.py`` runs the whole flow as these roles and checks each is refused
