@@ -1,6 +1,7 @@
 """The least privilege each of semdup's users needs on a cluster with the security plugin, stated in code.
 
-Three users, three roles (``semdup roles print`` writes them; an administrator applies them, see
+Three users of semdup's and the site's own search user (``semdup roles print`` writes their roles; an
+administrator applies them, see
 ``docs/operations.md``, "Security plugin: users, roles and TLS")::
 
     role             who runs as it                             may
@@ -12,10 +13,15 @@ Three users, three roles (``semdup roles print`` writes them; an administrator a
                                                                 templates and scripts, ml-commons' connector, model
                                                                 and the search pipeline, the cluster settings
                                                                 ``pipeline create`` changes
+    semdup_site_search  the site's search user, once the    ``cluster:admin/opensearch/ml/predict`` (the pipeline's
+                     pipeline is its index's default         call to semdup; without it the search falls back to
+                                                             the site's own order, silently)
 
-Every action named here was found by running that flow as a user with less and reading the security plugin's
-403s (``tests/integration/test_secured_cluster.py`` runs the whole flow as these roles and checks each is refused
-outside its patterns). Action names are the plugin's (``cluster:...``, ``indices:...``); no ``*`` on index
+The lists start from what each part calls; running the flow as these users and reading the security plugin's 403s
+added what the calls alone do not show (the shard-level ``indices:admin/refresh[s]`` and
+``indices:data/read/mget[shard]``, ml-commons' own action names, the site user's ``predict``).
+``tests/integration/test_secured_cluster.py`` runs the whole flow as these roles and checks each is refused outside
+its patterns; it does not prove each read action in ``_READ`` necessary one by one. Action names are the plugin's (``cluster:...``, ``indices:...``); no ``*`` on index
 patterns beyond the companion's own (``<index>.semdup*``) and no built-in action group wider than the role needs.
 """
 

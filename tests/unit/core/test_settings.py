@@ -241,3 +241,47 @@ def test_an_auto_boolean_is_none_unless_set_and_else_a_boolean() -> None:
     assert [parse_auto_bool("knn", v) for v in ("true", "0", True, "off")] == [True, False, True, False]
     with pytest.raises(ConfigError, match="knn must be true or false"):
         parse_auto_bool("knn", "maybe")
+
+
+def _refusing_cluster(status: int, body: str) -> tuple[object, str]:
+    """A loopback server answering every call as the security plugin refuses one: ``status`` and ``body``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize(
+    "status, body, expected",
+    [
+        (401, "Unauthorized", r"refused user 'semdup-worker' \(HTTP 401: wrong name or password\); check "
+         "SEMDUP_OPENSEARCH_USERNAME and SEMDUP_OPENSEARCH_PASSWORD"),
+        (403, '{"error": {"type": "security_exception", "reason": "no permissions for [cluster:monitor/main]"}, '
+         '"status": 403}', r"let user 'semdup-worker' in but refused GET / \(HTTP 403: no permissions for "
+         r"\[cluster:monitor/main\]\); give it its semdup role \(`semdup roles print`\)"),
+    ],
+    ids=["wrong-password", "no-role"],
+)
+def test_a_refused_login_names_the_user_never_the_password(status: int, body: str, expected: str) -> None:
+    server, url = _refusing_cluster(status, body)
+    settings = OpenSearchSettings(url=url, username="semdup-worker", password="hunter2-secret", max_retries=0)
+    try:
+        with pytest.raises(ConfigError, match=expected) as info:
+            connect(settings)
+    finally:
+        server.shutdown()  # type: ignore[attr-defined]
+    assert "hunter2-secret" not in str(info.value)
