@@ -96,7 +96,7 @@ def default_bundle(workdir: Path) -> Path:
     """The default bundle (MiniLM fitted on Travel dev), built once under ``workdir`` as ``semdup demo`` builds it:
     ``semdup export --base-encoder minilm`` then ``semdup fit-default --data travel``."""
     from semdup.export.base_encoder_bundle import export_base_encoder
-    from semdup.export.default_bundle import fit_default
+    from semdup.learn.default_bundle import fit_default
 
     base, out = workdir / "minilm", workdir / "default-minilm-travel"
     if not (out / "manifest.json").exists():

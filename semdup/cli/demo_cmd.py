@@ -271,7 +271,7 @@ def _learned_rows(client, sets, workdir: Path, base_encoder: str, bundles: dict[
     from semdup.bundle import Bundle
     from semdup.core.measures import semeval_scores
     from semdup.evaluation.through_reranker import pair_accuracy_runs, semeval_rerank_runs
-    from semdup.export.learn_run import OUTCOME_FILE, work_dir_for
+    from semdup.learn.learn_run import OUTCOME_FILE, work_dir_for
 
     row = rows.setdefault(LEARNED, {})
     for data in ("semeval", "askubuntu"):

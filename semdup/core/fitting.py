@@ -1,7 +1,7 @@
 """The one fitting code: a grid search over choices, threshold selection, and Platt scaling (numpy, no torch).
 
 Every choice semdup makes on dev data goes through here: the hybrid default's fusion weights
-(``semdup.core.fusion_fit.choose_fusion``), the dense-path scale at each dev evaluation
+(``semdup.learn.fusion_fit.choose_fusion``), the dense-path scale at each dev evaluation
 (``semdup.training.fusion_choice.best_dense_scale``), T-SCQA's α (``semdup.training.tscqa.tune_alpha``),
 the shingle size, the alerts' (k, threshold), and every decision threshold and calibration
 (``semdup.reranker.calibration``, ``semdup.review.calibrate``, ``semdup.evaluation.through_reranker``). One copy

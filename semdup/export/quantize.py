@@ -67,7 +67,7 @@ def quantize_encoder(model: bytes, mode: str = "int8") -> bytes:
 
 def quantized_bundle(src: str | Path, out: str | Path, mode: str = "int8-channel") -> Path:
     """A copy of bundle ``src`` whose encoder is quantised (``manifest.quantization`` names the mode): the base
-    of an int8 candidate that :func:`semdup.export.default_bundle.fit_default` fits and judges on dev."""
+    of an int8 candidate that :func:`semdup.learn.default_bundle.fit_default` fits and judges on dev."""
     import json
 
     from semdup.bundle.bundle import MANIFEST_FILE, read_bundle_files

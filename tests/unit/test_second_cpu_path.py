@@ -37,7 +37,7 @@ NUMERIC = (
     "tests/unit/experiments/test_alerts_eval_units.py",
     "tests/unit/experiments/test_flag_curve.py",
     "tests/unit/benchmarks/test_similar_eval.py",
-    "tests/unit/export/test_gate.py",
+    "tests/unit/learn/test_gate.py",
     "tests/unit/reranker/test_reranker_units.py",
     "tests/unit/reranker/test_title_term.py",
     "tests/unit/reranker/test_one_round_trip.py",

@@ -161,7 +161,7 @@ def _mrr(run: dict[str, np.ndarray]) -> float:
     [((0.0,), (0.0, 0.0, 0.0), 87.5, 35.416667), (GRID_TITLE, (0.5, 0.0, 0.0), 100.0, 37.5)],
 )
 def test_former_default_fit_choose_fusion(titles: tuple[float, ...], point: tuple, value: float, last: float) -> None:
-    """core/fusion_fit.py choose_fusion's triple loop (first best by more than 1e-12)."""
+    """learn/fusion_fit.py choose_fusion's triple loop (first best by more than 1e-12)."""
     fit = grid_search(itertools.product(titles, GRID, GRID), _mrr, run=_fused, tolerance=1e-12)
     # exact: _mrr rounds to 6 decimals, as choose_fusion did, and an MRR of four queries of five candidates is a
     # multiple of 100/240, never within 1.6e-7 of a 6-decimal rounding edge; the ranks come from products and

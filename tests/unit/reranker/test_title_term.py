@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semdup.core.fusion_fit import GRID_TITLE, Group, choose_fusion
+from semdup.learn.fusion_fit import GRID_TITLE, Group, choose_fusion
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion, fused_scores, title_posts
 from semdup.index_format.mapping import semdup_source

@@ -1,6 +1,6 @@
 """The gate: may a newly learned bundle replace the current one? Judged query by query on labels it never saw.
 
-Both systems score the same labelled queries the way the reranker does (:func:`semdup.export.default_bundle.
+Both systems score the same labelled queries the way the reranker does (:func:`semdup.learn.default_bundle.
 dev_groups`: BM25 ∪ k-NN candidates for a dump, the labelled candidates for a rerank set, each pair for pairs),
 each query gets one figure (average precision; for pairs, 100 if the pair is classified right, else 0), and a
 paired randomisation test (:mod:`semdup.core.significance`) asks whether the new system's mean is above the
@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from semdup.core.fitting import best_threshold
-from semdup.core.fusion_fit import GRID_TITLE, Group, PerQuery, average_precisions, choose_fusion, group_scores
+from semdup.learn.fusion_fit import GRID_TITLE, Group, PerQuery, average_precisions, choose_fusion, group_scores
 from semdup.core.measures import SEMEVAL_CUTOFF, retrieval_average_precisions, semeval_average_precisions
 from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
-from semdup.export.default_bundle import TOP, FitData
+from semdup.learn.default_bundle import TOP, FitData
 
 __all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "ranked_figure", "cross_fitted_figures",
            "gate", "DEFAULT_ALPHA"]
@@ -57,7 +57,7 @@ def _labels(data: FitData) -> Any:
 
 
 def ranked_figure(data: FitData) -> PerQuery | None:
-    """The per-query figure of ranked data at many fusions at once (:func:`semdup.core.fusion_fit.choose_fusion`'s
+    """The per-query figure of ranked data at many fusions at once (:func:`semdup.learn.fusion_fit.choose_fusion`'s
     ``per_query``), the same as :func:`figures_from_predictions` gives one fusion at a time: SemEval's AP over
     its 10 candidates (ties in gold order), a dump's AP over the top 100 (TREC rule). None for pairs (their
     figure hangs on a threshold fitted over every pair)."""
@@ -98,7 +98,7 @@ def per_query_figures(groups: Sequence[Group], fusion: Mapping[str, float], data
                       threshold: float | None = None) -> dict[str, float]:
     """query id -> its figure under ``fusion`` (percent): AP for ``retrieval`` (top 100) and ``semeval``; for
     ``pairs`` (query id = the pair's index) 100 or 0 at ``threshold`` (None: the best one on these pairs).
-    ``groups`` come from :func:`~semdup.export.default_bundle.dev_groups` over ``data``."""
+    ``groups`` come from :func:`~semdup.learn.default_bundle.dev_groups` over ``data``."""
     return figures_from_predictions(group_scores(groups, fusion), groups, data, threshold)
 
 
@@ -118,7 +118,7 @@ def cross_fitted_figures(
         groups: the labelled queries' groups.
         data: their labels.
         fold_of: query id -> fold (two folds or more).
-        grid_title, grid: the fusion grid (:func:`semdup.core.fusion_fit.choose_fusion`).
+        grid_title, grid: the fusion grid (:func:`semdup.learn.fusion_fit.choose_fusion`).
         fixed: fold -> the fusion to score it with, instead of a grid (every fold present must be named).
 
     Raises:

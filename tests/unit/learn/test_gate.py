@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semdup.core.fusion_fit import Group
+from semdup.learn.fusion_fit import Group
 from semdup.core.posts import Post
 from semdup.data.pairs import PostPair
 from semdup.data.semeval import OriginalQuestion, RelatedQuestion, SemEvalSet
-from semdup.export.default_bundle import FitData
-from semdup.export.gate import cross_fitted_figures, gate, per_query_figures
+from semdup.learn.default_bundle import FitData
+from semdup.learn.gate import cross_fitted_figures, gate, per_query_figures
 
 DENSE = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
 
@@ -129,8 +129,8 @@ def _retrieval(n_queries: int, seed: int) -> tuple[list[Group], FitData]:
 
 @pytest.mark.parametrize("kind", ["semeval", "retrieval"])
 def test_the_grid_in_numpy_chooses_what_the_measure_chooses(kind: str) -> None:
-    from semdup.core.fusion_fit import GRID_TITLE, choose_fusion, group_scores
-    from semdup.export.gate import figures_from_predictions, ranked_figure
+    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion, group_scores
+    from semdup.learn.gate import figures_from_predictions, ranked_figure
 
     groups, data = _semeval(60, "lexical") if kind == "semeval" else _retrieval(60, 5)
     rng = np.random.default_rng(7)  # ties and noise in every component

@@ -10,7 +10,7 @@ import torch
 
 from semdup.core.errors import ConfigError
 from semdup.data.paths import semeval_train_files
-from semdup.export.learn_run import _labels, learn_from, recipe, work_dir_for
+from semdup.learn.learn_run import _labels, learn_from, recipe, work_dir_for
 from semdup.training.learn.settings import LearnSettings
 
 

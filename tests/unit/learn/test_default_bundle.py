@@ -14,12 +14,12 @@ from semdup.bundle import Bundle, BundleScorer
 from semdup.cli import cli
 from semdup.core.errors import ConfigError
 from semdup.core.fitting import best_threshold
-from semdup.core.fusion_fit import Group, choose_fusion, group_scores
+from semdup.learn.fusion_fit import Group, choose_fusion, group_scores
 from semdup.core.scoring import bow_matrix, cosine_rows, title_posts
 from semdup.data import load_pairs_jsonl
 from semdup.data.paths import askubuntu_files
 from semdup.export.base_encoder_bundle import export_base_encoder
-from semdup.export.default_bundle import fit_default, idf_pipeline
+from semdup.learn.default_bundle import fit_default, idf_pipeline
 from semdup.export.parity import sample_posts
 
 N_PAIRS = 16
@@ -130,7 +130,7 @@ def test_cli_fits_and_prints_the_bundle(base_bundle: Path, pairs_file: Path, tmp
 def test_int8_auto_ships_int8_only_within_the_allowed_dev_drop(base_bundle: Path, pairs_file: Path,
                                                                 tmp_path: Path) -> None:
     from semdup.bundle.bundle import ENCODER_FILE, read_bundle_files
-    from semdup.export.default_bundle import INT8_MAX_DROP
+    from semdup.learn.default_bundle import INT8_MAX_DROP
 
     fp32 = fit_default(base_bundle, str(pairs_file), tmp_path / "fp32")
     auto = fit_default(base_bundle, str(pairs_file), tmp_path / "auto", int8="auto")

@@ -10,7 +10,7 @@
 2. The bundle to beat scores every labelled query: the operator's current bundle with its own fusion, or else the
    untrained default (the base encoder + IDF + a fusion fitted on the other folds, cross-fitted, so that neither
    side is judged on queries it was fitted on; the default shipped beside it is fitted on all of them).
-3. :func:`~semdup.export.out_of_fold.out_of_fold` trains one model per fold without it (the frozen bottom of the
+3. :func:`~semdup.learn.out_of_fold.out_of_fold` trains one model per fold without it (the frozen bottom of the
    encoder computed once per post for all of them, :mod:`semdup.training.learn.frozen`); every query is scored
    by the model that never saw it.
 4. Three candidates, from those out-of-fold scores: **the learned encoder alone** (its dense cosine), **the learned
@@ -20,7 +20,7 @@
    than the final model needs (on a held-out year of SemEval the encoder alone scored 1.3 MAP above the hybrid
    chosen at p = 0.042), so the encoder alone stays unless a fusion candidate beats it **clearly** out of fold:
    p < ``alpha`` and the 95 % interval of its gain above zero (the larger gain of two that do).
-5. :func:`~semdup.export.gate.gate`: the chosen candidate against the bundle to beat, query by query over every
+5. :func:`~semdup.learn.gate.gate`: the chosen candidate against the bundle to beat, query by query over every
    labelled query (a paired randomisation test): accepted only at p < ``alpha`` with the gain's 95 % interval
    above zero.
 6. Only when the gate accepts: the final model is fine-tuned on every labelled query with the same recipe (the
@@ -57,13 +57,13 @@ import numpy as np
 
 from semdup.bundle.bundle import Bundle
 from semdup.core.fitting import best_threshold
-from semdup.core.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
+from semdup.learn.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.core.posts import Post
 from semdup.core.significance import PairedTest, paired_randomisation_test
 from semdup.data.learn_folds import FoldReport, LearnFolds, fold_supervision
 from semdup.data.supervision import SourceReport, Supervision
-from semdup.export.default_bundle import FitData, dev_groups, idf_pipeline, write_default_bundle
-from semdup.export.gate import (
+from semdup.learn.default_bundle import FitData, dev_groups, idf_pipeline, write_default_bundle
+from semdup.learn.gate import (
     DEFAULT_ALPHA,
     GateDecision,
     cross_fitted_figures,
@@ -73,7 +73,7 @@ from semdup.export.gate import (
     ranked_figure,
 )
 from semdup.export.onnx_export import export_checkpoint
-from semdup.export.out_of_fold import FoldRun, OutOfFold, fit_data, out_of_fold, side_data
+from semdup.learn.out_of_fold import FoldRun, OutOfFold, fit_data, out_of_fold, side_data
 from semdup.training.learn.encoder import base_encoder
 from semdup.training.learn.frozen import FrozenPrefix
 from semdup.training.learn.settings import LearnSettings, LearnSummary

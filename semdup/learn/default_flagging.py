@@ -4,8 +4,8 @@ worker on a freshly fitted default flags with no extra step (``SEMDUP_FLAG_DUPLI
 Protocol (``python -m experiments.alerts_eval``'s, offline): posts arrive in creation order (id order), so a
 dev post's candidates are only the posts created before it; its gold is the earlier posts a duplicate link joins it
 to; every post of the split is flagged (:class:`EveryPost`: also those that are only the target of a link, whose
-flags can only be wrong). :func:`semdup.export.default_bundle.fit_default` builds their candidates and score
-components over the whole corpus as it does for the fusion (:class:`~semdup.core.fusion_fit.Group`: BM25 and
+flags can only be wrong). :func:`semdup.learn.default_bundle.fit_default` builds their candidates and score
+components over the whole corpus as it does for the fusion (:class:`~semdup.learn.fusion_fit.Group`: BM25 and
 k-NN top ``k`` each); here each group keeps its earlier candidates only, is fused with the chosen weights (the
 lexical score min-max normalised over what is left, as the reranker does over its list), and its top :data:`TOP` go to
 :func:`semdup.alerts.choice.fit_flagging` (k, threshold, Platt).
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from semdup.alerts.choice import fit_flagging
-from semdup.core.fusion_fit import Group, group_scores
+from semdup.learn.fusion_fit import Group, group_scores
 from semdup.data.stackexchange import RetrievalQuery
 from semdup.reranker.calibration import Calibration, calibration_path, save_calibration
 

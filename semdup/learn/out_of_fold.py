@@ -3,7 +3,7 @@
 For each fold of :mod:`semdup.data.learn_folds`, the base encoder is fine-tuned on the other folds
 (:func:`~semdup.training.learn.trainer.learn_encoder`, resumable: a finished fold is reused, an interrupted one
 goes on), then scores its own fold's queries the way the reranker does
-(:func:`~semdup.export.default_bundle.dev_groups`). The groups of all folds together are the only figures
+(:func:`~semdup.learn.default_bundle.dev_groups`). The groups of all folds together are the only figures
 ``semdup learn`` chooses and gates on, so the choice and the gate see hundreds of queries, none of them judged by
 a model that learned from it. That is checked twice before anything trains: the folds' sides share no post
 (:func:`~semdup.data.learn_folds.check_out_of_fold`), and no fold's training groups name a post of its held side.
@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import DataError
-from semdup.core.fusion_fit import Group
+from semdup.learn.fusion_fit import Group
 from semdup.core.posts import Post
 from semdup.data.learn_folds import LearnFolds, check_out_of_fold, side_post_ids
-from semdup.export.default_bundle import FitData, dev_groups
+from semdup.learn.default_bundle import FitData, dev_groups
 from semdup.training.learn.data import LearnData, learn_data
 from semdup.training.learn.encoder import LearnedEncoder
 from semdup.training.learn.frozen import FrozenPrefix

@@ -6,7 +6,7 @@
 Nothing is trained: ``E`` is the named pre-trained encoder as published
 (:mod:`semdup.export.base_encoder_bundle`), the term weights are the IDF (``log N/df``, dos Santos et al. 2015,
 §3.2) of the user's posts through the shared text pipeline, and (β_bow, α, β_title) come from a grid on the
-user's labelled queries (:mod:`semdup.core.fusion_fit`), with each query's candidates and components built
+user's labelled queries (:mod:`semdup.learn.fusion_fit`), with each query's candidates and components built
 offline as the reranker builds them: BM25 top k (the torch-free :class:`~semdup.core.lexical_scores.LexicalIndex`)
 ∪ the k nearest dense vectors, cos_bow, cos_dense, the raw BM25 score and the cosine of the titles' own vectors.
 The weights are fitted before the bundle is written because its version hashes them.
@@ -49,13 +49,13 @@ from semdup.bundle.bundle import (
 )
 from semdup.core.errors import ConfigError
 from semdup.core.fitting import best_threshold
-from semdup.core.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
+from semdup.learn.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.measures import retrieval_scores, semeval_scores
 from semdup.core.posts import Post
 from semdup.core.scoring import bow_matrix, title_vectors
 from semdup.core.text_pipeline import TextPipeline, Vocabulary
-from semdup.export.default_flagging import EveryPost, flagging_calibration, save_flagging
+from semdup.learn.default_flagging import EveryPost, flagging_calibration, save_flagging
 from semdup.reranker.calibration import Calibration
 
 __all__ = ["DATA_NAMES", "DenseEncoder", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",
@@ -344,7 +344,7 @@ def _fit_on(base_path: str | Path, fit_data: FitData, k: int, knn: bool, cache_d
         scores = [next(iter(preds[g.query_id].values())) for g in groups]
         threshold = best_threshold(scores, [p.duplicate for p in fit_data.dev])[0]
     flagging = None
-    if fit_data.kind == "retrieval":  # every dev post streamed in creation order: semdup.export.default_flagging
+    if fit_data.kind == "retrieval":  # every dev post streamed in creation order: semdup.learn.default_flagging
         # the fusion was fitted on the training queries; the flagging threshold is chosen on the held-out dev split
         every = EveryPost(fit_data.dev[0])
         streamed = dev_groups(base, pipeline, idf, replace(fit_data, dev=(every, "dev")), k=k, knn=knn,
@@ -366,7 +366,7 @@ def fit_default(base_path: str | Path, data: str | FitData, out_dir: str | Path,
         corpus: posts to be indexed, added to the vocabulary (no labels read).
         k: candidates per path for retrieval data; knn: add the k nearest dense vectors as the service does.
         cache_dir: keep the corpus's dense vectors here between runs.
-        grid: (β_bow values, α values); default :data:`~semdup.core.fusion_fit.GRID_BOW` / ``GRID_ALPHA``.
+        grid: (β_bow values, α values); default :data:`~semdup.learn.fusion_fit.GRID_BOW` / ``GRID_ALPHA``.
         grid_title: β_title values (``(0.0,)``: no title term, and no title vectors computed).
         int8: ``off``, or ``auto``: also fit over the encoder quantised to int8 (``int8-channel``, about half the
             CPU per post) and ship it when its fitted dev figure is at most :data:`INT8_MAX_DROP` below the fp32

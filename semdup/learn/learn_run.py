@@ -31,7 +31,7 @@ from typing import Any
 
 from semdup.data.learn_sets import LEARN_SETS, NamedSupervision, named_supervision
 from semdup.data.supervision import load_supervision
-from semdup.export.learned_bundle import LearnOutcome, learn_bundle
+from semdup.learn.learned_bundle import LearnOutcome, learn_bundle
 from semdup.training.learn.settings import LearnSettings
 from semdup.training.loop import resolve_device
 
@@ -117,7 +117,7 @@ def learn_from(
     show_progress: bool = True,
     report: Callable[[str], None] | None = None,
 ) -> LearnRun:
-    """Find the labels (see the module doc), learn (:func:`~semdup.export.learned_bundle.learn_bundle`), and
+    """Find the labels (see the module doc), learn (:func:`~semdup.learn.learned_bundle.learn_bundle`), and
     return what was written and which bundle is kept. A run the budget stops returns too: its outcome says where
     it stopped and the decision it could make (the same call goes on). ``report`` hears progress lines.
 
