@@ -290,13 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the reranker's template look-ups answer 404 first
-    from semdup.devstack.ml_plugins import ml_cache_dir
     from semdup.bundle.bundle import Bundle
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
+    from semdup.devstack.ml_plugins import ml_cache_dir
     from semdup.indexer.batch_writer import ensure_index_model
     from semdup.ingest.lexical_index import create_index
-    from semdup.core.measures import retrieval_scores
+    from semdup.measures.ranking import retrieval_scores
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_pipeline import PipelineSpec
     from semdup.search_pipeline import create as create_pipeline

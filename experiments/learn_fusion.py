@@ -60,7 +60,7 @@ def _groups(bundle, pipeline, idf, sem, title: bool):
 
 def per_question(groups, fusion, sem) -> dict[str, float]:
     from semdup.learn.fusion_fit import group_scores
-    from semdup.core.measures import semeval_average_precisions
+    from semdup.measures.ranking import semeval_average_precisions
 
     return semeval_average_precisions(group_scores(groups, fusion), sem.gold())
 
@@ -75,9 +75,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     from experiments.learn_research import fold_of
     from semdup.bundle import Bundle
-    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion
     from semdup.data import SemEvalSet
     from semdup.learn.default_bundle import idf_pipeline
+    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion
 
     train, dev, test_input = _sets()
     bundle = Bundle.load(args.bundle)
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _measure_for(sem):
-    from semdup.core.measures import semeval_scores
+    from semdup.measures.ranking import semeval_scores
 
     gold = sem.gold()
     return lambda preds: semeval_scores(preds, gold)["MAP"]

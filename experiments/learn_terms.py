@@ -54,10 +54,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     from experiments.learn_fusion import _groups, _posts, _sets, per_question
     from semdup.bundle import Bundle
-    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion
     from semdup.core.scoring import fused_scores, minmax_normalise
-    from semdup.core.significance import paired_randomisation_test
     from semdup.learn.default_bundle import idf_pipeline
+    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion
+    from semdup.measures.significance import paired_randomisation_test
     from experiments.term_weights import TermGroup, learn_term_weights
 
     train, dev, test_input = _sets()

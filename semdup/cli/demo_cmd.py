@@ -216,8 +216,8 @@ def _index_with_worker(client, bundle: Path, env: dict[str, str]) -> bool:
 
 def _travel_rows(client, sets, bundle_path: Path, env, rows, dev, notes) -> None:
     from semdup.bundle import Bundle
-    from semdup.core.measures import retrieval_scores
     from semdup.evaluation.through_reranker import DENSE_ALONE, candidate_recall, rank_queries
+    from semdup.measures.ranking import retrieval_scores
 
     knn = _index_with_worker(client, bundle_path, env)
     bundle = Bundle.load(bundle_path)
@@ -240,8 +240,8 @@ def _travel_rows(client, sets, bundle_path: Path, env, rows, dev, notes) -> None
 
 
 def _semeval_rows(client, sets, bundle_path: Path, rows, dev) -> None:
-    from semdup.core.measures import semeval_scores
     from semdup.evaluation.through_reranker import DENSE_ALONE, semeval_rerank_runs
+    from semdup.measures.ranking import semeval_scores
 
     fusions = {"default": None, "peer": DENSE_ALONE}
     for key, target in (("semeval_dev", dev), ("semeval", rows)):
@@ -269,9 +269,9 @@ def _learned_rows(client, sets, workdir: Path, base_encoder: str, bundles: dict[
                   notes) -> None:
     """``semdup learn`` per set, as a user runs it; the row holds the test figures of the bundle its gate kept."""
     from semdup.bundle import Bundle
-    from semdup.core.measures import semeval_scores
     from semdup.evaluation.through_reranker import pair_accuracy_runs, semeval_rerank_runs
     from semdup.learn.learn_run import OUTCOME_FILE, work_dir_for
+    from semdup.measures.ranking import semeval_scores
 
     row = rows.setdefault(LEARNED, {})
     for data in ("semeval", "askubuntu"):
@@ -303,8 +303,8 @@ def _learned_rows(client, sets, workdir: Path, base_encoder: str, bundles: dict[
 def _paper_travel(client, sets, workdir: Path, env, rows) -> None:
     """BOW-CNN trained on Travel here (one thread: bit-reproducible), indexed by the worker, BM25 top 100 reranked."""
     from semdup.bundle import Bundle
-    from semdup.core.measures import retrieval_scores
     from semdup.evaluation.through_reranker import rank_queries
+    from semdup.measures.ranking import retrieval_scores
 
     ckpt, bundle = workdir / "bow-cnn-travel", workdir / "bow-cnn-travel.bundle"
     if not (ckpt / "metrics.json").exists():

@@ -196,7 +196,7 @@ def write_trec_qrels(path: str | Path, relevant: Mapping[str, Iterable[str]]) ->
     """Write TREC qrels, ``QID 0 DOCID 1`` per relevant document (sorted ids, so the file is reproducible).
 
     A query is never written as relevant to itself: the protocols search a corpus without the query
-    (:func:`semdup.core.measures.retrieval_scores` drops it the same way). A query with no relevant
+    (:func:`semdup.measures.ranking.retrieval_scores` drops it the same way). A query with no relevant
     document gets no line; trec_eval then leaves it out of its means, where semdup counts it as 0.
     """
     lines: list[str] = []

@@ -85,10 +85,10 @@ def quantize_files(
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """(files with the int8 encoder, the ``quantization`` manifest entry with the measured MAP change)."""
     from semdup.bundle.scorer import BundleScorer
-    from semdup.core.eval_protocols import eval_semeval
     from semdup.data.paths import semeval_files
     from semdup.data.semeval import load_semeval_xml
     from semdup.export.parity import sample_posts
+    from semdup.measures.protocols import eval_semeval
 
     quantized = dict(files)
     quantized[ENCODER_FILE] = quantize_encoder(files[ENCODER_FILE], mode)

@@ -48,14 +48,14 @@ from semdup.bundle.bundle import (
     write_bundle,
 )
 from semdup.core.errors import ConfigError
-from semdup.core.fitting import best_threshold
-from semdup.learn.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.measures import retrieval_scores, semeval_scores
 from semdup.core.posts import Post
 from semdup.core.scoring import bow_matrix, title_vectors
 from semdup.core.text_pipeline import TextPipeline, Vocabulary
 from semdup.learn.default_flagging import EveryPost, flagging_calibration, save_flagging
+from semdup.learn.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
+from semdup.measures.fitting import best_threshold
+from semdup.measures.ranking import retrieval_scores, semeval_scores
 from semdup.reranker.calibration import Calibration
 
 __all__ = ["DATA_NAMES", "DenseEncoder", "FitData", "DefaultFit", "load_fit_data", "idf_pipeline", "dev_groups",

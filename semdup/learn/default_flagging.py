@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from semdup.alerts.choice import fit_flagging
-from semdup.learn.fusion_fit import Group, group_scores
 from semdup.data.stackexchange import RetrievalQuery
+from semdup.learn.fusion_fit import Group, group_scores
 from semdup.reranker.calibration import Calibration, calibration_path, save_calibration
 
 __all__ = ["TOP", "EveryPost", "earlier_groups", "flagging_calibration", "save_flagging"]

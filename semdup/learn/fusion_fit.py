@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from semdup.core.fitting import grid_search
 from semdup.core.scoring import fused_scores, minmax_normalise
+from semdup.measures.fitting import grid_search
 
 __all__ = ["GRID_BOW", "GRID_ALPHA", "GRID_TITLE", "Group", "FusionFit", "group_scores", "choose_fusion",
            "PerQuery", "average_precisions"]
@@ -169,7 +169,7 @@ def average_precisions(scores: np.ndarray, relevant: np.ndarray, cutoff: int, n_
     """Average precision (percent) of each row's ranking of one query's candidates: ``scores`` [G, n], best
     first, ties in candidate order (a stable sort, as ``sorted(..., reverse=True)``); ``relevant`` [n] bool;
     the top ``cutoff`` count; R = ``n_relevant`` (the TREC rule) or, None, the relevant found there (SemEval's),
-    as :func:`semdup.core.measures.average_precision_at`."""
+    as :func:`semdup.measures.ranking.average_precision_at`."""
     order = np.argsort(-scores, axis=1, kind="stable")[:, :cutoff]  # (G, c)
     flags = np.asarray(relevant, dtype=bool)[order]  # (G, c)
     found = np.cumsum(flags, axis=1)  # (G, c)

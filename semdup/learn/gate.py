@@ -3,7 +3,7 @@
 Both systems score the same labelled queries the way the reranker does (:func:`semdup.learn.default_bundle.
 dev_groups`: BM25 ∪ k-NN candidates for a dump, the labelled candidates for a rerank set, each pair for pairs),
 each query gets one figure (average precision; for pairs, 100 if the pair is classified right, else 0), and a
-paired randomisation test (:mod:`semdup.core.significance`) asks whether the new system's mean is above the
+paired randomisation test (:mod:`semdup.measures.significance`) asks whether the new system's mean is above the
 current one's by more than chance. The gate accepts only when the evidence is clear on both counts: one-sided
 p < ``alpha`` **and** the bootstrap 95 % interval of the gain lies wholly above ``min_gain`` (0 by default). A
 p just under 0.05 whose interval still reaches zero is a coin toss an operator would rather not ship: on a
@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from semdup.core.fitting import best_threshold
-from semdup.learn.fusion_fit import GRID_TITLE, Group, PerQuery, average_precisions, choose_fusion, group_scores
-from semdup.core.measures import SEMEVAL_CUTOFF, retrieval_average_precisions, semeval_average_precisions
-from semdup.core.significance import TEST_NAME, PairedTest, paired_randomisation_test
 from semdup.learn.default_bundle import TOP, FitData
+from semdup.learn.fusion_fit import GRID_TITLE, Group, PerQuery, average_precisions, choose_fusion, group_scores
+from semdup.measures.fitting import best_threshold
+from semdup.measures.ranking import SEMEVAL_CUTOFF, retrieval_average_precisions, semeval_average_precisions
+from semdup.measures.significance import TEST_NAME, PairedTest, paired_randomisation_test
 
 __all__ = ["GateDecision", "per_query_figures", "figures_from_predictions", "ranked_figure", "cross_fitted_figures",
            "gate", "DEFAULT_ALPHA"]

@@ -56,13 +56,12 @@ from typing import Any
 import numpy as np
 
 from semdup.bundle.bundle import Bundle
-from semdup.core.fitting import best_threshold
-from semdup.learn.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.core.posts import Post
-from semdup.core.significance import PairedTest, paired_randomisation_test
 from semdup.data.learn_folds import FoldReport, LearnFolds, fold_supervision
 from semdup.data.supervision import SourceReport, Supervision
+from semdup.export.onnx_export import export_checkpoint
 from semdup.learn.default_bundle import FitData, dev_groups, idf_pipeline, write_default_bundle
+from semdup.learn.fusion_fit import GRID_TITLE, FusionFit, Group, choose_fusion, group_scores
 from semdup.learn.gate import (
     DEFAULT_ALPHA,
     GateDecision,
@@ -72,8 +71,9 @@ from semdup.learn.gate import (
     per_query_figures,
     ranked_figure,
 )
-from semdup.export.onnx_export import export_checkpoint
 from semdup.learn.out_of_fold import FoldRun, OutOfFold, fit_data, out_of_fold, side_data
+from semdup.measures.fitting import best_threshold
+from semdup.measures.significance import PairedTest, paired_randomisation_test
 from semdup.training.learn.encoder import base_encoder
 from semdup.training.learn.frozen import FrozenPrefix
 from semdup.training.learn.settings import LearnSettings, LearnSummary

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import DataError
-from semdup.learn.fusion_fit import Group
 from semdup.core.posts import Post
 from semdup.data.learn_folds import LearnFolds, check_out_of_fold, side_post_ids
 from semdup.learn.default_bundle import FitData, dev_groups
+from semdup.learn.fusion_fit import Group
 from semdup.training.learn.data import LearnData, learn_data
 from semdup.training.learn.encoder import LearnedEncoder
 from semdup.training.learn.frozen import FrozenPrefix

@@ -15,12 +15,12 @@ from click.testing import CliRunner
 
 import semdup.learn.learn_run as learn_run
 from semdup.cli.learn_cmd import _minutes, learn
-from semdup.core.significance import paired_randomisation_test
 from semdup.data.learn_folds import FoldReport
 from semdup.data.supervision import SourceReport
 from semdup.learn.gate import gate
 from semdup.learn.learned_bundle import LearnOutcome
 from semdup.learn.out_of_fold import FoldRun
+from semdup.measures.significance import paired_randomisation_test
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from semdup.core.errors import DataError
-from semdup.core.eval_protocols import rank_corpus
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.measures import retrieval_scores
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data import load_stackexchange_dump
 from semdup.data.paths import default_data_dir
 from semdup.data.run_files import read_trec_qrels, read_trec_run, write_trec_qrels, write_trec_run
+from semdup.measures.protocols import rank_corpus
+from semdup.measures.ranking import retrieval_scores
 
 ir_measures = pytest.importorskip("ir_measures", reason='ir-measures is in the test extra: pip install "semdup[test]"')
 

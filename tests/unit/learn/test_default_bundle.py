@@ -13,14 +13,14 @@ from click.testing import CliRunner
 from semdup.bundle import Bundle, BundleScorer
 from semdup.cli import cli
 from semdup.core.errors import ConfigError
-from semdup.core.fitting import best_threshold
-from semdup.learn.fusion_fit import Group, choose_fusion, group_scores
 from semdup.core.scoring import bow_matrix, cosine_rows, title_posts
 from semdup.data import load_pairs_jsonl
 from semdup.data.paths import askubuntu_files
 from semdup.export.base_encoder_bundle import export_base_encoder
-from semdup.learn.default_bundle import fit_default, idf_pipeline
 from semdup.export.parity import sample_posts
+from semdup.learn.default_bundle import fit_default, idf_pipeline
+from semdup.learn.fusion_fit import Group, choose_fusion, group_scores
+from semdup.measures.fitting import best_threshold
 
 N_PAIRS = 16
 

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from semdup.alerts.choice import K_CHOICES
-from semdup.learn.fusion_fit import Group
 from semdup.core.posts import Post
 from semdup.data import load_stackexchange_dump
 from semdup.data.paths import travel_dir
 from semdup.export.base_encoder_bundle import export_base_encoder
+from semdup.export.parity import sample_posts
 from semdup.learn.default_bundle import fit_default
 from semdup.learn.default_flagging import EveryPost, earlier_groups, flagging_calibration
-from semdup.export.parity import sample_posts
+from semdup.learn.fusion_fit import Group
 from semdup.reranker.calibration import calibration_path, load_calibration
 
 FUSION = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semdup.learn.fusion_fit import Group
 from semdup.core.posts import Post
 from semdup.data.pairs import PostPair
 from semdup.data.semeval import OriginalQuestion, RelatedQuestion, SemEvalSet
 from semdup.learn.default_bundle import FitData
+from semdup.learn.fusion_fit import Group
 from semdup.learn.gate import cross_fitted_figures, gate, per_query_figures
 
 DENSE = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}

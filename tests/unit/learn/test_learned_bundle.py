@@ -18,11 +18,11 @@ from semdup.bundle import Bundle, BundleScorer
 from semdup.data.paths import semeval_train_files
 from semdup.data.semeval import SemEvalSet
 from semdup.data.supervision import Supervision, load_supervision
-from semdup.learn import out_of_fold as oof_module
 from semdup.export.base_encoder_bundle import export_base_encoder
-from semdup.learn.learned_bundle import learn_bundle
 from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts
+from semdup.learn import out_of_fold as oof_module
+from semdup.learn.learned_bundle import learn_bundle
 from semdup.training.learn.settings import LearnSettings
 
 pytestmark = pytest.mark.slow

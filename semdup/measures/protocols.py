@@ -2,7 +2,7 @@
 
 Used for early stopping during training, by ``semdup eval`` and by every script under ``experiments/``.
 Torch-free: it only calls ``scorer.score`` / ``scorer.score_matrix`` (or takes their output) and the
-official measures of :mod:`semdup.core.measures`.
+official measures of :mod:`semdup.measures.ranking`.
 
 * SemEval: rerank each original question's 10 related questions; MAP/MRR/P@1/P@5 (official rules:
   ties keep the gold file's order).
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from semdup.core.fitting import best_threshold, pair_accuracy
-from semdup.core.measures import retrieval_scores, semeval_scores
 from semdup.core.scoring import PostScorer
+from semdup.measures.fitting import best_threshold, pair_accuracy
+from semdup.measures.ranking import retrieval_scores, semeval_scores
 
 __all__ = [
     "TRAVEL_CUTOFF",
@@ -74,7 +74,7 @@ def semeval_pair_scores(semeval_set: Any, scores: Iterable[tuple[tuple[str, str]
         scores: ``((orgq id, relq id), score)`` items, e.g. ``dict.items()`` or ``zip(keys, vector)``.
 
     Returns:
-        What :func:`~semdup.core.measures.semeval_scores` returns (MAP, MRR, P@1, P@5, AvgRec in percent).
+        What :func:`~semdup.measures.ranking.semeval_scores` returns (MAP, MRR, P@1, P@5, AvgRec in percent).
     """
     predictions: dict[str, dict[str, float]] = {}
     for (orgq, relq), score in scores:

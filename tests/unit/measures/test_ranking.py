@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from semdup.core.fitting import best_threshold, pair_accuracy
-from semdup.core.measures import (
-    accuracy_at_k,
-    average_precision_at,
-    precision_recall_f1_accuracy,
-    retrieval_scores,
-    semeval_scores,
-)
 from semdup.data import load_relevancy, load_semeval_xml
 from semdup.data.run_files import (
     load_official_results,
     read_semeval_pred,
     read_semeval_pred_labels,
     write_semeval_pred,
+)
+from semdup.measures.fitting import best_threshold, pair_accuracy
+from semdup.measures.ranking import (
+    accuracy_at_k,
+    average_precision_at,
+    precision_recall_f1_accuracy,
+    retrieval_scores,
+    semeval_scores,
 )
 
 DATA = Path(os.environ.get("SEMDUP_DATA", "/work/shared/data"))
@@ -223,7 +223,7 @@ def test_written_ir_baseline_scores_the_same(tmp_path):
 
 
 def test_per_question_average_precisions_average_to_the_official_map() -> None:
-    from semdup.core.measures import semeval_average_precisions, semeval_scores
+    from semdup.measures.ranking import semeval_average_precisions, semeval_scores
 
     gold = {"q1": {"a": True, "b": False, "c": True}, "q2": {"d": False, "e": True}, "q3": {"f": False}}
     preds = {"q1": {"a": 0.1, "b": 0.9, "c": 0.5}, "q2": {"d": 0.2, "e": 0.8}, "q3": {"f": 1.0}}
@@ -234,7 +234,7 @@ def test_per_question_average_precisions_average_to_the_official_map() -> None:
 
 
 def test_per_query_retrieval_average_precisions_average_to_the_map() -> None:
-    from semdup.core.measures import retrieval_average_precisions, retrieval_scores
+    from semdup.measures.ranking import retrieval_average_precisions, retrieval_scores
 
     ranked = {"q1": ["x", "q1", "r1", "y", "r2"], "q2": ["z", "w"]}
     relevant = {"q1": ["r1", "r2", "r3"], "q2": ["w"], "q3": ["v"]}

@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from semdup.core.fitting import (
+from semdup.core.scoring import fused_scores, minmax_normalise
+from semdup.measures.fitting import (
     GridFit,
     best_threshold,
     grid_search,
@@ -21,8 +22,7 @@ from semdup.core.fitting import (
     platt_scaling,
     threshold_candidates,
 )
-from semdup.core.measures import precision_recall_f1_accuracy, semeval_scores
-from semdup.core.scoring import fused_scores, minmax_normalise
+from semdup.measures.ranking import precision_recall_f1_accuracy, semeval_scores
 
 # 40 pairs with tied scores (numpy default_rng(21), rounded to one decimal)
 S = [0.8, 0.6, 0.7, 0.1, 0.6, 1.0, 0.4, 0.1, 1.0, 0.7, 0.2, 0.7, 1.0, 0.2, 0.9, 0.7, 0.2, 0.2, 1.0, 0.3, 0.4, 0.7,
@@ -107,7 +107,7 @@ def test_platt_needs_both_classes() -> None:
 CLOSE = {"rel": 1e-12, "abs": 1e-12}
 
 def test_former_metrics_best_threshold() -> None:
-    """core/measures.py best_threshold (accuracy, vectorised): now core/fitting.best_threshold."""
+    """core/measures.py best_threshold (accuracy, vectorised): now measures/fitting.best_threshold."""
     assert best_threshold(S, Y) == pytest.approx((0.75, 55.0), **CLOSE)
     assert best_threshold(S2, Y2) == pytest.approx((0.4, 83.33333333333333), **CLOSE)
 
@@ -121,7 +121,7 @@ def test_former_through_reranker_best_f1_threshold() -> None:
 
 
 def test_former_calibration_fit_platt() -> None:
-    """reranker/calibration.py fit_platt's Newton iterations: now core/fitting.platt_scaling."""
+    """reranker/calibration.py fit_platt's Newton iterations: now measures/fitting.platt_scaling."""
     # -0.5687029003937862 on AMD EPYC (AVX2) and under NPY_DISABLE_CPU_FEATURES=X86_V4: the fit's own tolerance
     assert platt_scaling(S, Y) == pytest.approx((-0.5687029003937859, 0.08687925100023518), rel=0, abs=1e-9)
 

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from semdup.core.eval_protocols import (
+from semdup.core.posts import Post
+from semdup.measures.fitting import best_threshold
+from semdup.measures.protocols import (
     eval_pair_scores,
     eval_pairs,
     eval_semeval,
@@ -17,9 +19,7 @@ from semdup.core.eval_protocols import (
     travel_rankings,
     travel_scores,
 )
-from semdup.core.fitting import best_threshold
-from semdup.core.measures import retrieval_scores, semeval_scores
-from semdup.core.posts import Post
+from semdup.measures.ranking import retrieval_scores, semeval_scores
 
 CORPUS = [Post(i, f"title {i}", "body") for i in ("p1", "p2", "p3", "p4", "p5")]
 IDS = [p.id for p in CORPUS]

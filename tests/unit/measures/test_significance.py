@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semdup.core.significance import paired_randomisation_test
+from semdup.measures.significance import paired_randomisation_test
 
 
 def test_four_equal_gains_give_the_exact_one_sided_p_of_one_in_sixteen() -> None:

@@ -20,7 +20,7 @@ means one set of rules, so a figure chosen in training, in export and at a site 
   candidates (:func:`threshold_candidates`) are the midpoints between adjacent distinct scores, plus one point
   1.0 below the lowest (all duplicate) and one 1.0 above the highest (none duplicate); the lowest of the best
   wins. The search is vectorised (one pass over the sorted scores), with the same arithmetic as the measures in
-  :mod:`semdup.core.measures`, so the threshold is the one a loop over the candidates would find, to the digit.
+  :mod:`semdup.measures.ranking`, so the threshold is the one a loop over the candidates would find, to the digit.
 * :func:`platt_scaling` fits P(duplicate | s) = 1 / (1 + exp(-(a·s + b))) (Platt 1999, §2.2, with the smoothed
   targets; Newton's method with a backtracking line search, as Lin, Lin & Weng 2007 advise);
   :class:`semdup.reranker.calibration.Calibration` stores it beside a bundle.

@@ -2,11 +2,11 @@
 
 Pure Python/numpy, no torch, so lexical baselines and the reranker are measured without it.
 Every score is returned in percent (0-100), like the published tables. Choosing a threshold or weights on these
-measures (``best_threshold``, ``pair_accuracy``, grids) is :mod:`semdup.core.fitting`'s job.
+measures (``best_threshold``, ``pair_accuracy``, grids) is :mod:`semdup.measures.fitting`'s job.
 
 SemEval rules, taken from the official scorer (``ev.py`` + ``metrics.py`` of the SemEval-2016
 Task 3 scorer) and checked by reproducing the IR baseline exactly (test MAP 74.75 / MRR 83.79,
-dev 71.35 / 76.67, ``tests/unit/core/test_measures.py``):
+dev 71.35 / 76.67, ``tests/unit/measures/test_ranking.py``):
 
 * Each original question's candidates are sorted by predicted SCORE, descending, with Python's
   stable sort. The scorer reads the gold and the prediction file side by side and refuses a
@@ -193,7 +193,7 @@ def semeval_average_precisions(
 ) -> dict[str, float]:
     """Each question's average precision (percent) by the official rules: their mean is ``semeval_scores``' MAP.
 
-    What a paired test between two systems compares (:mod:`semdup.core.significance`): the same questions,
+    What a paired test between two systems compares (:mod:`semdup.measures.significance`): the same questions,
     question by question.
 
     Args:
