@@ -25,8 +25,10 @@ __all__ = ["demo"]
               "(threshold fitted on Travel's duplicate links), until Ctrl-C; prints its URL and a key.")
 @click.option("--review-port", type=click.IntRange(1, 65535), default=8080, show_default=True,
               help="Port of the review page (another free one when it is taken).")
+@click.option("--check", "check_figures", is_flag=True, help="Then compare this run's figures with the README's "
+              "(semdup/demo/figures.yaml): OK / FAIL per figure, exit 1 on a FAIL.")
 def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, learn: bool, review: bool,
-         review_port: int) -> None:
+         review_port: int, check_figures: bool) -> None:
     """Start the embedded OpenSearch and Redis, build the default, index through Celery, rerank, print the table.
 
     \b
@@ -35,6 +37,7 @@ def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, learn
       semdup demo --skip-neural  # lexical baselines only
       semdup demo --learn        # plus what `semdup learn` gets from SemEval's and AskUbuntu's training links
       semdup demo --review       # then a review page of flagged Travel duplicates at http://127.0.0.1:8080/review
+      semdup demo --check        # then OK / FAIL for each figure of the README's demo table
     """
     from semdup.cli.edge import client as edge_client
     from semdup.cli.edge import settings
@@ -44,6 +47,8 @@ def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, learn
         raise click.UsageError("--review needs the neural default on the Travel index: drop --skip-neural and --paper")
     if learn and skip_neural:
         raise click.UsageError("--learn compares with the neural default: drop --skip-neural")
+    if check_figures and (skip_neural or base_encoder != "minilm"):
+        raise click.UsageError("--check compares with the README's MiniLM default: drop --skip-neural, --base-encoder")
     t0 = time.perf_counter()
     tree = settings()
     url = ensure_opensearch(tree.opensearch.url if tree.opensearch is not None else None)
@@ -55,8 +60,24 @@ def demo(workdir: Path, base_encoder: str, skip_neural: bool, paper: bool, learn
         click.echo(line)
     click.echo(f"\n{time.perf_counter() - t0:.0f} s in all; figures also in {result.results_file}. "
                "The embedded OpenSearch and Redis keep running: `semdup opensearch stop`, `semdup broker stop`.")
+    if check_figures:
+        _check(result, {"--learn"} if learn else set())
     if review:
         _review(result, workdir, review_port)
+
+
+def _check(result, flags: set[str]) -> None:
+    """One line per figure of the README's table (:func:`semdup.demo.figures.check`); exit 1 when one fails."""
+    from semdup.demo.figures import check
+
+    checks = check(result, flags)
+    click.echo("\nThe README's figures (semdup/demo/figures.yaml) against this run:")
+    for c in checks:
+        click.echo(c.line())
+    counts = {s: sum(c.status == s for c in checks) for s in ("OK", "FAIL", "SKIP")}
+    click.echo(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["FAIL"]:
+        raise click.exceptions.Exit(1)
 
 
 def _review(result, workdir: Path, port: int) -> None:
