@@ -4,11 +4,11 @@
     uvicorn semdup.apps.http:app_from_env --factory --workers 2
 
 Each feature is an ``APIRouter`` of its own, importable and testable alone: ``/v1/rerank``
-(:mod:`semdup.reranker.routers.rerank`), the ingest endpoints ``/v1/posts``, ``/sync``, ``/delete``
-(:mod:`semdup.reranker.routers.ingest`), the probes ``/healthz``, ``/readyz``, ``/metrics``
-(:mod:`semdup.reranker.routers.probes`), and the review page ``/review`` (:mod:`semdup.review.router`); their
-bodies come from one schema module (:mod:`semdup.reranker.routers.schemas`). ``/v1/similar`` (posts like a title
-being typed, :mod:`semdup.reranker.routers.similar`) is one of :data:`FEATURES` the same way. This factory only
+(:mod:`semdup.service.routers.rerank`), the ingest endpoints ``/v1/posts``, ``/sync``, ``/delete``
+(:mod:`semdup.service.routers.ingest`), the probes ``/healthz``, ``/readyz``, ``/metrics``
+(:mod:`semdup.service.routers.probes`), and the review page ``/review`` (:mod:`semdup.review.router`); their
+bodies come from one schema module (:mod:`semdup.service.routers.schemas`). ``/v1/similar`` (posts like a title
+being typed, :mod:`semdup.service.routers.similar`) is one of :data:`FEATURES` the same way. This factory only
 builds what the routers share and puts it in ``app.state`` (the settings, the reranker, the Celery app ingest
 publishes through, the admission gate, the metrics, the probes' threads, the review context), includes the
 routers, and adds the middleware and error handlers; no endpoint is defined here. With ingest on, the app's
@@ -21,12 +21,12 @@ uvicorn worker; :func:`load_reranker`, which ``semdup serve`` also runs once bef
 client whose every call carries the reranker's timeout. Endpoints that call OpenSearch are plain ``def``
 functions, so FastAPI runs them in its thread pool and the event loop never blocks; the pool holds ``threads``
 workers. At most ``max_in_flight`` requests are in flight per process; past that a request gets 503 with
-``Retry-After`` at once (:mod:`semdup.reranker.admission`).
+``Retry-After`` at once (:mod:`semdup.service.admission`).
 
 Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X-API-Key`` (an OpenAPI
 ``APIKeyHeader`` scheme), 403 a key without the endpoint's scope (``search``, ``ingest``, ``ops``), 429
 ``TooManyFailures`` with ``Retry-After`` (too many wrong keys from the address,
-:mod:`semdup.reranker.auth_throttle`), 404 an index this key may not search or that does not exist (one answer
+:mod:`semdup.service.auth_throttle`), 404 an index this key may not search or that does not exist (one answer
 for both, so it tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another
 model version, 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
 beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down (or, for
@@ -71,15 +71,15 @@ from semdup.core.errors import (
 )
 from semdup.core.json_input import TOO_DEEP, TOO_DEEP_TYPE, is_too_deep
 from semdup.core.logs import active_format, configure_logging, scrub
-from semdup.reranker.admission import OVERLOADED, Admission, Gate
-from semdup.reranker.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed, Reranker
-from semdup.reranker.routers import ingest, pipeline, probes, rerank, similar
-from semdup.reranker.routers.access import AuthError, ScopeError, ops_access
-from semdup.reranker.routers.ingest import NotASiteIndex
-from semdup.reranker.routers.schemas import cluster_message
-from semdup.reranker.settings import ServiceSettings
-from semdup.reranker.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
+from semdup.service.admission import OVERLOADED, Admission, Gate
+from semdup.service.auth_throttle import THROTTLE_FILE, FailureThrottle, Throttled, retry_after
+from semdup.service.routers import ingest, pipeline, probes, rerank, similar
+from semdup.service.routers.access import AuthError, ScopeError, ops_access
+from semdup.service.routers.ingest import NotASiteIndex
+from semdup.service.routers.schemas import cluster_message
+from semdup.service.settings import ServiceSettings
+from semdup.service.workers import STARTUP_FAILURE, load_reranker  # STARTUP_FAILURE: uvicorn's "do not restart"
 
 __all__ = [
     "create_app",
@@ -488,7 +488,7 @@ def app_from_env() -> Any:
     A failure to start is logged as one line (in JSON mode one record, with the traceback inside it; in text mode
     the traceback only at DEBUG) and the worker exits with :data:`STARTUP_FAILURE`, in every log mode: uvicorn's
     supervisor then stops instead of starting another worker that would fail the same way, and ``semdup serve``
-    exits 1 (:func:`semdup.reranker.workers.run_workers`).
+    exits 1 (:func:`semdup.service.workers.run_workers`).
     """
     from semdup.apps.settings import load_settings
 

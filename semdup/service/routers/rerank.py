@@ -11,9 +11,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
-from semdup.reranker.routers.schemas import NO_QUERY, RerankResponse, request_model, responses
-from semdup.reranker.settings import ServiceSettings
+from semdup.service.routers.access import access_for, bind, key_access, searchable, served_index, state
+from semdup.service.routers.schemas import NO_QUERY, RerankResponse, request_model, responses
+from semdup.service.settings import ServiceSettings
 
 __all__ = ["rerank", "router", "PATH"]
 

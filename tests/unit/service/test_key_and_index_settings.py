@@ -8,8 +8,8 @@ from settings_tree import service_settings
 
 from semdup.core.errors import ConfigError
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
-from semdup.reranker.routers.schemas import request_model
-from semdup.reranker.settings import ApiKey, ServiceSettings, parse_api_keys
+from semdup.service.routers.schemas import request_model
+from semdup.service.settings import ApiKey, ServiceSettings, parse_api_keys
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
 # keys of 24 characters or more: a shorter one stops the service (test_a_short_key_stops_the_service_naming_its_label)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from semdup.reranker.auth_throttle import (
+from semdup.service.auth_throttle import (
     _PRUNE_EVERY,
     MAX_BLOCK_S,
     FailureThrottle,

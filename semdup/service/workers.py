@@ -26,14 +26,15 @@ from typing import Any
 
 from semdup.core.errors import ConfigError
 from semdup.reranker.reranker import Reranker
-from semdup.reranker.settings import ServiceSettings, usable_cpus
+from semdup.reranker.settings import usable_cpus
+from semdup.service.settings import ServiceSettings
 
 __all__ = ["load_reranker", "preflight", "run_workers", "STARTUP_FAILURE", "PROBE_THREADS"]
 
 logger = logging.getLogger(__name__)
 
 STARTUP_FAILURE = 3  # uvicorn.config.STARTUP_FAILURE: "this worker cannot start, do not restart it"
-PROBE_THREADS = 2  # /readyz's own threads (semdup.reranker.routers.probes), each with a pooled connection
+PROBE_THREADS = 2  # /readyz's own threads (semdup.service.routers.probes), each with a pooled connection
 
 
 def load_reranker(settings: ServiceSettings) -> Reranker:

@@ -8,7 +8,7 @@ broker (the Celery app ingest publishes through), the admission gate, the failur
 
 Every key check goes through :func:`authenticate`: a blocked address gets 429 (:class:`Throttled`) before its key is
 looked at, a wrong key 401 (:class:`AuthError`, counted as a failure of the address,
-:mod:`semdup.reranker.auth_throttle`), a right key without the scope 403 (:class:`ScopeError`). The review page
+:mod:`semdup.service.auth_throttle`), a right key without the scope 403 (:class:`ScopeError`). The review page
 uses it too, so its logins and the API share one count per address.
 """
 
@@ -25,10 +25,10 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from semdup.core.errors import SearchIndexError
-from semdup.reranker.auth_throttle import FailureThrottle, Throttled, client_address
 from semdup.reranker.reranker import ModelMismatch, NothingIndexed
-from semdup.reranker.routers.schemas import API_KEY_HEADER, MAX_INDEX_CHARS, NOT_SERVED
-from semdup.reranker.settings import INGEST, OPS, SEARCH, ApiKey, ServiceSettings
+from semdup.service.auth_throttle import FailureThrottle, Throttled, client_address
+from semdup.service.routers.schemas import API_KEY_HEADER, MAX_INDEX_CHARS, NOT_SERVED
+from semdup.service.settings import INGEST, OPS, SEARCH, ApiKey, ServiceSettings
 
 __all__ = [
     "searchable",

@@ -1,7 +1,7 @@
 """The HTTP service's request and response bodies, one module for every router (rerank, ingest, probes).
 
 Request bodies carry this server's bounds in their schema (``max_text_chars``, ``max_k``, ``max_ingest_posts``),
-so they are made per app from its :class:`~semdup.reranker.settings.ServiceSettings` (:func:`request_model`,
+so they are made per app from its :class:`~semdup.service.settings.ServiceSettings` (:func:`request_model`,
 :func:`ingest_models`); what the schema allows is what the service takes, and a schema-driven client or fuzzer
 reaches the search path. Errors are ``{"error": {"type", "message"}}`` (:class:`ErrorResponse`); a 422 adds
 FastAPI's ``detail`` list (:class:`ValidationErrorResponse`). :func:`responses` documents an endpoint's error
@@ -18,10 +18,10 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from semdup.core.errors import OpenSearchRefused, OpenSearchUnavailable, SearchTimeout
 from semdup.core.post_rules import MAX_ID_BYTES, VISIBLE_TEXT_PATTERN, blank_problem, text_problem
 from semdup.index_format.schema import LEXICAL_MODELS
-from semdup.reranker.admission import RETRY_AFTER_S
-from semdup.reranker.post_fields import POST_TEXT_CONFIG, DocId, PostId, PostText, check_visible, text_field
-from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.similar import MAX_SIZE, MAX_TITLE_CHARS
+from semdup.service.admission import RETRY_AFTER_S
+from semdup.service.post_fields import POST_TEXT_CONFIG, DocId, PostId, PostText, check_visible, text_field
+from semdup.service.settings import ServiceSettings
 
 __all__ = [
     "API_KEY_HEADER",
@@ -94,7 +94,7 @@ def _whole_number(value: Any) -> Any:
 def request_model(settings: ServiceSettings) -> type[BaseModel]:
     """The ``/v1/rerank`` body, with this server's bounds in its schema: what the schema allows is what the
     service takes (but for markup-only text such as ``<p></p>``, which no regular expression tells apart). The
-    title and body meet the rules every post meets (:mod:`semdup.reranker.post_fields`)."""
+    title and body meet the rules every post meets (:mod:`semdup.service.post_fields`)."""
     limit = settings.max_text_chars
 
     class RerankRequest(BaseModel):

@@ -15,9 +15,9 @@ from settings_tree import service_settings
 
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import INDEX_POSTS
-from semdup.reranker.routers import ingest, probes, rerank
-from semdup.reranker.auth_throttle import FailureThrottle
-from semdup.reranker.routers.access import AuthError
+from semdup.service.auth_throttle import FailureThrottle
+from semdup.service.routers import ingest, probes, rerank
+from semdup.service.routers.access import AuthError
 
 KEY = "key-router-7c1d-7d2f0c9e4b1a"
 OS = OpenSearchSettings(url="http://127.0.0.1:9")

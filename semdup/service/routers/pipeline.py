@@ -31,8 +31,8 @@ from fastapi import APIRouter, Depends, Request
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.reranker.rewrite import excluded_id, post_of_search, ranked_query
-from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
-from semdup.reranker.routers.schemas import (
+from semdup.service.routers.access import access_for, bind, key_access, searchable, served_index, state
+from semdup.service.routers.schemas import (
     NO_QUERY,
     DocumentsResponse,
     RewriteResponse,
@@ -40,7 +40,7 @@ from semdup.reranker.routers.schemas import (
     responses,
     rewrite_model,
 )
-from semdup.reranker.settings import ServiceSettings
+from semdup.service.settings import ServiceSettings
 
 __all__ = ["REWRITE_PATH", "DOCUMENTS_PATH", "ALL_CANDIDATES", "rewrite", "documents", "router"]
 

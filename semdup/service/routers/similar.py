@@ -24,10 +24,10 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 
-from semdup.reranker.routers.access import access_for, bind, key_access, searchable, served_index, state
-from semdup.reranker.routers.schemas import SimilarQuery, SimilarResponse, responses
-from semdup.reranker.settings import ServiceSettings
 from semdup.reranker.similar import TitleSearch
+from semdup.service.routers.access import access_for, bind, key_access, searchable, served_index, state
+from semdup.service.routers.schemas import SimilarQuery, SimilarResponse, responses
+from semdup.service.settings import ServiceSettings
 
 __all__ = ["similar", "example", "router", "title_search", "PATH", "EXAMPLES"]
 

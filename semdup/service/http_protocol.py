@@ -6,7 +6,7 @@ parts then waited for the client's delayed ACK. Measured on ``semdup serve --wor
 per ``/healthz`` call on a kept-alive connection instead of 2 ms (one worker). ``semdup serve`` names this class
 as uvicorn's ``http`` protocol, so every worker sets the option itself::
 
-    uvicorn.run(..., http="semdup.reranker.http_protocol:NoDelayHTTPProtocol")
+    uvicorn.run(..., http="semdup.service.http_protocol:NoDelayHTTPProtocol")
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 __all__ = ["NoDelayHTTPProtocol", "PROTOCOL_PATH"]
 
-PROTOCOL_PATH = "semdup.reranker.http_protocol:NoDelayHTTPProtocol"
+PROTOCOL_PATH = "semdup.service.http_protocol:NoDelayHTTPProtocol"
 
 
 class NoDelayHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]

@@ -29,8 +29,8 @@ from semdup.core.errors import BrokerUnavailable, SearchIndexError
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.ingest.jobs import batches, submit
 from semdup.reranker.reranker import ModelMismatch
-from semdup.reranker.routers.access import access_for, bind, ingest_access, served_index, state
-from semdup.reranker.routers.schemas import (
+from semdup.service.routers.access import access_for, bind, ingest_access, served_index, state
+from semdup.service.routers.schemas import (
     NO_QUERY,
     NOT_SERVED,
     RETRY_AFTER_HEADER,
@@ -39,7 +39,7 @@ from semdup.reranker.routers.schemas import (
     ingest_models,
     responses,
 )
-from semdup.reranker.settings import INGEST, ServiceSettings
+from semdup.service.settings import INGEST, ServiceSettings
 
 __all__ = ["INGEST_PATHS", "NotASiteIndex", "router", "post_posts", "sync_posts", "delete_posts"]
 

@@ -17,9 +17,9 @@ from semdup.apps.http import create_app
 from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable
 from semdup.core.settings import OpenSearchSettings
-from semdup.reranker.admission import RETRY_AFTER_S, Gate
-from semdup.reranker.routers.probes import READY_TIMEOUT_S
-from semdup.reranker.settings import ServiceSettings
+from semdup.service.admission import RETRY_AFTER_S, Gate
+from semdup.service.routers.probes import READY_TIMEOUT_S
+from semdup.service.settings import ServiceSettings
 
 KEY = "key-5b1e90ad-7d2f0c9e4b1a"
 OPS = {"X-API-Key": "ops-key-2b9d41c07e5f8a36"}  # /metrics needs the ops scope

@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from semdup.reranker.routers.access import ops_access, state
-from semdup.reranker.routers.schemas import ReadyResponse, cluster_message
-from semdup.reranker.workers import PROBE_THREADS  # /readyz's own threads: not queued behind the reranks' pool
+from semdup.service.routers.access import ops_access, state
+from semdup.service.routers.schemas import ReadyResponse, cluster_message
+from semdup.service.workers import PROBE_THREADS  # /readyz's own threads: not queued behind the reranks' pool
 
 __all__ = ["router", "PROBE_PATHS", "PROBE_THREADS", "READY_TIMEOUT_S"]
 

@@ -11,7 +11,7 @@ import time
 import httpx
 import uvicorn
 
-from semdup.reranker.http_protocol import PROTOCOL_PATH
+from semdup.service.http_protocol import PROTOCOL_PATH
 
 
 async def _app(scope: dict, receive: object, send: object) -> None:

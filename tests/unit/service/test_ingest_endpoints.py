@@ -21,7 +21,7 @@ from semdup.core.errors import ConfigError, SearchIndexError
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.core.task_names import DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
 from semdup.ingest.celery_app import producer_app
-from semdup.reranker.settings import ServiceSettings
+from semdup.service.settings import ServiceSettings
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
 BROKER = BrokerSettings(url="redis://127.0.0.1:9/0")
