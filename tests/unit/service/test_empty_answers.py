@@ -7,9 +7,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 from settings_tree import service_settings
 
-from semdup.apps.http import create_app, error_status
+from semdup.apps.http import create_app
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.reranker import NothingIndexed
+from semdup.service.errors import error_status
 
 KEY = "key-5b1e90ad-7d2f0c9e4b1a"
 
