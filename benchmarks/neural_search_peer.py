@@ -96,7 +96,7 @@ def default_bundle(workdir: Path) -> Path:
     """The default bundle (MiniLM fitted on Travel dev), built once under ``workdir`` as ``semdup demo`` builds it:
     ``semdup export --base-encoder minilm`` then ``semdup fit-default --data travel``."""
     from semdup.export.base_encoder_bundle import export_base_encoder
-    from semdup.export.default_bundle import fit_default
+    from semdup.learn.default_bundle import fit_default
 
     base, out = workdir / "minilm", workdir / "default-minilm-travel"
     if not (out / "manifest.json").exists():
@@ -294,13 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("opensearch").setLevel(logging.ERROR)  # the reranker's template look-ups answer 404 first
-    from semdup.devstack.ml_plugins import ml_cache_dir
     from semdup.bundle.bundle import Bundle
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
+    from semdup.devstack.ml_plugins import ml_cache_dir
     from semdup.indexer.batch_writer import ensure_index_model
     from semdup.ingest.lexical_index import create_index
-    from semdup.core.measures import retrieval_scores
+    from semdup.measures.ranking import retrieval_scores
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_pipeline import PipelineSpec
     from semdup.search_pipeline import create as create_pipeline

@@ -13,7 +13,7 @@ It needs ``SEMDUP_OPENSEARCH_URL`` and ``SEMDUP_BROKER_URL`` (a cluster and a br
 3. the same posts into an index semdup creates (``semdup index-posts --knn``), the comparison;
 4. ``semdup serve`` serving both, and one ``POST /v1/rerank`` per held-out post against each index.
 
-It prints Accuracy@1/5/10 (``semdup.core.measures.accuracy_at_k``) on both and the largest score difference between
+It prints Accuracy@1/5/10 (``semdup.measures.ranking.accuracy_at_k``) on both and the largest score difference between
 them. The held-out posts are Travel *test* posts: nothing is chosen here, this is a parity check.
 """
 
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.site_index import make_site_alias
-from semdup.core.measures import accuracy_at_k
 from semdup.core.posts import Post
 from semdup.data.paths import default_data_dir
 from semdup.data.stackexchange import load_stackexchange_dump
+from semdup.measures.ranking import accuracy_at_k
 
 __all__ = ["site_corpus", "main"]
 

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.core.settings import OpenSearchSettings
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
-    from semdup.reranker.settings import ServiceSettings
+    from semdup.service.settings import ServiceSettings
 
     bundle = Bundle.load(args.bundle)
     every = site_posts()

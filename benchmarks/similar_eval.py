@@ -6,7 +6,7 @@
 
 Protocol: the Travel Stack Exchange protocol (``semdup eval stackexchange``: every post indexed, each query
 searches all posts but itself, Acc@1/5/10, MAP and MRR over the top 100,
-:func:`semdup.core.measures.retrieval_scores`),
+:func:`semdup.measures.ranking.retrieval_scores`),
 with the query's title as the only text. Contenders:
 
 * ``bm25-title``: the stored template ``semdup-bm25-title`` (the title against the posts' titles), top 100;
@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semdup.core import progress as progress_bar
-from semdup.core.fitting import grid_search
-from semdup.core.measures import retrieval_scores
+from semdup.measures.fitting import grid_search
+from semdup.measures.ranking import retrieval_scores
 from semdup.reranker.similar import CANDIDATES, SIMILAR_FUSION, TitleSearch
 
 __all__ = ["GRID", "TOP", "title_runs", "choose_fusion", "run", "print_result", "main"]
@@ -70,7 +70,7 @@ def _ranked(search: TitleSearch, runs: Sequence[tuple[str, Any]], fusion: Mappin
 def choose_fusion(
     search: TitleSearch, runs: Sequence[tuple[str, Any]], relevant: Mapping[str, set[str]]
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """(weights, dev scores) of the grid point with the best dev MAP (:func:`semdup.core.fitting.grid_search`: the
+    """(weights, dev scores) of the grid point with the best dev MAP (:func:`semdup.measures.fitting.grid_search`: the
     earliest of the best, a later point must be better by more than 1e-9)."""
     fit = grid_search(_grid(), lambda ranked: retrieval_scores(ranked, relevant, cutoff=TOP),
                       run=lambda point: _ranked(search, runs, point), metric="MAP", tolerance=1e-9)

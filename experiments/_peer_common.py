@@ -1,7 +1,7 @@
 """The MiniLM experiments' embedding cache: posts embedded once, reused by every later run.
 
-Measures and protocols are not here: every experiment scores through :mod:`semdup.core.eval_protocols`
-(and so :mod:`semdup.core.measures`), the code training and ``semdup eval`` use, and loads its data
+Measures and protocols are not here: every experiment scores through :mod:`semdup.measures.protocols`
+(and so :mod:`semdup.measures.ranking`), the code training and ``semdup eval`` use, and loads its data
 with :mod:`semdup.data`.
 """
 

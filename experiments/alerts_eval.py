@@ -17,7 +17,7 @@ post) maximising F1 of the flags, and the Platt calibration (on every dev post's
 once, with those. If the bundle has a threshold of its own it is reported beside, on test, too.
 
 The choice is :func:`semdup.alerts.choice.fit_flagging`'s (``semdup fit-default`` makes the same one offline,
-:mod:`semdup.export.default_flagging`); the calibration records k, and workers flag with it. ``--calibration FILE``
+:mod:`semdup.learn.default_flagging`); the calibration records k, and workers flag with it. ``--calibration FILE``
 tests a given calibration instead (dev still streamed, reported at it); ``--curve X.svg`` draws the test flags'
 precision/recall at every threshold (:mod:`experiments.flag_curve`); ``--ranked X.json`` keeps every post's
 streamed top 10 and gold (``experiments/flag_margin.py`` reads it); ``--own-node`` runs on a throwaway node.

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 from semdup.alerts.choice import Ranked, flag_scores, flags_at
-from semdup.core.fitting import threshold_candidates
+from semdup.measures.fitting import threshold_candidates
 
 __all__ = ["pr_curve", "curve_svg"]
 

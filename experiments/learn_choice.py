@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from semdup.core.significance import PairedTest, paired_randomisation_test
+from semdup.measures.significance import PairedTest, paired_randomisation_test
 
 
 def _test(a: Mapping[str, float], b: Mapping[str, float]) -> PairedTest:

@@ -6,8 +6,8 @@ Run from the repository root::
     python -m experiments.learn_compare --group mask=R1_mask_s0,R4_mask_s1 --group sym=R2_sym_s0,R7_sym_s1
 
 Dense scores only (each checkpoint's cosine through ``CheckpointScorer``), the official per-question AP
-(``semdup.core.measures.semeval_average_precisions``) and the paired randomisation test of
-``semdup.core.significance``. With ``--group NAME=A,B,..`` (folders under artifacts/research/), each group's
+(``semdup.measures.ranking.semeval_average_precisions``) and the paired randomisation test of
+``semdup.measures.significance``. With ``--group NAME=A,B,..`` (folders under artifacts/research/), each group's
 per-question AP is the mean over its seeds, and every group is compared with the first. Test is never scored.
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 
 def dev_ap(checkpoint: str) -> dict[str, float]:
     from experiments.learn_fusion import _sets
-    from semdup.core.eval_protocols import semeval_predictions
-    from semdup.core.measures import semeval_average_precisions
+    from semdup.measures.protocols import semeval_predictions
+    from semdup.measures.ranking import semeval_average_precisions
     from semdup.training.checkpoint import CheckpointScorer
 
     _, dev, _ = _sets()
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     import torch
 
-    from semdup.core.significance import paired_randomisation_test
+    from semdup.measures.significance import paired_randomisation_test
 
     torch.set_num_threads(1)
     cache: dict[str, dict[str, float]] = {}

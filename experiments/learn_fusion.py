@@ -6,9 +6,9 @@ Run from the repository root::
     python -m experiments.learn_fusion --bundle artifacts/bundles/minilm
     python -m experiments.learn_fusion --bundle B --oof-bundle 0/2=B0 --oof-bundle 1/2=B1 --json out.json
 
-For each fit set it builds the groups exactly as ``semdup fit-default`` does (``semdup.export.default_bundle
+For each fit set it builds the groups exactly as ``semdup fit-default`` does (``semdup.learn.default_bundle
 .dev_groups``: cos_bow of IDF vectors, cos_dense, the raw BM25 score, the title vectors' cosine), chooses the
-fusion on that set with ``semdup.core.fusion_fit.choose_fusion`` (the same 486-point grid), and scores dev with
+fusion on that set with ``semdup.learn.fusion_fit.choose_fusion`` (the same 486-point grid), and scores dev with
 it. Fit sets: ``dev`` (what the packaged default does), ``train`` (the bundle's own scores on the training
 originals: in-sample for a fine-tuned bundle), ``oof`` (each training original scored by the fold bundle that did
 not see it: ``--oof-bundle i/K=PATH``, trained with ``learn_research train --fold i/K``), and ``dense`` (no fusion).
@@ -52,15 +52,15 @@ def _posts(*sets) -> list:
 
 
 def _groups(bundle, pipeline, idf, sem, title: bool):
-    from semdup.export.default_bundle import FitData, dev_groups
+    from semdup.learn.default_bundle import FitData, dev_groups
 
     groups, measure, _ = dev_groups(bundle, pipeline, idf, FitData(sem.name, "semeval", sem, []), title=title)
     return groups, measure
 
 
 def per_question(groups, fusion, sem) -> dict[str, float]:
-    from semdup.core.fusion_fit import group_scores
-    from semdup.core.measures import semeval_average_precisions
+    from semdup.learn.fusion_fit import group_scores
+    from semdup.measures.ranking import semeval_average_precisions
 
     return semeval_average_precisions(group_scores(groups, fusion), sem.gold())
 
@@ -75,9 +75,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     from experiments.learn_research import fold_of
     from semdup.bundle import Bundle
-    from semdup.core.fusion_fit import GRID_TITLE, choose_fusion
     from semdup.data import SemEvalSet
-    from semdup.export.default_bundle import idf_pipeline
+    from semdup.learn.default_bundle import idf_pipeline
+    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion
 
     train, dev, test_input = _sets()
     bundle = Bundle.load(args.bundle)
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _measure_for(sem):
-    from semdup.core.measures import semeval_scores
+    from semdup.measures.ranking import semeval_scores
 
     gold = sem.gold()
     return lambda preds: semeval_scores(preds, gold)["MAP"]

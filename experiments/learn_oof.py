@@ -6,7 +6,7 @@ Run from the repository root::
     python -m experiments.learn_oof --data semeval --folds 2 --train-share 0.25 --out ...   # the links curve
     python -m experiments.learn_oof --data semeval --folds-by cluster --set freeze_layers=4 --out ...  # issue #33
 
-It runs :func:`semdup.export.learned_bundle.judge_learning` (the bundle to beat, K fold models, the candidates and
+It runs :func:`semdup.learn.learned_bundle.judge_learning` (the bundle to beat, K fold models, the candidates and
 the gate, everything before the final model) on the bundled set's labelled queries (never its test side) and
 appends one line to ``artifacts/research/oof.jsonl``: the command, the recipe, the pooled and per-fold figures,
 the choice, the gate, and wall / CPU seconds with the load average; every system's per-query figures go to
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from semdup.data.learn_folds import fold_supervision
     from semdup.data.learn_sets import named_supervision
-    from semdup.export.learned_bundle import Phases, judge_learning
+    from semdup.learn.learned_bundle import Phases, judge_learning
     from semdup.training.learn.settings import LearnSettings
     from semdup.training.loop import resolve_device
 

@@ -37,8 +37,8 @@ def fold_of(key: str, k: int) -> int:
 
 
 def _semeval(fold: tuple[int, int] | None, hard: int, seed: int):
-    from semdup.core.eval_protocols import eval_semeval
     from semdup.data import SemEvalSet
+    from semdup.measures.protocols import eval_semeval
     from semdup.training.learn.data import learn_data_from_semeval
     from semdup.training.recipes import DataPaths, _load_semeval
 
@@ -54,9 +54,9 @@ def _semeval(fold: tuple[int, int] | None, hard: int, seed: int):
 
 
 def _travel(hard: int, seed: int):
-    from semdup.core.eval_protocols import eval_travel
     from semdup.data import load_stackexchange_dump
     from semdup.data.paths import travel_dir
+    from semdup.measures.protocols import eval_travel
     from semdup.training.learn.data import learn_data_from_dump
 
     dump = load_stackexchange_dump(travel_dir())
@@ -65,9 +65,9 @@ def _travel(hard: int, seed: int):
 
 
 def _askubuntu(hard: int, seed: int):
-    from semdup.core.eval_protocols import eval_pairs
     from semdup.data import load_pairs_jsonl
     from semdup.data.paths import askubuntu_files
+    from semdup.measures.protocols import eval_pairs
     from semdup.training.learn.data import learn_data_from_pairs
     from semdup.training.pairs import split_held_out
 

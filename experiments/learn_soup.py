@@ -31,9 +31,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch
 
     from experiments.learn_fusion import _sets
-    from semdup.core.eval_protocols import semeval_predictions
-    from semdup.core.measures import semeval_average_precisions
-    from semdup.core.significance import paired_randomisation_test
+    from semdup.measures.protocols import semeval_predictions
+    from semdup.measures.ranking import semeval_average_precisions
+    from semdup.measures.significance import paired_randomisation_test
     from semdup.training.checkpoint import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, CheckpointScorer
 
     states = [torch.load(Path(c) / WEIGHTS_FILE, map_location="cpu", weights_only=True) for c in args.checkpoints]

@@ -5,7 +5,7 @@ Run from the repository root::
     python -m experiments.learn_terms --bundle artifacts/bundles/minilm [--l2 1e-3 1e-2] [--epochs 50 200]
 
 The fused score's other parts are fixed: the bundle's dense and title cosines, BM25's lexnorm, and the fusion
-(β_bow, α, β_title) chosen on the 267 training originals with IDF weights (``semdup.core.fusion_fit
+(β_bow, α, β_title) chosen on the 267 training originals with IDF weights (``semdup.learn.fusion_fit
 .choose_fusion``, as ``semdup fit-default --data semeval`` now does). t is learned on the same training originals
 (``experiments.term_weights.learn_term_weights``: BOW-CNN's logistic loss on the hardest labelled
 negative, λ‖t − idf‖²), and dev MAP is compared with IDF's under the same fusion (and with the fusion re-chosen on
@@ -54,10 +54,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     from experiments.learn_fusion import _groups, _posts, _sets, per_question
     from semdup.bundle import Bundle
-    from semdup.core.fusion_fit import GRID_TITLE, choose_fusion
     from semdup.core.scoring import fused_scores, minmax_normalise
-    from semdup.core.significance import paired_randomisation_test
-    from semdup.export.default_bundle import idf_pipeline
+    from semdup.learn.default_bundle import idf_pipeline
+    from semdup.learn.fusion_fit import GRID_TITLE, choose_fusion
+    from semdup.measures.significance import paired_randomisation_test
     from experiments.term_weights import TermGroup, learn_term_weights
 
     train, dev, test_input = _sets()

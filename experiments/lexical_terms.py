@@ -28,11 +28,11 @@ import numpy as np
 
 def _travel(client: Any, bundle_path: str, cuts: list[int]) -> dict[int, dict[str, float]]:
     from semdup.bundle.bundle import Bundle
-    from semdup.core.measures import retrieval_scores
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
+    from semdup.measures.ranking import retrieval_scores
     from semdup.reranker import Reranker, RerankerSettings
     import semdup.reranker.reranker as reranker_module
 
@@ -77,10 +77,10 @@ def _travel(client: Any, bundle_path: str, cuts: list[int]) -> dict[int, dict[st
 
 def _semeval(client: Any, bundle_path: str, cuts: list[int]) -> dict[int, dict[str, float]]:
     from semdup.bundle.bundle import Bundle
-    from semdup.core.measures import complete_scores, semeval_scores
     from semdup.data.paths import semeval_files
     from semdup.data.semeval import load_semeval_xml
     from semdup.evaluation.through_reranker import semantic_index
+    from semdup.measures.ranking import complete_scores, semeval_scores
     from semdup.reranker import Reranker, RerankerSettings
 
     sem = load_semeval_xml(*semeval_files("dev"), name="dev")

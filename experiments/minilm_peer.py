@@ -4,7 +4,7 @@ Run::
 
     python -m experiments.minilm_peer [--max-len 256] [--threads 1]
 
-Every figure goes through :mod:`semdup.core.eval_protocols`, the code training and ``semdup eval`` use:
+Every figure goes through :mod:`semdup.measures.protocols`, the code training and ``semdup eval`` use:
 SemEval-2016 dev/test: cosine reranks each original question's 10 related questions (official rules);
 Travel dev/test: exhaustive retrieval over all 4,919 posts (Acc@1/5/10, MAP, MRR over the top 100);
 AskUbuntu: accuracy on test with the cosine threshold chosen on train. Embeddings are cached
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from experiments._peer_common import cached_embeddings
-from semdup.core.eval_protocols import eval_pair_scores, semeval_pair_scores, travel_scores
 from semdup.data import load_pairs_jsonl, load_semeval_xml, load_stackexchange_dump
 from semdup.data.paths import askubuntu_files, semeval_files, travel_dir
+from semdup.measures.protocols import eval_pair_scores, semeval_pair_scores, travel_scores
 
 logger = logging.getLogger(__name__)
 

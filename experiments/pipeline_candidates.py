@@ -3,7 +3,7 @@
 The site's plain ``_search`` finds a post's duplicates among BM25's hits only; semdup's reranker searches BM25 ∪ k-NN
 (100 each). Three ways for a pipeline, each run over every Travel dev query as the site would send it (``match`` on
 the title, ``match`` on the body, the query post itself left out by ``must_not``), ``size`` 100, official
-measures (MAP / MRR / Acc@k over the top 100, :func:`semdup.core.measures.retrieval_scores`):
+measures (MAP / MRR / Acc@k over the top 100, :func:`semdup.measures.ranking.retrieval_scores`):
 
 * ``site BM25``: no pipeline (what the site has today);
 * ``rerank processor``: neural-search's ``rerank`` response processor (``ml_opensearch``) over the site's 100 BM25
@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     args = ap.parse_args(argv)
     from semdup.core.clients import connect
-    from semdup.core.measures import retrieval_scores
     from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
+    from semdup.measures.ranking import retrieval_scores
     from semdup.search_pipeline import PipelineSpec, create, remove
 
     key = os.environ["SEMDUP_API_KEY"]

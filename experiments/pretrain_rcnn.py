@@ -17,9 +17,9 @@ import logging
 
 import click
 
-from semdup.cli.train_cmd import _parse_set
 from semdup.core.errors import SemdupError
 from semdup.data.paths import default_data_dir
+from semdup.training.run_settings import parse_set
 
 __all__ = ["main"]
 
@@ -55,7 +55,10 @@ def main(
     Example:
       python -m experiments.pretrain_rcnn --out artifacts/scqa_rcnn/rcnn-pretrained.pt --minutes 8
     """
-    hparams = _parse_set(sets)
+    try:
+        hparams = parse_set(sets)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from exc
     from semdup.training.pretraining import PretrainSettings, evaluate_without_finetuning, pretrain_rcnn
 
     root = data_dir or default_data_dir()

@@ -40,12 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     from opensearchpy import OpenSearch
 
     from semdup.bundle.bundle import Bundle
-    from semdup.core.measures import complete_scores, retrieval_scores, semeval_scores
     from semdup.data import load_semeval_xml
     from semdup.data.paths import semeval_files, travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
+    from semdup.measures.ranking import complete_scores, retrieval_scores, semeval_scores
     from semdup.reranker import Reranker, RerankerSettings
 
     client = OpenSearch(args.opensearch, timeout=120)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments._peer_common import cached_embeddings
-from semdup.core.eval_protocols import semeval_pair_scores
+from semdup.measures.protocols import semeval_pair_scores
 
 logger = logging.getLogger(__name__)
 

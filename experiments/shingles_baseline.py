@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from semdup.core.fitting import best_threshold, grid_search, pair_accuracy
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data import load_pairs_jsonl
 from semdup.data.paths import askubuntu_files
+from semdup.measures.fitting import best_threshold, grid_search, pair_accuracy
 
 __all__ = ["SHINGLE_SIZES", "shingles", "jaccard", "ShingleJaccardScorer", "tune_shingle_size", "main"]
 

@@ -18,10 +18,10 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from semdup.core.eval_protocols import travel_scores
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir
+from semdup.measures.protocols import travel_scores
 
 __all__ = ["lexical_dev_scores", "main"]
 

@@ -4,7 +4,7 @@ Run::
 
     python -m experiments.travel_fusion [--checkpoint artifacts/bow-minilm-travel-gpu]
 
-Exhaustive retrieval over all 4,919 posts, the Travel protocol of :func:`semdup.core.eval_protocols.travel_scores`
+Exhaustive retrieval over all 4,919 posts, the Travel protocol of :func:`semdup.measures.protocols.travel_scores`
 (the query removed; Acc@1/5/10, MAP, MRR over the top 100). Scores of a query against every post:
 
 * ``dense``: cosine of all-MiniLM-L6-v2 vectors (max_len 256, cached), or with ``--checkpoint`` the
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from experiments._peer_common import cached_embeddings
-from semdup.core.eval_protocols import travel_scores
+from semdup.measures.protocols import travel_scores
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ Run::
         --checkpoint artifacts/travel-tuning/B0_s1 --checkpoint artifacts/travel-tuning/B0_s2 ... [--split test]
 
 Each checkpoint alone and the mean of all are scored with
-:func:`semdup.core.eval_protocols.eval_travel` (exhaustive retrieval over all 4,919 posts,
+:func:`semdup.measures.protocols.eval_travel` (exhaustive retrieval over all 4,919 posts,
 the query removed, Acc@1/5/10, MAP and MRR over the top 100), the same code that chose every checkpoint.
 The ensemble has no free parameter (equal weights, every checkpoint given), so nothing is chosen on test.
 """
@@ -67,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     import torch
 
-    from semdup.core.eval_protocols import eval_travel
     from semdup.data import load_stackexchange_dump
     from semdup.data.paths import travel_dir
+    from semdup.measures.protocols import eval_travel
     from semdup.training.checkpoint import CheckpointScorer
     from semdup.training.fusion_choice import MemoisedScorer
 

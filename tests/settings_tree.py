@@ -8,7 +8,7 @@ from typing import Any
 
 from semdup.apps.settings import load_settings
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
-from semdup.reranker.settings import ServiceSettings
+from semdup.service.settings import ServiceSettings
 
 
 def service_settings(

@@ -27,7 +27,7 @@ def semeval_train_and_dev() -> tuple[Any, Any]:
 
 def random_semeval_map(semeval_set: Any, repeats: int = 200, seed: int = 0) -> float:
     """Expected MAP of a random ranking, estimated by averaging shuffled rankings."""
-    from semdup.core.measures import semeval_scores
+    from semdup.measures.ranking import semeval_scores
 
     rng = random.Random(seed)
     total = 0.0
@@ -39,7 +39,7 @@ def random_semeval_map(semeval_set: Any, repeats: int = 200, seed: int = 0) -> f
 
 def tiny_semeval_run(settings: Any, out_dir: Path, negatives: int = 20) -> tuple[Any, Any]:
     """Train ``settings`` on train part 2 with early stopping on dev MAP; returns (TrainResult, dev set)."""
-    from semdup.core.eval_protocols import eval_semeval
+    from semdup.measures.protocols import eval_semeval
     from semdup.training.pairs import semeval_training_data
     from semdup.training.trainer import train
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from semdup.core.fitting import grid_search, threshold_candidates
+from semdup.measures.fitting import grid_search, threshold_candidates
 from semdup.reranker.calibration import Calibration, fit_platt
 
 __all__ = ["K_CHOICES", "Ranked", "flag_scores", "flags_at", "choose_on_dev", "fit_flagging"]
@@ -63,7 +63,7 @@ def choose_on_dev(
     ranked: Ranked, gold: Mapping[str, set[str]], ks: Sequence[int] = K_CHOICES
 ) -> tuple[int, float, dict[str, float]]:
     """(k, threshold, dev scores) maximising F1 of the flags; thresholds are midpoints between the scores seen
-    (:func:`semdup.core.fitting.threshold_candidates`); the first best (k, threshold), smallest k first, wins.
+    (:func:`semdup.measures.fitting.threshold_candidates`); the first best (k, threshold), smallest k first, wins.
 
     Raises:
         ValueError: no candidate at all.

@@ -18,7 +18,8 @@ from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import DEFAULT_RETRY_BUDGET
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
-from semdup.reranker.settings import ApiKey, RerankerSettings
+from semdup.reranker.settings import RerankerSettings
+from semdup.service.settings import ApiKey
 
 __all__ = [
     "ModelSection",
@@ -102,7 +103,7 @@ class ServiceSection(_Section):
         return tuple(out)
 
     def client_address_rule(self) -> str:
-        """Which address a request is counted by (the failure throttle, :mod:`semdup.reranker.auth_throttle`), in
+        """Which address a request is counted by (the failure throttle, :mod:`semdup.service.auth_throttle`), in
         words: ``semdup config show`` prints it."""
         if not self.forwarded_allow_ips:
             return "the connection's own address (no proxy trusted: X-Forwarded-For is ignored)"

@@ -73,7 +73,8 @@ from semdup.core.settings import (
 from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import RetryPolicy
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
-from semdup.reranker.settings import RerankerSettings, ServiceSettings, api_keys_of, default_workers
+from semdup.reranker.settings import RerankerSettings
+from semdup.service.settings import ServiceSettings, api_keys_of, default_workers
 
 __all__ = [
     "Settings",

@@ -16,7 +16,7 @@ from semdup.apps.sections import SECTION_TYPES
 from semdup.apps.variables import BY_PATH, LEGACY_KEYS, VARIABLES
 from semdup.core.errors import ConfigError
 from semdup.core.settings import load_config_file, parse_auto_bool, parse_bool
-from semdup.reranker.settings import api_keys_of
+from semdup.service.settings import api_keys_of
 
 __all__ = [
     "env_values",

@@ -77,7 +77,7 @@ def semeval(set_name, xml, relevancy, methods, mode, fields, k, pred, url, keep_
     """  # noqa: E501 (the help example is kept as printed)
     from semdup.data import load_semeval_xml
     from semdup.data.paths import semeval_files
-    from semdup.data.run_files import write_semeval_pred
+    from semdup.data.run_files import top_half_scores, write_semeval_pred
     from semdup.evaluation.semeval_eval import run_semeval
 
     if set_name:
@@ -96,23 +96,10 @@ def semeval(set_name, xml, relevancy, methods, mode, fields, k, pred, url, keep_
             # lexical methods have no duplicate threshold: true = in the top half of the question's candidates
             threshold = run.threshold
             if threshold is None:
-                write_semeval_pred(path, _top_half_scores(run.predictions), gold, threshold=0.5)
+                write_semeval_pred(path, top_half_scores(run.predictions), gold, threshold=0.5)
             else:
                 write_semeval_pred(path, run.predictions, gold, threshold=threshold)
     _print_table([(f"{r.method} ({mode})", r.metrics) for r in runs], ["MAP", "MRR", "P@1"], as_json)
-
-
-def _top_half_scores(preds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Keep the ranking, but map scores so the top half of each question's candidates is >= 0.5.
-
-    Monotone per question: ranks, and so MAP/MRR/P@1, are unchanged."""
-    out = {}
-    for q, row in preds.items():
-        order = sorted(row, key=lambda c: -row[c])
-        n = len(order)
-        ranks = {c: i for i, c in enumerate(order)}
-        out[q] = {c: 1.0 - ranks[c] / max(n, 1) for c in row}
-    return out
 
 
 @eval_group.command("stackexchange")

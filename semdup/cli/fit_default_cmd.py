@@ -53,7 +53,7 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
       semdup fit-default --data travel --int8 auto --out artifacts/bundles/default-travel-int8
     """
     from semdup.data.posts_input import read_posts
-    from semdup.export.default_bundle import fit_default
+    from semdup.learn.default_bundle import fit_default
 
     base = base_bundle or Path("artifacts/bundles") / base_encoder
     if not (base / "manifest.json").exists() and not base.is_file():
@@ -62,7 +62,7 @@ def fit_default_cmd(base_encoder: str, base_bundle: Path | None, data: str, corp
         click.echo(f"$ semdup export --base-encoder {base_encoder} --out {base}", err=True)
         export_base_encoder(base_encoder, base)
     posts = read_posts(corpus) if corpus is not None else ()
-    from semdup.core.fusion_fit import GRID_TITLE
+    from semdup.learn.fusion_fit import GRID_TITLE
 
     result = fit_default(base, data, out_dir, corpus=posts, k=k, knn=knn, cache_dir=cache_dir,
                          grid_title=GRID_TITLE if title else (0.0,), int8=int8)

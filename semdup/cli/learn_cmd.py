@@ -1,6 +1,6 @@
 """``semdup learn``: a site's own duplicates in, a candidate bundle and the gate's decision out.
 
-Parses, calls :func:`semdup.export.learn_run.learn_from` (and, with ``--promote``, ``semdup upgrade``), prints.
+Parses, calls :func:`semdup.learn.learn_run.learn_from` (and, with ``--promote``, ``semdup upgrade``), prints.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def learn(ctx: click.Context, data: str | None, duplicate_field: str | None, ind
     minutes = None if budget is None else _minutes(budget)
     if minutes is not None and minutes <= 0:
         raise click.BadParameter("the budget must be positive", param_hint="--budget")
-    from semdup.export.learn_run import learn_from, recipe
+    from semdup.learn.learn_run import learn_from, recipe
 
     client = None
     if duplicate_field is not None:  # --promote connects through `semdup upgrade` itself

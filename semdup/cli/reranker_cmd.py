@@ -166,8 +166,8 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     """
     from semdup.apps.http import configure_service_logging
     from semdup.apps.settings import HANDOFF_ENV, handoff, load_settings
-    from semdup.reranker.http_protocol import PROTOCOL_PATH
-    from semdup.reranker.workers import preflight, run_workers
+    from semdup.service.http_protocol import PROTOCOL_PATH
+    from semdup.service.workers import preflight, run_workers
 
     log_format = configure_service_logging("json" if log_json else None)
     overrides = {

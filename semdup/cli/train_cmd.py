@@ -18,17 +18,12 @@ ARCH_CHOICES = ["bow-cnn", "cnn", "scqa", "rcnn", "minilm", "bow-minilm"]
 
 
 def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
-    """``key=value`` pairs; values read as JSON when they parse (numbers, true/false), else strings."""
-    out: dict[str, Any] = {}
-    for item in values:
-        if "=" not in item:
-            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="--set")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip()] = json.loads(v)
-        except ValueError:
-            out[k.strip()] = v
-    return out
+    from semdup.training.run_settings import parse_set
+
+    try:
+        return parse_set(values)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from exc
 
 
 def _parse_scales(text: str | None) -> tuple[float, ...] | None:

@@ -37,6 +37,7 @@ from semdup.data.reading import read_utf8_lines
 from semdup.data.semeval import load_relevancy
 
 __all__ = [
+    "top_half_scores",
     "write_semeval_pred",
     "read_semeval_pred",
     "read_semeval_pred_labels",
@@ -68,6 +69,20 @@ def _write_atomically(path: str | Path, lines: Iterable[str]) -> Path:
 
 def _format_score(score: float) -> str:
     return repr(float(score))
+
+
+def top_half_scores(preds: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Keep the ranking, but map scores so the top half of each question's candidates is >= 0.5: the ``true``
+    column of a lexical method's ``.pred`` file, which has no duplicate threshold.
+
+    Monotone per question: ranks, and so MAP/MRR/P@1, are unchanged."""
+    out = {}
+    for q, row in preds.items():
+        order = sorted(row, key=lambda c: -row[c])
+        n = len(order)
+        ranks = {c: i for i, c in enumerate(order)}
+        out[q] = {c: 1.0 - ranks[c] / max(n, 1) for c in row}
+    return out
 
 
 def write_semeval_pred(
@@ -196,7 +211,7 @@ def write_trec_qrels(path: str | Path, relevant: Mapping[str, Iterable[str]]) ->
     """Write TREC qrels, ``QID 0 DOCID 1`` per relevant document (sorted ids, so the file is reproducible).
 
     A query is never written as relevant to itself: the protocols search a corpus without the query
-    (:func:`semdup.core.measures.retrieval_scores` drops it the same way). A query with no relevant
+    (:func:`semdup.measures.ranking.retrieval_scores` drops it the same way). A query with no relevant
     document gets no line; trec_eval then leaves it out of its means, where semdup counts it as 0.
     """
     lines: list[str] = []

@@ -27,14 +27,14 @@ import numpy as np
 from semdup.bundle.bundle import Bundle
 from semdup.core import progress as progress_bar
 from semdup.core.errors import BulkWriteError
-from semdup.core.fitting import THRESHOLD_MEASURES, best_threshold, pair_accuracy
-from semdup.core.measures import complete_scores, precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
 from semdup.index_format.layout import Shape
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.ingest.lexical_index import create_index, delete_index
+from semdup.measures.fitting import THRESHOLD_MEASURES, best_threshold, pair_accuracy
+from semdup.measures.ranking import complete_scores, precision_recall_f1_accuracy
 from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, save_calibration
 from semdup.reranker.fusion import compute_fused
 from semdup.reranker.reranker import Reranker
@@ -268,7 +268,7 @@ def semeval_predictions(
     progress: bool = True,
 ) -> tuple[dict[str, dict[str, float]], float | None]:
     """``orgq -> relq -> score`` through the reranker; gold candidates it did not return get a floor
-    (:func:`~semdup.core.measures.complete_scores`).
+    (:func:`~semdup.measures.ranking.complete_scores`).
 
     ``rerank``: each question's 10 candidates exactly (``restrict_ids``); ``retrieve``: the top ``k`` BM25
     candidates among all of the set's related questions.

@@ -5,5 +5,5 @@
     parity.py          ONNX vs torch differences on real posts
     quantize.py        optional dynamic int8, shipped only with its measured MAP change
 
-Loading and serving a bundle is :mod:`semdup.bundle` (torch-free); importing this package imports nothing heavy.
+Learning and fitting bundles is :mod:`semdup.learn`; loading and serving one is :mod:`semdup.bundle` (torch-free).
 """

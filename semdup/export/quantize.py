@@ -67,7 +67,7 @@ def quantize_encoder(model: bytes, mode: str = "int8") -> bytes:
 
 def quantized_bundle(src: str | Path, out: str | Path, mode: str = "int8-channel") -> Path:
     """A copy of bundle ``src`` whose encoder is quantised (``manifest.quantization`` names the mode): the base
-    of an int8 candidate that :func:`semdup.export.default_bundle.fit_default` fits and judges on dev."""
+    of an int8 candidate that :func:`semdup.learn.default_bundle.fit_default` fits and judges on dev."""
     import json
 
     from semdup.bundle.bundle import MANIFEST_FILE, read_bundle_files
@@ -85,10 +85,10 @@ def quantize_files(
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
     """(files with the int8 encoder, the ``quantization`` manifest entry with the measured MAP change)."""
     from semdup.bundle.scorer import BundleScorer
-    from semdup.core.eval_protocols import eval_semeval
     from semdup.data.paths import semeval_files
     from semdup.data.semeval import load_semeval_xml
     from semdup.export.parity import sample_posts
+    from semdup.measures.protocols import eval_semeval
 
     quantized = dict(files)
     quantized[ENCODER_FILE] = quantize_encoder(files[ENCODER_FILE], mode)

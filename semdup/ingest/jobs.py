@@ -3,7 +3,7 @@
 Every producer submits a job: ``semdup index-posts`` (:func:`enqueue_posts`, :func:`replay_parked`), ``semdup
 backfill`` (:func:`semdup.ingest.backfill.enqueue_backfill`, or the sync of a connected site's index), ``semdup
 watch`` (:func:`semdup.ingest.reconcile.enqueue_sync` every round), and the HTTP endpoints ``POST /v1/posts``,
-``/v1/posts/sync`` and ``/v1/posts/delete`` (:mod:`semdup.reranker.routers.ingest`). :func:`submit` records the
+``/v1/posts/sync`` and ``/v1/posts/delete`` (:mod:`semdup.service.routers.ingest`). :func:`submit` records the
 job, then each batch in the job's ledger before it publishes it (:mod:`semdup.ingest.ledger`), so whoever sweeps the
 job (:mod:`semdup.ingest.sweeper`: the CLI's wait, ``semdup watch``, the service's sweeping thread) can send again a
 batch a worker lost. The CLI only prints what these return::

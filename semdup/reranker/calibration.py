@@ -4,13 +4,13 @@
 
 fitted by Newton's method on held-out pairs with Platt's smoothed targets (N₊+1)/(N₊+2) and 1/(N₋+2)
 (Platt 1999, "Probabilistic outputs for support vector machines", §2.2); the maths is
-:func:`semdup.core.fitting.platt_scaling`, the project's one fitting module. The bundle is content-hashed, so
+:func:`semdup.measures.fitting.platt_scaling`, the project's one fitting module. The bundle is content-hashed, so
 the fit lives in a separate ``<bundle>.calibration.json`` next to it, keyed by the bundle version::
 
     {"t-scqa-c47dab540f62": {"a": 6.1, "b": -4.2, "threshold": 0.71, "fitted_on": "SemEval dev", "n": 500, ...}}
 
 ``threshold`` is the decision threshold on the fused score chosen on the same held-out pairs
-(:func:`semdup.core.fitting.best_threshold`, maximum accuracy or F1; :func:`fit_decision` fits both); it overrides
+(:func:`semdup.measures.fitting.best_threshold`, maximum accuracy or F1; :func:`fit_decision` fits both); it overrides
 the bundle's own. ``k``, when present,
 is how many candidates per post the threshold was chosen for (:func:`semdup.alerts.choice.fit_flagging`): the
 flagging workers take it unless ``SEMDUP_FLAG_K`` is set.
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import BundleError
-from semdup.core.fitting import best_threshold, platt_scaling
+from semdup.measures.fitting import best_threshold, platt_scaling
 
 __all__ = ["Calibration", "fit_platt", "fit_decision", "calibration_path", "load_calibration", "save_calibration"]
 
@@ -69,7 +69,7 @@ class Calibration:
 
 
 def fit_platt(scores: Sequence[float], labels: Sequence[bool], max_iter: int = 100) -> Calibration:
-    """Platt's (a, b) on held-out pairs (:func:`semdup.core.fitting.platt_scaling`), with no threshold yet.
+    """Platt's (a, b) on held-out pairs (:func:`semdup.measures.fitting.platt_scaling`), with no threshold yet.
 
     Args:
         scores: fused scores of held-out pairs [N].
@@ -85,8 +85,8 @@ def fit_platt(scores: Sequence[float], labels: Sequence[bool], max_iter: int = 1
 def fit_decision(
     scores: Sequence[float], labels: Sequence[bool], fitted_on: str, measure: str = "accuracy", floor: bool = False
 ) -> Calibration:
-    """The threshold that maximises ``measure`` on these held-out pairs (:func:`semdup.core.fitting.best_threshold`)
-    and Platt's (a, b) on the same pairs, as one :class:`Calibration`.
+    """The threshold that maximises ``measure`` on these held-out pairs
+    (:func:`semdup.measures.fitting.best_threshold`) and Platt's (a, b) on the same pairs, as one :class:`Calibration`.
 
     ``floor``: keep the threshold at or above the lowest score (a site's verdicts exist only for flagged pairs, so
     nothing says how far below them the next duplicates lie); ``dev_accuracy`` stays the accuracy at the chosen one.

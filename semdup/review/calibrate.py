@@ -14,7 +14,7 @@ Samples, each a fused score and a label:
   ``SEMDUP_KNN`` ...), and its top ``k`` complete candidates become samples: a duplicate when the links say so,
   else not. Candidates below the top ``k`` would never be flagged, so they teach the threshold nothing.
 
-The fit is the project's one fitting code (:mod:`semdup.core.fitting`) through
+The fit is the project's one fitting code (:mod:`semdup.measures.fitting`) through
 :func:`semdup.reranker.calibration.fit_decision` (threshold by maximum accuracy, and Platt), stored with
 :func:`~semdup.reranker.calibration.save_calibration` in ``<bundle>.calibration.json`` (the bundle's entry
 replaced, other bundles' kept). Two rules guard it:
@@ -37,11 +37,11 @@ from typing import Any
 from semdup.alerts.flag import read_posts
 from semdup.bundle.bundle import Bundle
 from semdup.core.errors import DataError, PostError
-from semdup.core.measures import precision_recall_f1_accuracy
 from semdup.core.posts import Post
 from semdup.core.progress import progress
 from semdup.data.pairs import PAIR_LABELS, iter_pair_records
 from semdup.data.stackexchange import load_duplicate_links
+from semdup.measures.ranking import precision_recall_f1_accuracy
 from semdup.reranker.calibration import Calibration, calibration_path, fit_decision, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker
 from semdup.reranker.settings import RerankerSettings

@@ -2,7 +2,7 @@
 
 For a threshold t on the fused score, the judged pairs scoring at least t are the ones a worker would still flag:
 precision = judged duplicates among them / them, recall = judged duplicates among them / all judged duplicates
-(:func:`semdup.core.measures.precision_recall_f1_accuracy`). Only flagged pairs get verdicts, so both describe the
+(:func:`semdup.measures.ranking.precision_recall_f1_accuracy`). Only flagged pairs get verdicts, so both describe the
 pairs above the threshold the flags were made with: recall is "of the duplicates confirmed so far", and the chart
 says nothing about thresholds below the lowest judged score. The server draws it (:class:`Chart` holds polyline
 points as numbers, which the template writes into ``<svg>``), so the page needs no script to show it.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semdup.core.measures import precision_recall_f1_accuracy
+from semdup.measures.ranking import precision_recall_f1_accuracy
 
 __all__ = ["Chart", "curve", "chart"]
 

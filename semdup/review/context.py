@@ -18,13 +18,13 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from semdup.alerts.store import FLAGS_INDEX
 from semdup.core.text_pipeline import TextPipeline
-from semdup.reranker.auth_throttle import FailureThrottle
 from semdup.reranker.calibration import calibration_path, load_calibration
-from semdup.reranker.settings import REVIEW, ApiKey, ServiceSettings
 from semdup.review.metrics import ReviewStats
 from semdup.review.render import display_pipeline, neutral
 from semdup.review.sessions import SessionStore, key_id, owner_id
 from semdup.review.verdicts import VERDICTS_INDEX
+from semdup.service.auth_throttle import FailureThrottle
+from semdup.service.settings import REVIEW, ApiKey, ServiceSettings
 
 __all__ = ["ReviewContext", "review_context", "get_context"]
 

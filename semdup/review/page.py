@@ -17,12 +17,12 @@ from semdup.alerts.flag import read_posts
 from semdup.alerts.store import Flag, flag_id
 from semdup.core.posts import Post
 from semdup.index_format.companion import companion_of
-from semdup.reranker.settings import ApiKey
 from semdup.review.chart import Chart, chart
 from semdup.review.context import ReviewContext
 from semdup.review.queue import FlagPage, flag_page
 from semdup.review.render import ShownPost, shared_terms, show_post
 from semdup.review.verdicts import DUPLICATE, iter_verdicts, judged_pairs, verdicts_of_pairs
+from semdup.service.settings import ApiKey
 
 __all__ = ["Filters", "PairView", "page_view", "post_url", "MAX_CHART_VERDICTS"]
 

@@ -12,7 +12,7 @@ logging out, the idle and absolute lifetimes and removing the key end it); the A
 also needs the session's ``X-CSRF-Token``) or the key itself in ``X-API-Key`` (scripts; a header a browser never
 adds on its own, so it needs no CSRF token). A key without the review scope gets 403, a wrong or missing one 401,
 an address that sent too many wrong keys or logins 429 with ``Retry-After`` (one count with the API's keys,
-:func:`semdup.reranker.routers.access.authenticate`), a pair that is not flagged, or is flagged in an index the key
+:func:`semdup.service.routers.access.authenticate`), a pair that is not flagged, or is flagged in an index the key
 may not review, 404 (one answer for both). Pages are served with a strict Content-Security-Policy (scripts and
 styles from this origin only, no inline script), ``nosniff``, no framing and no referrer.
 """
@@ -31,16 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from semdup.core.errors import ConfigError
-from semdup.reranker.auth_throttle import Throttled, retry_after
-from semdup.reranker.routers.access import AuthError, ScopeError, authenticate
-from semdup.reranker.routers.schemas import NO_QUERY
-from semdup.reranker.settings import REVIEW, ApiKey
 from semdup.review.context import ReviewContext, get_context
 from semdup.review.export import export_pairs
 from semdup.review.page import Filters, page_view
 from semdup.review.queue import MAX_PAGE_SIZE
 from semdup.review.sessions import REVIEW_ROOT, key_id, new_token, safe_next, same_token
 from semdup.review.verdicts import VERDICTS, get_flag, record_verdict
+from semdup.service.auth_throttle import Throttled, retry_after
+from semdup.service.routers.access import AuthError, ScopeError, authenticate
+from semdup.service.routers.schemas import NO_QUERY
+from semdup.service.settings import REVIEW, ApiKey
 
 __all__ = ["router", "SESSION_COOKIE", "LOGIN_COOKIE", "CSRF_HEADER"]
 

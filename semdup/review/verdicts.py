@@ -6,7 +6,7 @@ A moderator's answer to a flag ("duplicate" or "not_duplicate"), kept in the clu
     pair                           keyword, the flag's _id (semdup.alerts.store.flag_id)
     index, post_id, candidate_id   keyword, the flagged pair (post_id is the newer post)
     verdict                        keyword, duplicate | not_duplicate
-    who                            keyword, the reviewer (the key's name, semdup.reranker.settings.ApiKey.who)
+    who                            keyword, the reviewer (the key's name, semdup.service.settings.ApiKey.who)
     when                           date (ISO 8601, UTC), when this verdict was first given
     model, score, probability      the flag as the reviewer saw it: bundle version, fused score, P(duplicate)
 

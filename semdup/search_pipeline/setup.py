@@ -57,7 +57,7 @@ __all__ = ["PipelineSpec", "PipelineState", "REWRITE_PATH", "NO_SECURITY_WARNING
 
 logger = logging.getLogger(__name__)
 
-REWRITE_PATH = "/v1/search/rewrite"  # the service endpoint the connector calls (semdup.reranker.routers.pipeline)
+REWRITE_PATH = "/v1/search/rewrite"  # the service endpoint the connector calls (semdup.service.routers.pipeline)
 _ML = "/_plugins/_ml"
 _ADDED_REGEX = "semdup_added_trusted_regex"  # connector parameters: what create changed in the cluster settings
 _WAS_DEFAULT = "semdup_trusted_was_default"

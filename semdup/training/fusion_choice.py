@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from semdup.core.fitting import grid_search
 from semdup.core.posts import Post
+from semdup.measures.fitting import grid_search
 from semdup.training.checkpoint import CheckpointScorer
 
 __all__ = ["MemoisedScorer", "best_dense_scale"]
@@ -51,7 +51,7 @@ def best_dense_scale(
     scales: Sequence[float],
 ) -> tuple[float, dict[str, float], dict[float, float]]:
     """(best scale s, dev figures at s, metric per scale) for β_dense × s; ties go to the larger s
-    (:func:`semdup.core.fitting.grid_search`, ``ties="last"`` over the scales in increasing order).
+    (:func:`semdup.measures.fitting.grid_search`, ``ties="last"`` over the scales in increasing order).
 
     Ties favour the larger scale so that a checkpoint whose CNN does not change the ranking keeps
     its learned weight rather than dropping the path.

@@ -275,7 +275,7 @@ def evaluate_without_finetuning(path: str | Path | None, data_dir: str | Path = 
     (the reference the pre-trained encoder must beat). The vocabulary is the SemEval training one,
     built as ``semdup train --arch rcnn --data semeval`` builds it.
     """
-    from semdup.core.eval_protocols import eval_semeval
+    from semdup.measures.protocols import eval_semeval
     from semdup.training.checkpoint import CheckpointScorer
     from semdup.training.recipes import DataPaths, _load_semeval
     from semdup.training.registry import get_arch

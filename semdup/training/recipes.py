@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from semdup.core.errors import ConfigError, DataError
-from semdup.core.eval_protocols import eval_pairs, eval_semeval, eval_travel, pair_scores
-from semdup.core.fitting import best_threshold
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.scoring import PostScorer
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir
+from semdup.measures.fitting import best_threshold
+from semdup.measures.protocols import eval_pairs, eval_semeval, eval_travel, pair_scores
 from semdup.training.pairs import (
     TrainingData,
     pair_training_data,

@@ -15,20 +15,40 @@ Three settings belong to the recipe (how its training pairs are drawn), not to :
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from semdup.training.recipes import DataPaths, Recipe, build_recipe, recipe_defaults
 from semdup.training.trainer import TrainSettings
 
-__all__ = ["ResolvedRun", "resolve_settings", "RECIPE_OPTIONS"]
+__all__ = ["ResolvedRun", "resolve_settings", "parse_set", "RECIPE_OPTIONS"]
 
 logger = logging.getLogger(__name__)
 
 # The recipe's own settings and their values when neither dev nor the caller chose one.
 RECIPE_OPTIONS: dict[str, Any] = {"lexical_negatives": 30, "related_negatives": True, "random_pair_negatives": 0}
+
+
+def parse_set(values: Iterable[str]) -> dict[str, Any]:
+    """``key=value`` pairs (``--set``'s hyper-parameters); values read as JSON when they parse (numbers,
+    true/false), else strings.
+
+    Raises:
+        ValueError: an item without ``=`` (the CLI reports it as a bad ``--set``).
+    """
+    out: dict[str, Any] = {}
+    for item in values:
+        if "=" not in item:
+            raise ValueError(f"expected key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except ValueError:
+            out[k.strip()] = v
+    return out
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import ConfigError
-from semdup.core.eval_protocols import travel_scores
-from semdup.core.fitting import best_threshold, grid_search
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.measures import semeval_scores
 from semdup.core.scoring import PostScorer, minmax_normalise
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data.paths import default_data_dir
+from semdup.measures.fitting import best_threshold, grid_search
+from semdup.measures.protocols import travel_scores
+from semdup.measures.ranking import semeval_scores
 
 __all__ = ["ALPHA_GRID", "semeval_components", "travel_components", "fuse", "tune_alpha", "write_tscqa_checkpoint"]
 

@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from semdup.cli import cli
-from semdup.core.measures import complete_scores
 from semdup.data import load_semeval_xml
 from semdup.data.paths import semeval_files
 from semdup.data.run_files import read_semeval_pred
 from semdup.evaluation.methods import parse_method
 from semdup.evaluation.semeval_eval import run_semeval
+from semdup.measures.ranking import complete_scores
 
 
 @pytest.mark.opensearch

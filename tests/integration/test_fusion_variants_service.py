@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from semdup.bundle import Bundle, BundleScorer
-from semdup.core.fitting import best_threshold, pair_accuracy
 from semdup.data import load_pairs_jsonl, load_semeval_xml
 from semdup.data.paths import askubuntu_files, semeval_files
 from semdup.data.semeval import SemEvalSet
 from semdup.evaluation.through_reranker import DENSE_ALONE, pair_accuracy_runs, semeval_rerank_runs
+from semdup.measures.fitting import best_threshold, pair_accuracy
 
 pytestmark = pytest.mark.opensearch
 

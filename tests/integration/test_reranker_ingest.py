@@ -1,6 +1,6 @@
 """HTTP ingest end to end: posts sent to ``POST /v1/posts`` of the service go through the real Redis broker to a
 real ``semdup worker``, which writes them into the index; a wrong key (401) and a key of another index (404)
-enqueue nothing. The endpoints' validation and scoping in detail: tests/unit/reranker/test_ingest_endpoints.py."""
+enqueue nothing. The endpoints' validation and scoping in detail: tests/unit/service/test_ingest_endpoints.py."""
 
 # ruff: noqa: F811  (the module-scoped fixtures are imported from conftest)
 from __future__ import annotations

@@ -33,7 +33,7 @@ from semdup.devstack.local_process import any_free_port
 from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.ingest.lexical_index import create_index
 from semdup.reranker import Reranker, RerankerSettings
-from semdup.reranker.settings import ServiceSettings
+from semdup.service.settings import ServiceSettings
 
 KEY = "test-key-7f3a-7d2f0c9e4b1a"
 OPS_KEY = "ops-key-61d0-3e9b2a7c5f84"

@@ -29,11 +29,11 @@ from benchmarks.local_worker import LocalWorker
 from semdup.alerts.flag import read_posts
 from semdup.alerts.store import delete_flags, list_flags
 from semdup.apps.http import create_app
-from semdup.core.fitting import best_threshold
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.core.task_names import FLAG_DUPLICATES
 from semdup.index_format.documents import lexical_document
+from semdup.measures.fitting import best_threshold
 from semdup.reranker.calibration import Calibration, load_calibration, save_calibration
 from semdup.reranker.reranker import Reranker
 from semdup.review.verdicts import VERDICTS_INDEX

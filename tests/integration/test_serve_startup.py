@@ -84,7 +84,7 @@ def test_workers_that_cannot_start_end_the_command_with_exit_1(fmt: str, tiny_bu
         "import sys\n"
         "from semdup.core.errors import SemdupError\n"
         "from semdup.apps.http import configure_service_logging\n"
-        "from semdup.reranker.workers import run_workers\n"
+        "from semdup.service.workers import run_workers\n"
         "configure_service_logging()\n"
         "try:\n"
         f"    run_workers('semdup.apps.http:app_from_env', host='127.0.0.1', port={any_free_port()},"

@@ -30,14 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 NUMERIC = (
-    "tests/unit/core/test_fitting.py",
-    "tests/unit/core/test_measures.py",
-    "tests/unit/core/test_eval_protocols.py",
-    "tests/unit/core/test_significance.py",
+    "tests/unit/measures/test_fitting.py",
+    "tests/unit/measures/test_ranking.py",
+    "tests/unit/measures/test_protocols.py",
+    "tests/unit/measures/test_significance.py",
     "tests/unit/experiments/test_alerts_eval_units.py",
     "tests/unit/experiments/test_flag_curve.py",
     "tests/unit/benchmarks/test_similar_eval.py",
-    "tests/unit/export/test_gate.py",
+    "tests/unit/learn/test_gate.py",
     "tests/unit/reranker/test_reranker_units.py",
     "tests/unit/reranker/test_title_term.py",
     "tests/unit/reranker/test_one_round_trip.py",

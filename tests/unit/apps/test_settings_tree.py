@@ -62,7 +62,7 @@ def test_the_tree_has_one_field_per_section() -> None:
 def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
     from semdup.ingest.celery_app import DEFAULT_VISIBILITY_TIMEOUT as celery_default
     from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
-    from semdup.reranker.settings import ServiceSettings
+    from semdup.service.settings import ServiceSettings
 
     assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default)
     assert ServiceSettings.__dataclass_fields__["sweep_after"].default == sweeper_default  # the service's sweeper

@@ -76,7 +76,7 @@ def _slice(site: Site, n_links: int) -> Site:
 @pytest.mark.slow
 def test_a_budget_run_shows_its_progress_ends_with_its_decision_and_goes_on(site: Site, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import semdup.export.learn_run as learn_run
+    import semdup.learn.learn_run as learn_run
     from semdup.cli.learn_cmd import learn
     from semdup.export.base_encoder_bundle import export_base_encoder
     from semdup.export.parity import sample_posts

@@ -1,5 +1,5 @@
 """``semdup learn``'s parsing and printing: the library call is replaced by a fake (the learning itself is tested in
-``tests/unit/export/test_learned_bundle.py``); the decisions in the fake are the real gate's and the real choice
+``tests/unit/learn/test_learned_bundle.py``); the decisions in the fake are the real gate's and the real choice
 test's."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import semdup.export.learn_run as learn_run
+import semdup.learn.learn_run as learn_run
 from semdup.cli.learn_cmd import _minutes, learn
-from semdup.core.significance import paired_randomisation_test
 from semdup.data.learn_folds import FoldReport
 from semdup.data.supervision import SourceReport
-from semdup.export.gate import gate
-from semdup.export.learned_bundle import LearnOutcome
-from semdup.export.out_of_fold import FoldRun
+from semdup.learn.gate import gate
+from semdup.learn.learned_bundle import LearnOutcome
+from semdup.learn.out_of_fold import FoldRun
+from semdup.measures.significance import paired_randomisation_test
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 
 

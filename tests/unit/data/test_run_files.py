@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from semdup.core.errors import DataError
-from semdup.core.eval_protocols import rank_corpus
 from semdup.core.lexical_scores import LexicalIndex
-from semdup.core.measures import retrieval_scores
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings
 from semdup.data import load_stackexchange_dump
 from semdup.data.paths import default_data_dir
 from semdup.data.run_files import read_trec_qrels, read_trec_run, write_trec_qrels, write_trec_run
+from semdup.measures.protocols import rank_corpus
+from semdup.measures.ranking import retrieval_scores
 
 ir_measures = pytest.importorskip("ir_measures", reason='ir-measures is in the test extra: pip install "semdup[test]"')
 
@@ -97,3 +97,10 @@ def test_bad_runs_are_refused(tmp_path: Path) -> None:
     (tmp_path / "bad.qrels").write_text("q1 0 d1 yes\n")
     with pytest.raises(DataError, match="RELEVANCE 'yes'"):
         read_trec_qrels(tmp_path / "bad.qrels")
+
+
+def test_top_half_scores_keeps_each_questions_ranking_and_puts_its_top_half_at_or_above_half() -> None:
+    from semdup.data.run_files import top_half_scores
+
+    got = top_half_scores({"Q1": {"a": 3.0, "b": -1.0, "c": 7.5, "d": 0.0}, "Q2": {"x": 0.2}})
+    assert got == {"Q1": {"c": 1.0, "a": 0.75, "d": 0.5, "b": 0.25}, "Q2": {"x": 1.0}}

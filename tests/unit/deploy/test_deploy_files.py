@@ -278,7 +278,7 @@ def test_k8s_gpu_worker_requests_a_gpu_and_targets_gpu_nodes() -> None:
 
 
 def test_k8s_reranker_probes_and_service() -> None:
-    from semdup.reranker.routers.probes import READY_TIMEOUT_S
+    from semdup.service.routers.probes import READY_TIMEOUT_S
 
     (container,) = dict(_pod_specs())["semdup-reranker"]["containers"]
     ready, live = container["readinessProbe"], container["livenessProbe"]

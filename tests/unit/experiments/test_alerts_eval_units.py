@@ -27,7 +27,7 @@ def test_dev_choice_maximises_f1_of_the_flags() -> None:
 
 
 def test_dev_choice_is_the_one_the_former_loop_made() -> None:
-    """choose_on_dev's own (k, threshold) loop, now core.fitting.grid_search: the value it returned on main."""
+    """choose_on_dev's own (k, threshold) loop, now measures.fitting.grid_search: the value it returned on main."""
     ranked = {
         "p0": [("a", 0.91), ("b", 0.62), ("c", 0.40)],
         "p1": [("d", 0.88), ("e", 0.85), ("f", 0.30)],

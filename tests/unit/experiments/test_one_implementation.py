@@ -27,7 +27,7 @@ def test_no_experiment_defines_a_measure(path: Path) -> None:
 @pytest.mark.parametrize("name", MEASURING)
 def test_measuring_experiments_score_through_core_protocols(name: str) -> None:
     imported = {n.module for n in ast.walk(_tree(name)) if isinstance(n, ast.ImportFrom)}
-    assert "semdup.core.eval_protocols" in imported
+    assert "semdup.measures.protocols" in imported
 
 
 def test_peer_common_keeps_only_the_embedding_cache() -> None:

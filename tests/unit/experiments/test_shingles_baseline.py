@@ -29,7 +29,7 @@ def test_shingles_jaccard_and_the_scorer() -> None:
 
 def test_tune_shingle_size_takes_the_smaller_size_on_ties() -> None:
     """The value core/shingles.py's own loop over sizes returned on these pairs (strict >: the smaller size on ties);
-    see tests/unit/core/test_fitting.py for the former copies of the fitting loop."""
+    see tests/unit/measures/test_fitting.py for the former copies of the fitting loop."""
     texts = [("how do I get a visa for japan", "japan visa how to get one", True),
              ("how do I get a visa for japan", "best beaches in thailand", False),
              ("cheap flights from london to paris", "london paris cheap flight", True),

@@ -4,7 +4,6 @@ them at once per process; the title beside the body on a helper thread; no title
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,27 +15,31 @@ from semdup.reranker.encoding import QueryEncoder
 
 
 class CountingBundle:
-    """Records how many encodings run at once (each holds for a few ms) and on which threads."""
+    """Records how many encodings run at once and on which threads. No clock: each body's run waits until
+    ``at_once`` bodies have been in at the same time (an event), so the most that may overlap always do."""
 
     uses_title = True
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, at_once: int = 1) -> None:
         options = SimpleNamespace(intra_op_num_threads=threads)
         self.session = SimpleNamespace(get_session_options=lambda: options)
         self.lock = threading.Lock()
         self.running = self.most = 0
         self.threads: list[str] = []
 
-        self.titles_during_body = 0
-        self.body_started, self.title_started = threading.Event(), threading.Event()
+        self.titles_during_body, self.at_once, self.full = 0, at_once, threading.Event()
+        self.body_started, self.title_seen = threading.Event(), threading.Event()
 
     def _run(self, body: bool) -> None:
         with self.lock:
             if body:  # an encoding is counted by its body's run (its title's runs beside it)
                 self.running += 1
                 self.most = max(self.most, self.running)
+                if self.running >= self.at_once:
+                    self.full.set()
             self.threads.append(threading.current_thread().name)
-        time.sleep(0.005)
+        if body:
+            self.full.wait(10.0)  # a guard against a hang, not a pace: the event comes as soon as they overlap
         with self.lock:
             if body:
                 self.running -= 1
@@ -45,17 +48,17 @@ class CountingBundle:
         with self.lock:
             self.running += 1
         self.body_started.set()
-        self.title_started.wait(1.0)  # beside it, the title starts while the body runs; after it, never in time
+        self.title_seen.wait(1.0)  # beside it, the title looks while the body runs; after it, never in time
         with self.lock:
             self.running -= 1
         self._run(body=True)
         return np.ones(2, dtype=np.float32), None
 
     def encode_titles(self, posts: list[Post]) -> list[np.ndarray]:
-        self.title_started.set()
         self.body_started.wait(1.0)
         with self.lock:
             self.titles_during_body += self.running > 0
+        self.title_seen.set()
         self._run(body=False)
         return [np.zeros(2, dtype=np.float32)]
 
@@ -77,7 +80,7 @@ def test_at_most_usable_cpus_over_threads_encodings_run_at_once(
     monkeypatch: pytest.MonkeyPatch, cpus: int, threads: int, at_once: int
 ) -> None:
     monkeypatch.setattr(encoding, "usable_cpus", lambda: cpus)
-    bundle = CountingBundle(threads)
+    bundle = CountingBundle(threads, at_once)
     encoder = QueryEncoder(bundle)
     assert encoder.slots == at_once
     _encode_from(encoder, callers=at_once + 3)

@@ -13,7 +13,6 @@ import orjson
 import pytest
 from settings_tree import service_settings
 
-from semdup.apps.http import error_status
 from semdup.apps.settings import load_settings
 from semdup.core.errors import (
     BundleError,
@@ -26,10 +25,12 @@ from semdup.core.errors import (
 )
 from semdup.core.settings import OpenSearchSettings
 from semdup.reranker.calibration import Calibration, calibration_path, fit_platt, load_calibration, save_calibration
-from semdup.reranker.sources import MAX_SPARSE_TERMS, Hit, KnnSource, SourceQuery, knn_query, merge, sparse_query
 from semdup.reranker.fusion import compute_components, compute_fused, sparse_dot
 from semdup.reranker.reranker import ModelMismatch
-from semdup.reranker.settings import RerankerSettings, ServiceSettings
+from semdup.reranker.settings import RerankerSettings
+from semdup.reranker.sources import MAX_SPARSE_TERMS, Hit, KnnSource, SourceQuery, knn_query, merge, sparse_query
+from semdup.service.errors import error_status
+from semdup.service.settings import ServiceSettings
 
 FUSION = {"beta_bow": 1.0, "beta_dense": 0.5, "alpha": 0.25}
 

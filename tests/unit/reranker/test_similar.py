@@ -21,11 +21,11 @@ from semdup.index_format.schema import CandidateFields
 from semdup.reranker.encoding import QueryEncoder
 from semdup.reranker.index import ResolvedIndex
 from semdup.reranker.reranker import ModelMismatch, Reranker
-from semdup.reranker.routers import similar as similar_router
-from semdup.reranker.auth_throttle import FailureThrottle
-from semdup.reranker.routers.access import AuthError
 from semdup.reranker.settings import RerankerSettings
 from semdup.reranker.similar import MAX_TITLE_CHARS, SIMILAR_FUSION, TitleSearch, title_query
+from semdup.service.auth_throttle import FailureThrottle
+from semdup.service.routers import similar as similar_router
+from semdup.service.routers.access import AuthError
 
 OS = OpenSearchSettings(url="http://127.0.0.1:9")
 KEY, COOK_KEY, REVIEW_ONLY = "key-sim-4f2a-7d2f0c9e4b1a", "key-cook-77b0-7d2f0c9e4b1a", "key-rev-0c3d-7d2f0c9e4b1a"

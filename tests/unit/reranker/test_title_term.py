@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semdup.core.fusion_fit import GRID_TITLE, Group, choose_fusion
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion, fused_scores, title_posts
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import pack_semdup_fields, unpack_semdup_fields, unpack_semdup_value
-from semdup.reranker.stored_fields import stored_semdup_fields
+from semdup.learn.fusion_fit import GRID_TITLE, Group, choose_fusion
 from semdup.reranker.fusion import compute_components, compute_fused
+from semdup.reranker.stored_fields import stored_semdup_fields
 
 FUSION = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0, "beta_title": 0.5}
 

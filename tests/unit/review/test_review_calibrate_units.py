@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from semdup.core.errors import DataError
-from semdup.core.fitting import best_threshold
+from semdup.measures.fitting import best_threshold
 from semdup.review.calibrate import MIN_PAIRS, MIN_PER_CLASS, Samples, fit_calibration, read_links
 from semdup.review.verdicts import Verdict, judged_pairs, verdict_id
 

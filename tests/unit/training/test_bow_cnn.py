@@ -10,11 +10,11 @@ import pytest
 import torch
 from tiny_training import random_semeval_map, tiny_semeval_run
 
-from semdup.core.eval_protocols import eval_semeval
 from semdup.core.inputs import build_inputs
 from semdup.core.lexical_scores import LexicalIndex
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipeline, TextPipelineSettings, Vocabulary
+from semdup.measures.protocols import eval_semeval
 from semdup.training.checkpoint import CheckpointScorer, load_checkpoint
 from semdup.training.fusion_choice import best_dense_scale
 from semdup.training.losses.bow_cnn_logistic import BowCNNLogisticLoss, compute_logistic_loss_from_scores

@@ -163,7 +163,7 @@ def test_pretrained_encoder_loads_weights_and_shared_words(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_tiny_rcnn_training_on_semeval_learns(tmp_path: Path) -> None:
-    from semdup.core.eval_protocols import eval_semeval
+    from semdup.measures.protocols import eval_semeval
     from semdup.training.checkpoint import CheckpointScorer
     from semdup.training.trainer import TrainSettings
 

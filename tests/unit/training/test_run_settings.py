@@ -75,3 +75,12 @@ def test_build_recipe_gets_the_runs_recipe_settings(monkeypatch) -> None:
         "related_negatives": RECIPE_OPTIONS["related_negatives"],
         "random_pair_negatives": RECIPE_DEFAULTS[("scqa", "travel")]["random_pair_negatives"],
     }
+
+
+def test_parse_set_reads_json_values_and_refuses_an_item_without_equals() -> None:
+    from semdup.training.run_settings import parse_set
+
+    assert parse_set(["conv_units=200", "lr=1e-3", "tied=true", "name=a=b", " k =x"]) == {
+        "conv_units": 200, "lr": 1e-3, "tied": True, "name": "a=b", "k": "x"}
+    with pytest.raises(ValueError, match="expected key=value, got 'epochs'"):
+        parse_set(["epochs"])

@@ -98,7 +98,7 @@ def test_t_scqa_interpolation_on_hand_built_scores() -> None:
 @pytest.mark.slow
 def test_tiny_scqa_training_on_semeval_learns_and_t_scqa_tunes_alpha_on_dev(tmp_path: Path) -> None:
     """A tiny SCQA run, then T-SCQA through the research script (experiments/tscqa.py) on real dev and test."""
-    from semdup.core.eval_protocols import eval_semeval
+    from semdup.measures.protocols import eval_semeval
     from semdup.training.checkpoint import CheckpointScorer
     from semdup.training.trainer import TrainSettings
 
