@@ -199,7 +199,7 @@ class DownReranker(BlockingReranker):
 
 
 def test_the_opensearch_down_503_says_when_to_retry_and_not_where_the_cluster_is() -> None:
-    from semdup.apps.http import UNAVAILABLE_RETRY_AFTER_S
+    from semdup.service.errors import UNAVAILABLE_RETRY_AFTER_S
 
     client = TestClient(create_app(settings(), reranker=DownReranker()))  # type: ignore[arg-type]
     r = client.post("/v1/rerank", headers={"X-API-Key": KEY}, json={"title": "a visa for Chile", "k": 5})
