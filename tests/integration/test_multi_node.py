@@ -447,5 +447,4 @@ def test_upgrade_on_the_cluster_with_queries_running(
     assert list(client.indices.get_alias(name=companion_alias(site))) == [new]
     client.indices.refresh(index=new)
     assert client.count(index=new)["count"] == N_SITE
-    health = client.cluster.health(index=new, wait_for_status="yellow", timeout="60s")
-    assert health["status"] in ("yellow", "green")
+    _green(client, new)  # the new companion's every copy started on the cluster
