@@ -158,8 +158,10 @@ def _killed(cluster: LocalCluster, victim: int) -> Iterator[Callable[[], None]]:
         nonlocal done
         if not done:
             done = True
+            began = time.monotonic()
             cluster.start_node(victim, timeout=STEP_S)
             cluster.wait_for("green", nodes=cluster.size, timeout=STEP_S)
+            print(f"{cluster.plan()[victim].name} started again: green {time.monotonic() - began:.1f} s later")
 
     try:
         yield back
