@@ -158,8 +158,10 @@ def _killed(cluster: LocalCluster, victim: int) -> Iterator[Callable[[], None]]:
         nonlocal done
         if not done:
             done = True
+            began = time.monotonic()
             cluster.start_node(victim, timeout=STEP_S)
             cluster.wait_for("green", nodes=cluster.size, timeout=STEP_S)
+            print(f"{cluster.plan()[victim].name} started again: green {time.monotonic() - began:.1f} s later")
 
     try:
         yield back
@@ -324,8 +326,14 @@ def test_rerank_and_the_sites_search_answer_through_a_node_loss(
     _replicated(client, companion)
     queries = posts[N_SITE : N_SITE + 20]
     with semdup_serve(serve_env(entry, bundle_dir, site, f"{KEY}:{site}"), tmp_path / "serve.log") as service:
-        made = _pipeline("create", "--index", site, "--service-url", service, "--default", "--timeout", "5",
-                         "--json", url=entry)  # fmt: skip
+        create = ("create", "--index", site, "--service-url", service, "--default", "--timeout", "5", "--json")
+        made = _pipeline(*create, url=entry)
+        if made.returncode != 0 and "master key timed out" in made.stderr:
+            # ml-commons' first deploy on a cluster: each node reads the connectors' master key from the
+            # .plugins-ml-config index the first connector created, with a short wait of its own that a loaded
+            # 2-core machine can miss. `create` is idempotent; an operator runs it again, so does this test.
+            print(f"pipeline create, first try: {made.stderr.strip()}; again")
+            made = _pipeline(*create, url=entry)
         assert made.returncode == 0, made.stdout + made.stderr
 
         def rerank(http: httpx.Client, n: int) -> httpx.Response:
@@ -447,5 +455,4 @@ def test_upgrade_on_the_cluster_with_queries_running(
     assert list(client.indices.get_alias(name=companion_alias(site))) == [new]
     client.indices.refresh(index=new)
     assert client.count(index=new)["count"] == N_SITE
-    health = client.cluster.health(index=new, wait_for_status="yellow", timeout="60s")
-    assert health["status"] in ("yellow", "green")
+    _green(client, new)  # the new companion's every copy started on the cluster
