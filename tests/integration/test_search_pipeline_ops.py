@@ -334,7 +334,8 @@ def test_texts_mode_needs_the_ingest_scope_and_rerank_keeps_answering(
     assert allowed.status_code == 200 and len(allowed.json()["results"]) == 100
     print(
         f"\ntexts mode abused by 4 search-key threads: {len(abuse)} calls, none scored (max "
-        f"{1000 * max(t for _, t in abuse):.0f} ms); /v1/rerank meanwhile {rerank_statuses.count(200)} of 20 200, p50 {ms[10]:.0f} ms, "
+        f"{1000 * max(t for _, t in abuse):.0f} ms); /v1/rerank meanwhile "
+        f"{rerank_statuses.count(200)} of 20 200, p50 {ms[10]:.0f} ms, "
         f"max {ms[-1]:.0f} ms; one allowed (ingest-scope) call of 100 x 9 kB: {one_call:.2f} s"
     )
 
