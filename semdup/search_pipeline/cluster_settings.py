@@ -90,7 +90,9 @@ def _effective(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def _regexes(effective: dict[str, Any]) -> list[str]:
     found = _as_list(effective.get(TRUSTED))
     if not found:  # a flat list setting comes back as TRUSTED.0, TRUSTED.1 …
-        found = [v for k, v in sorted(effective.items(), key=lambda kv: kv[0]) if k.startswith(TRUSTED + ".")]
+        flat = [(int(k.rsplit(".", 1)[1]), v) for k, v in effective.items()
+                if k.startswith(TRUSTED + ".") and k.rsplit(".", 1)[1].isdigit()]  # fmt: skip
+        found = [v for _, v in sorted(flat)]  # by position: as text, TRUSTED.10 would sort before TRUSTED.2
     return found
 
 
@@ -156,7 +158,7 @@ def restore_body(client: Any, added: str | None, trusted_was_default: bool, priv
         levels = _levels(client)
         rest = [r for r in _regexes(_effective(levels)) if r != added]
         # reset only when nothing else was added since (another pipeline's regex, the operator's): else the rest
-        persistent[TRUSTED] = None if trusted_was_default and rest == _regexes(levels["defaults"]) else rest
+        persistent[TRUSTED] = None if trusted_was_default and set(rest) == set(_regexes(levels["defaults"])) else rest
     if private_ip:
         persistent[PRIVATE_IP] = None
     return persistent
