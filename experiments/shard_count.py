@@ -20,13 +20,15 @@ machine's load falls on each alike; the Travel ``_msearch`` times (``--repeat`` 
 of dfs on three shards against plain on three shards and one shard.
 
 Pass the bundles the demo fits (``semdup demo`` builds ``artifacts/demo/default-minilm-travel`` and
-``-semeval``); ``--tiny DIR`` instead fits the default the same way (``semdup fit-default``) on a tiny 16-dimension
-word-level encoder (``tests/tiny_onnx.py``), for a machine without the MiniLM package: its dense cosine is
-nearly noise, so the fitted fusion leans on the bag of words and BM25, which is where the shard count matters.
+``-semeval``; docs/results.md, "Shard count", gives the ``semdup export`` / ``fit-default`` commands that build
+them alone); ``--tiny DIR`` instead fits the default the same way (``semdup fit-default``) on a tiny 16-dimension
+word-level encoder (``tests/tiny_onnx.py``), a quick check that needs no MiniLM package: its dense cosine is
+nearly noise, so its k-NN candidates are near-ties, which is where the approximate per-shard HNSW search moves
+them most.
 
     python -m experiments.shard_count --travel artifacts/demo/default-minilm-travel \\
         --semeval artifacts/demo/default-minilm-semeval
-    python -m experiments.shard_count --tiny /tmp/shard-count      # no MiniLM package at hand
+    python -m experiments.shard_count --tiny /tmp/shard-count      # the tiny encoder instead
 """
 
 from __future__ import annotations
