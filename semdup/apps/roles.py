@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from semdup.index_format.companion import companion_alias
-from semdup.index_format.system_indices import FLAGS, JOBS, PARKED, SESSIONS, VERDICTS
+from semdup.index_format.system_indices import FLAGS, JOBS, LOCKS, PARKED, SESSIONS, VERDICTS
 
 __all__ = ["IndexPermission", "Role", "semdup_roles", "rest_bodies", "roles_yml"]
 
@@ -168,7 +168,9 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
             IndexPermission(site, (*_READ, "indices:admin/settings/update")),  # the index's default pipeline
             IndexPermission(companion, (*_READ, *_WRITE, "indices:admin/create", "indices:admin/mapping/put",
                                         "indices:admin/aliases", "indices:admin/delete")),  # fmt: skip
-            IndexPermission((JOBS.name, PARKED.name), _READ + _WRITE + _OWN_STORE),
+            IndexPermission((JOBS.name, PARKED.name, LOCKS.name), _READ + _WRITE + _OWN_STORE),  # locks: pipeline
+            # enable creates every store with the store settings (and reports one without a replica); it writes none
+            IndexPermission((FLAGS.name, VERDICTS.name, SESSIONS.name), _READ + _OWN_STORE),
         ),
     )
     site_search = Role(
