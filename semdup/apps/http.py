@@ -142,7 +142,8 @@ def create_app(
     if reranker is None:
         reranker = load_reranker(settings)
     metrics = ServiceMetrics.create()
-    gate = Gate(settings.max_in_flight, on_shed=metrics.shed)
+    # /v1/rerank/documents (1 MiB bodies, any key) holds at most half the slots: a flood of it leaves /v1/rerank room
+    gate = Gate(settings.max_in_flight, on_shed=metrics.shed, bulkhead={pipeline.DOCUMENTS_PATH})
     Gauge(
         "semdup_rerank_in_flight",
         "Requests in flight in this worker process (probes not counted)",

@@ -9,6 +9,9 @@ ones keep their latency and a client, a load balancer or another replica can tak
     app = Admission(app, gate)             # outermost: a refused request costs no body read, no auth, no thread
 
 The probes and docs (``exempt``) are never counted or refused: a busy worker must still answer its liveness probe.
+A ``bulkhead`` path may hold at most half the slots (at least one): ``/v1/rerank/documents`` takes bodies of up to
+1 MiB from any key, so a flood of it, even one refused after its body is read (texts mode without the ingest scope),
+leaves the other half to ``/v1/rerank`` and the rest.
 ``limit`` 0 turns the bound off. The count is per process (each uvicorn worker has its own), kept on the event
 loop's thread, so it needs no lock.
 """
@@ -34,11 +37,16 @@ class Gate:
     """The in-flight count of one worker process and its bound; ``on_shed(path)`` is called for each refusal
     (the service counts it in ``/metrics``)."""
 
-    def __init__(self, limit: int, on_shed: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, limit: int, on_shed: Callable[[str], None] | None = None, bulkhead: Collection[str] = ()
+    ) -> None:
         if limit < 0:
             raise ValueError(f"limit must be >= 0 requests (0 = no bound), got {limit}")
         self.limit = limit
         self.in_flight = 0
+        self.bulkhead = frozenset(bulkhead)
+        self.bulkhead_limit = max(1, limit // 2)
+        self.in_bulkhead = 0
         self.shed = 0
         self._on_shed = on_shed
         self._logged_at = 0.0
@@ -46,7 +54,8 @@ class Gate:
 
     def refuse(self, path: str) -> bool:
         """True when a request to ``path`` must be refused now; else it is counted in until :meth:`leave`."""
-        if self.limit and self.in_flight >= self.limit:
+        walled = path in self.bulkhead
+        if self.limit and (self.in_flight >= self.limit or (walled and self.in_bulkhead >= self.bulkhead_limit)):
             self.shed += 1
             self._shed_since_log += 1
             if self._on_shed is not None:
@@ -63,10 +72,12 @@ class Gate:
                 self._logged_at, self._shed_since_log = now, 0
             return True
         self.in_flight += 1
+        self.in_bulkhead += walled
         return False
 
-    def leave(self) -> None:
+    def leave(self, path: str = "") -> None:
         self.in_flight -= 1
+        self.in_bulkhead -= path in self.bulkhead
 
 
 class Admission:
@@ -81,13 +92,14 @@ class Admission:
         if scope["type"] != "http" or not self.gate.limit or scope.get("path") in self.exempt:
             await self.app(scope, receive, send)
             return
-        if self.gate.refuse(scope.get("path", "")):
+        path = scope.get("path", "")
+        if self.gate.refuse(path):
             await _overloaded(send, self.gate.limit)
             return
         try:
             await self.app(scope, receive, send)
         finally:
-            self.gate.leave()
+            self.gate.leave(path)
 
 
 async def _overloaded(send: Any, limit: int) -> None:

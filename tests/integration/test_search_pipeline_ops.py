@@ -319,14 +319,13 @@ def test_texts_mode_needs_the_ingest_scope_and_rerank_keeps_answering(
         finally:
             stop.set()
     statuses = [s for s, _ in abuse]
-    # none is scored: each is refused before any encoding (403), or by the admission gate when the four and a
-    # rerank are in flight at once (503, as any four callers flooding an endpoint would be at SEMDUP_MAX_IN_FLIGHT 4)
+    # none is scored: each is refused before any encoding (403), or by the documents endpoint's bulkhead (503: it
+    # holds at most half of SEMDUP_MAX_IN_FLIGHT 4, semdup.service.admission)
     assert 403 in statuses and set(statuses) <= {403, 503}, sorted(set(statuses))
     rerank_statuses = [s for s, _ in reranks]
     print(f"\nabuse: {statuses.count(403)} x 403, {statuses.count(503)} x 503; reranks: {rerank_statuses}")
-    # Not met (#45 report): a refused 900 kB body still holds an admission slot while it is read, so four
-    # abusers flooding at SEMDUP_MAX_IN_FLIGHT 4 shed about half the reranks (503, Retry-After 1); none waits long.
-    assert set(rerank_statuses) <= {200, 503} and 200 in rerank_statuses
+    # the other half of the slots is /v1/rerank's: every rerank answers while the abuse goes on
+    assert rerank_statuses == [200] * 20
     ms = sorted(1000 * t for _, t in reranks)
     t0 = time.perf_counter()
     allowed = httpx.post(f"{url}/v1/rerank/documents", headers={"X-API-Key": BACK_END}, json=big, timeout=120)

@@ -177,6 +177,18 @@ def test_gate_counts_refusals_and_zero_means_no_bound() -> None:
         Gate(-1)
 
 
+def test_a_bulkhead_path_holds_at_most_half_the_slots_and_leaves_the_rest_to_rerank() -> None:
+    """Issue #45 finding 7: four callers flooding /v1/rerank/documents (1 MiB bodies; texts mode refused only once
+    the body is read) took every slot of SEMDUP_MAX_IN_FLIGHT 4, and /v1/rerank answered 503."""
+    docs = "/v1/rerank/documents"
+    gate = Gate(4, bulkhead={docs})
+    assert [gate.refuse(docs) for _ in range(4)] == [False, False, True, True]  # two of four slots at most
+    assert [gate.refuse("/v1/rerank") for _ in range(3)] == [False, False, True]  # the other two are rerank's
+    gate.leave(docs)
+    assert gate.refuse(docs) is False and gate.in_bulkhead == 2
+    assert Gate(1, bulkhead={docs}).refuse(docs) is False  # at least one slot
+
+
 def test_max_in_flight_setting() -> None:
     os_settings = OpenSearchSettings(url="http://127.0.0.1:9")
     env = {
