@@ -80,6 +80,15 @@ def _levels(client: Any) -> dict[str, dict[str, Any]]:
     return {level: got.get(level) or {} for level in ("defaults", "persistent", "transient")}
 
 
+def _defaults(client: Any, levels: dict[str, dict[str, Any]]) -> list[str]:
+    """ml-commons' own regex list. ``include_defaults`` leaves out a setting that is set, so while the list is set
+    the default is read by resetting it (the caller puts the list back when more than the default is left)."""
+    if any(k == TRUSTED or k.startswith(TRUSTED + ".") for k in levels["defaults"]):
+        return _regexes(levels["defaults"])
+    client.cluster.put_settings(body={"persistent": {TRUSTED: None}})
+    return _regexes(_levels(client)["defaults"])
+
+
 def _effective(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for level in ("defaults", "persistent", "transient"):  # later levels win
@@ -158,7 +167,7 @@ def restore_body(client: Any, added: str | None, trusted_was_default: bool, priv
         levels = _levels(client)
         rest = [r for r in _regexes(_effective(levels)) if r != added]
         # reset only when nothing else was added since (another pipeline's regex, the operator's): else the rest
-        persistent[TRUSTED] = None if trusted_was_default and set(rest) == set(_regexes(levels["defaults"])) else rest
+        persistent[TRUSTED] = None if trusted_was_default and set(rest) <= set(_defaults(client, levels)) else rest
     if private_ip:
         persistent[PRIVATE_IP] = None
     return persistent
