@@ -140,6 +140,7 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
         "semdup enable, upgrade, pipeline create/remove: the companion, the stored templates, the search pipeline",
         cluster=(
             *_HELLO,
+            "cluster:monitor/health",  # enable: how many data nodes (the replica warning)
             "cluster:admin/script/put",
             "cluster:admin/script/get",
             "cluster:monitor/state",
@@ -153,6 +154,10 @@ def semdup_roles(indices: list[str], prefix: str = "semdup") -> list[Role]:
             "cluster:admin/opensearch/ml/connectors/delete",
             "cluster:admin/opensearch/ml/register_model",
             "cluster:admin/opensearch/ml/register_model_group",
+            "cluster:admin/opensearch/ml/model_groups/search",  # create finds its group, remove deletes it
+            "cluster:admin/opensearch/ml/model_groups/get",
+            "cluster:admin/opensearch/ml/delete_model_group",
+            "cluster:admin/opensearch/ml/model_groups/delete",
             "cluster:admin/opensearch/ml/deploy_model",
             "cluster:admin/opensearch/ml/undeploy_model",
             "cluster:admin/opensearch/ml/undeploy_models",
