@@ -522,10 +522,27 @@ def _remove(client: Any, index: str, name: str | None) -> PipelineState:
         state.actions.append(f"model {state.model_id} undeployed and deleted")
     _delete_groups(client, state)
     if state.connector_id is not None:
-        _call(client, "DELETE", f"{_ML}/connectors/{state.connector_id}")
+        _delete_connector(client, state.connector_id)
         state.actions.append(f"connector {state.connector_id} deleted")
         _restore_settings(client, state, state.connector_id)
     return state
+
+
+CONNECTOR_DELETE_WAIT_S = 30.0  # how long a connector's delete waits for its just-deleted model to be gone
+
+
+def _delete_connector(client: Any, connector_id: str) -> None:
+    """Delete the connector once ml-commons no longer counts the model deleted just before: its model index is
+    searched, so a loaded node answers 409 "models are still using this connector" until it refreshes."""
+    deadline = time.monotonic() + CONNECTOR_DELETE_WAIT_S
+    while True:
+        try:
+            _call(client, "DELETE", f"{_ML}/connectors/{connector_id}")
+            return
+        except OpenSearchRefused as exc:
+            if exc.status != 409 or "still using this connector" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
 
 
 def _restore_settings(client: Any, state: PipelineState, deleted: str) -> None:
