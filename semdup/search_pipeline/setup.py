@@ -35,7 +35,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -473,7 +473,8 @@ def _create(client: Any, spec: PipelineSpec, key: str, replace_key: bool) -> Pip
         if state.connector_id is not None:
             _delete_connector(client, state)
             state.actions.append(f"connector {state.connector_id} replaced")
-        made = _call(client, "POST", f"{_ML}/connectors/_create", connector_body(spec, key, version, kept))
+        made = _passing_retried(lambda: _call(client, "POST", f"{_ML}/connectors/_create",
+                                              connector_body(spec, key, version, kept)), "connector create")
         state.connector_id = made["connector_id"]
         state.actions.append(f"connector {state.connector_id} created")
     if state.model_id is None:
@@ -530,31 +531,43 @@ def _remove(client: Any, index: str, name: str | None) -> PipelineState:
 
 
 CONNECTOR_DELETE_WAIT_S = 30.0  # how long a connector's delete waits for its just-deleted model to be gone
-DEPLOY_WAIT_S = 180.0  # how long a deploy is sent again while ml-commons answers a passing failure
+ML_RETRY_S = 180.0  # how long a step is sent again while ml-commons answers a passing failure
 
-# ml-commons' first deploy on a cluster: each node reads the connectors' master key with a short wait of its own,
-# which a loaded node misses; and a deploy sent while a node still runs the one before fails as a duplicate
-_PASSING_DEPLOY_ERRORS = ("Fetching master key timed out", "Duplicate deploy model task")
+# ml-commons' first connector and deploy on a cluster: each node reads the connectors' master key with a short wait
+# of its own, which a loaded node misses; and a deploy sent while a node still runs the one before is a duplicate
+_PASSING_ML_ERRORS = ("Fetching master key timed out", "Duplicate deploy model task")
+
+
+def _passing_retried(step: Callable[[], Any], what: str, done: Callable[[], bool] | None = None) -> Any:
+    """``step()``, sent again while ml-commons answers one of ``_PASSING_ML_ERRORS`` (an operator would run
+    ``create`` again; this does it for them), for ``ML_RETRY_S`` at most; ``done()`` says the step took effect
+    anyway (a duplicate deploy that ended well). The connector's create fails before it writes anything when the
+    master key is not read (the credential is encrypted first), so sending it again leaves no second one."""
+    deadline = time.monotonic() + ML_RETRY_S
+    while True:
+        try:
+            return step()
+        except (OpenSearchRefused, OpenSearchUnavailable) as exc:
+            if not any(e in exc.reason for e in _PASSING_ML_ERRORS) or time.monotonic() > deadline:
+                raise
+            logger.info("%s again: %s", what, exc)
+        time.sleep(2.0)
+        if done is not None and done():
+            return None
 
 
 def _deploy(client: Any, model_id: str) -> None:
-    """Deploy the model on every eligible node, sending the deploy again while ml-commons answers one of
-    ``_PASSING_DEPLOY_ERRORS`` (an operator would run ``create`` again; this does it for them), until the model
-    is DEPLOYED or ``DEPLOY_WAIT_S`` is over."""
-    deadline = time.monotonic() + DEPLOY_WAIT_S
-    while True:
-        try:
-            task = _call(client, "POST", f"{_ML}/models/{model_id}/_deploy")
-            if task.get("task_id"):
-                _wait_task(client, task["task_id"], "deploy the model")
-            return
-        except (OpenSearchRefused, OpenSearchUnavailable) as exc:
-            if not any(e in exc.reason for e in _PASSING_DEPLOY_ERRORS) or time.monotonic() > deadline:
-                raise
-            logger.info("deploy of model %s again: %s", model_id, exc)
-        time.sleep(2.0)
-        if _call(client, "GET", f"{_ML}/models/{model_id}").get("model_state") == "DEPLOYED":
-            return  # the duplicate one ended well
+    """Deploy the model on every eligible node (:func:`_passing_retried`), until it is DEPLOYED."""
+
+    def deploy() -> None:
+        task = _call(client, "POST", f"{_ML}/models/{model_id}/_deploy")
+        if task.get("task_id"):
+            _wait_task(client, task["task_id"], "deploy the model")
+
+    def deployed() -> bool:
+        return _call(client, "GET", f"{_ML}/models/{model_id}").get("model_state") == "DEPLOYED"
+
+    _passing_retried(deploy, f"deploy of model {model_id}", deployed)
 
 
 def _models_of(client: Any, connector_id: str) -> list[str]:

@@ -8,8 +8,9 @@ indices have 3 shards and 1 replica, as a site's would on three data nodes.
 
 * **Backfill through a node loss**: 2,000 Travel posts backfilled by a worker; a node SIGKILLed once half are
   written, started again on its own data and ports while the backfill runs. Every post is in the companion exactly
-  once (each document at ``_version`` 1: never written twice), the ledger has one outcome per batch summing to
-  2,000, and every flag and verdict written before the kill is there, unchanged.
+  once, holding its own text's encoding (a write in flight at the kill may be applied twice by OpenSearch's
+  failover, the same document at ``_version`` 2: counted, not asserted), the ledger has one outcome per batch
+  summing to 2,000, and every flag and verdict written before the kill is there, unchanged.
 * **Search through a node loss**: ``/v1/rerank`` and the site's ``_search`` through semdup's search pipeline,
   asked in a loop while the node is down: each answer is 200, or 503 with ``Retry-After``, within 5 s; once the
   cluster is yellow (the node's shards failed over), only 200s.
@@ -145,6 +146,15 @@ def _versions(client: Any, index: str) -> dict[str, int]:
     return {h["_id"]: int(h["_version"]) for h in scan(client, index=index, query=query)}
 
 
+def _hashes(client: Any, index: str) -> dict[str, str]:
+    """Each document's ``semdup.content_hash``: the hash of the text its vectors encode."""
+    from semdup.core.opensearch import scan
+
+    client.indices.refresh(index=index)
+    query = {"query": {"match_all": {}}, "_source": ["semdup.content_hash"]}
+    return {h["_id"]: h["_source"]["semdup"]["content_hash"] for h in scan(client, index=index, query=query)}
+
+
 @contextmanager
 def _killed(cluster: LocalCluster, victim: int) -> Iterator[Callable[[], None]]:
     """SIGKILL member ``victim``; yields ``back()``, which starts it again (its data folder, its ports) and waits
@@ -168,7 +178,7 @@ def _killed(cluster: LocalCluster, victim: int) -> Iterator[Callable[[], None]]:
 
 
 # --- backfill through a node loss ----------------------------------------------------------------------------
-def test_a_backfill_through_a_node_loss_writes_every_post_once_and_keeps_every_verdict(
+def test_a_backfill_through_a_node_loss_loses_no_post_and_keeps_every_verdict(
     opensearch_cluster: LocalCluster,
     client: Any,
     site: str,
@@ -180,6 +190,7 @@ def test_a_backfill_through_a_node_loss_writes_every_post_once_and_keeps_every_v
     tmp_path: Path,
 ) -> None:
     from semdup.alerts.store import FLAGS_INDEX, Flag, list_flags, replace_flags
+    from semdup.index_format.documents import content_hash
     from semdup.ingest.backfill import enqueue_backfill
     from semdup.ingest.jobs import wait_for
     from semdup.ingest.ledger import done_batches, ledger_entries
@@ -225,11 +236,15 @@ def test_a_backfill_through_a_node_loss_writes_every_post_once_and_keeps_every_v
         worker.stop()
     print(f"killed {cluster.plan()[victim].name} at {at_kill} of {N_BACKFILL} written; {during} by its restart")
 
-    # 0 lost, 0 written twice
+    # 0 lost, each post one document holding its own text's encoding
     assert done.finished and (done.total, done.written, done.parked) == (N_BACKFILL, N_BACKFILL, 0), done
-    versions = _versions(client, companion)
-    assert set(versions) == {p.id for p in sent}
-    assert {i: v for i, v in versions.items() if v != 1} == {}  # no post written twice
+    stored = _hashes(client, companion)
+    assert stored == {p.id: content_hash(p.title, p.body) for p in sent}
+    # A write in flight when its primary died is applied again by OpenSearch on the promoted replica (its bulk is
+    # retried on the new primary): the same document, at `_version` 2. What semdup writes is idempotent, so that
+    # changes nothing above; the count is printed, not asserted.
+    again = sorted(i for i, v in _versions(client, companion).items() if v != 1)
+    print(f"posts applied more than once by the failover: {len(again)} {again[:10]}")
     # the ledger is complete: one outcome per published batch, each batch run once, together every post
     recorded = read_job(client, job.id)
     finished = done_batches(client, [job.id])
@@ -237,10 +252,10 @@ def test_a_backfill_through_a_node_loss_writes_every_post_once_and_keeps_every_v
     outcomes = _versions_of_outcomes(client, job.id)
     assert len(outcomes) == recorded.batches > 1 and sum(w for w, _ in outcomes.values()) == N_BACKFILL
     # A batch's outcome may be recorded twice (same document, same figures): a write that the node's loss left
-    # unacknowledged is sent again, and OpenSearch re-applies a replicated write on the promoted replica. The
-    # posts' own versions above say that no post was written twice; one outcome per batch says none is counted twice.
-    again = {b: v for b, (_, v) in outcomes.items() if v != 1}
-    print(f"batch outcomes recorded more than once: {again or 'none'}")
+    # unacknowledged is sent again, and OpenSearch re-applies a replicated write on the promoted replica. One
+    # outcome per batch, the figures summing to the posts, says none is counted twice.
+    twice = {b: v for b, (_, v) in outcomes.items() if v != 1}
+    print(f"batch outcomes recorded more than once: {twice or 'none'}")
     # every flag and verdict from before the kill, unchanged
     assert sorted(list_flags(client, site), key=_pair) == sorted(flags, key=_pair)
     assert sorted(iter_verdicts(client, site), key=_pair) == sorted(verdicts, key=_pair)

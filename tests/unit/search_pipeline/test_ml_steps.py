@@ -75,7 +75,7 @@ def test_a_passing_failure_that_lasts_is_raised_after_the_wait(monkeypatch: pyte
                     "/tasks/": [{"state": "FAILED", "error": "Fetching master key timed out."}],
                    "/models/m": [{"model_state": "DEPLOY_FAILED"}]})  # fmt: skip
     monkeypatch.setattr(setup, "_call", ml)
-    monkeypatch.setattr(setup, "DEPLOY_WAIT_S", 0.0)
+    monkeypatch.setattr(setup, "ML_RETRY_S", 0.0)
     with pytest.raises(OpenSearchUnavailable, match="master key"):
         setup._deploy(object(), "m")
 
@@ -121,3 +121,14 @@ def test_describe_takes_the_connector_its_model_uses(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(setup, "_get_pipeline", lambda client, name: None)
     monkeypatch.setattr(setup, "_defaults_of", lambda client, name, index: [])
     assert setup.describe(object(), "site").connector_id == "used"
+
+
+def test_a_connector_create_whose_node_times_out_on_the_master_key_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timed_out = OpenSearchRefused("OpenSearch refused POST (HTTP 500: m_l_exception: Fetching master key timed out.)",
+                                  status=500, reason="Fetching master key timed out.")  # fmt: skip
+    ml = MlCommons({"/connectors/_create": [timed_out, {"connector_id": "c"}]})
+    monkeypatch.setattr(setup, "_call", ml)
+    made = setup._passing_retried(lambda: setup._call(object(), "POST", "/_plugins/_ml/connectors/_create"), "x")
+    assert made == {"connector_id": "c"} and ml.count("POST", "/connectors/_create") == 2
