@@ -49,8 +49,6 @@ from semdup.apps.sections import (
     LoggingSection,
     ModelSection,
     PipelineSection,
-    ReviewSection,
-    ServiceSection,
     WorkerSection,
 )
 from semdup.apps.settings_sources import (
@@ -74,7 +72,7 @@ from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import RetryPolicy
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
 from semdup.reranker.settings import RerankerSettings
-from semdup.service.settings import ServiceSettings, api_keys_of, default_workers
+from semdup.service.settings import ReviewSection, ServiceSection, ServiceSettings, api_keys_of, default_workers
 
 __all__ = [
     "Settings",
@@ -213,40 +211,19 @@ class Settings(BaseSettings):
             ConfigError: a missing bundle or index, no API key while auth is on, an inconsistent value.
             OpenSearchUnavailable: no cluster configured.
         """
-        s, r = self.service, self.review
+        s = self.service
         for required, value in (("bundle", self.model.bundle), ("index", s.index)):
             if not value:
                 raise ConfigError(f"the reranker needs a {required}: set SEMDUP_{required.upper()} or --{required}")
         return ServiceSettings(
-            bundle=str(self.model.bundle),
-            index=str(s.index),
+            **dict(s),  # the service section's fields, its own (the index checked above)
+            bundle=self.model.bundle,
             opensearch=self.opensearch_settings(),
             reranker=self.candidates,
-            api_key=s.api_key,
-            auth=s.auth,
-            max_body_bytes=s.max_body_bytes,
-            max_text_chars=s.max_text_chars,
-            max_k=s.max_k,
-            threads=s.threads,
             calibration=self.model.calibration,
-            indices=s.indices,
-            api_keys=s.api_keys,
-            onnx_threads=s.onnx_threads,
             broker=self.broker,
-            ingest=s.ingest,
             sweep_after=self.worker.sweep_after,
-            max_ingest_posts=s.max_ingest_posts,
-            max_in_flight=s.max_in_flight,
-            session_secret=r.session_secret,
-            session_max_age=r.session_max_age,
-            session_idle=r.session_idle,
-            post_url=r.post_url,
-            review_stats_ttl=r.stats_ttl,
-            ops_auth=s.ops_auth,
-            auth_failures=s.auth_failures,
-            auth_window=s.auth_window,
-            auth_block=s.auth_block,
-            runtime_dir=s.runtime_dir,
+            review=self.review,
         )
 
     def workers(self) -> int:
