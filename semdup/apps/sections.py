@@ -1,6 +1,7 @@
-"""The sections of the settings tree that no lower layer declares (the workers' delivery, flagging, logging, the
-model); the others are the layers' own frozen models (:class:`~semdup.core.settings.OpenSearchSettings`,
-:class:`~semdup.reranker.settings.RerankerSettings`, :class:`~semdup.service.settings.ServiceSection`, ...).
+"""The sections of the settings tree that no lower layer declares (the workers' delivery, logging, the model, the
+search pipeline); the others are the layers' own frozen models (:class:`~semdup.core.settings.OpenSearchSettings`,
+:class:`~semdup.reranker.settings.RerankerSettings`, :class:`~semdup.service.settings.ServiceSection`,
+:class:`~semdup.alerts.settings.AlertsSection`, ...).
 Each is a frozen pydantic model: types coerced and checked when the tree is read (:mod:`semdup.apps.settings`).
 """
 
@@ -10,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from semdup.alerts.settings import AlertsSection
 from semdup.bundle.devices import DEVICES
 from semdup.core.errors import ConfigError
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
@@ -22,7 +24,6 @@ from semdup.service.settings import ReviewSection, ServiceSection
 __all__ = [
     "ModelSection",
     "WorkerSection",
-    "AlertsSection",
     "LoggingSection",
     "PipelineSection",
     "DEFAULT_VISIBILITY_TIMEOUT",
@@ -92,20 +93,6 @@ class WorkerSection(_Section):
     def _sweep(cls, value: float) -> float:
         if not value > 0:
             raise ConfigError(f"SEMDUP_SWEEP_AFTER must be seconds > 0, found {value!r}; e.g. 300")
-        return value
-
-
-class AlertsSection(_Section):
-    """Duplicate flagging chained by the indexing tasks."""
-
-    flag_duplicates: bool = False
-    flag_k: int | None = None  # None: the calibration's k (what its threshold was chosen for), else 10
-
-    @field_validator("flag_k")
-    @classmethod
-    def _k(cls, value: int | None) -> int | None:
-        if value is not None and not 1 <= value <= 100:
-            raise ConfigError(f"SEMDUP_FLAG_K must be within 1..100, got {value}")
         return value
 
 

@@ -11,9 +11,9 @@ down as plain arguments; nothing below :mod:`semdup.apps` reads the environment:
 Sources, highest first: values the CLI passes (``--bundle`` ...), environment variables (:data:`VARIABLES`), one
 YAML or TOML config file (``$SEMDUP_CONFIG`` or ``--config``), the defaults. The file holds the tree's sections
 (``opensearch:``, ``broker:``, ``model:``, ``candidates:``, ``service:``, ``review:``, ``worker:``, ``alerts:``,
-``metrics:``, ``logging:``, ``pipeline:``, ``indices:``) and, as before, a flat ``reranker:`` section (its keys go where :data:`LEGACY_KEYS`
-says). Each section is the frozen dataclass of the layer that uses it where one exists
-(:class:`~semdup.core.settings.OpenSearchSettings`, :class:`~semdup.reranker.settings.RerankerSettings`, ...), so a
+``metrics:``, ``logging:``, ``pipeline:``, ``indices:``) and, as before, a flat ``reranker:`` section (its keys go
+where :data:`LEGACY_KEYS` says). Each section is the frozen model of the layer that uses it where one exists
+(:class:`~semdup.core.settings.OpenSearchSettings`, :class:`~semdup.service.settings.ServiceSection`, ...), so a
 field is declared once, and pydantic (through pydantic-settings) coerces and checks it; a bad value is one
 :class:`~semdup.core.errors.ConfigError` naming the variable or file key, what was expected and what was found
 (a secret's value never). ``semdup config show`` prints the effective tree with secrets masked and where each value
@@ -41,11 +41,10 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from semdup.alerts.settings import AlertSettings
+from semdup.alerts.settings import AlertSettings, AlertsSection
 from semdup.apps.sections import (
     DEFAULT_SWEEP_AFTER,
     DEFAULT_VISIBILITY_TIMEOUT,
-    AlertsSection,
     LoggingSection,
     ModelSection,
     PipelineSection,
@@ -237,9 +236,7 @@ class Settings(BaseSettings):
 
     def alert_settings(self) -> AlertSettings:
         """How the workers flag: the service's candidate paths (no field cache: each post is flagged once)."""
-        return AlertSettings(
-            k=self.alerts.flag_k, reranker=self.candidates, calibration=self.model.calibration
-        )
+        return AlertSettings(**dict(self.alerts), reranker=self.candidates, calibration=self.model.calibration)
 
     def sweep_settings(self) -> Any:
         """The producers' sweeper (:class:`semdup.ingest.sweeper.SweepSettings`; imported here, it loads Celery)."""

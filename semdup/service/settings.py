@@ -1,6 +1,6 @@
 """Settings of the HTTP service: the tree's ``service:`` and ``review:`` sections, declared once, here, as frozen
-pydantic models (:class:`ServiceSection`, :class:`ReviewSection`), and what the HTTP app takes (:class:`ServiceSettings`:
-the service section's fields with the other sections' parts it reads). No environment.
+pydantic models (:class:`ServiceSection`, :class:`ReviewSection`), and what the HTTP app takes
+(:class:`ServiceSettings`: the service section's fields with the other sections' parts it reads). No environment.
 
 The composition root reads them, with every other setting, into one tree (:mod:`semdup.apps.settings`; the
 variables are listed in ``docs/settings.md``) and hands :class:`ServiceSettings` to the HTTP app (its
