@@ -18,6 +18,8 @@ from semdup.core.settings import BrokerSettings, OpenSearchSettings
 from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import DEFAULT_RETRY_BUDGET
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
+from semdup.ingest.celery_app import DEFAULT_VISIBILITY_TIMEOUT
+from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER
 from semdup.reranker.settings import RerankerSettings
 from semdup.service.settings import ReviewSection, ServiceSection
 
@@ -30,10 +32,6 @@ __all__ = [
     "DEFAULT_SWEEP_AFTER",
     "SECTION_TYPES",
 ]
-
-# The defaults of semdup.ingest.celery_app and .sweeper (modules that import Celery: a test checks they agree)
-DEFAULT_VISIBILITY_TIMEOUT = 300  # seconds; celery_app's doc says why it must exceed a task plus a retry wait
-DEFAULT_SWEEP_AFTER = 300.0
 
 
 class _Section(BaseModel):

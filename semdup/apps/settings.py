@@ -238,12 +238,6 @@ class Settings(BaseSettings):
         """How the workers flag: the service's candidate paths (no field cache: each post is flagged once)."""
         return AlertSettings(**dict(self.alerts), reranker=self.candidates, calibration=self.model.calibration)
 
-    def sweep_settings(self) -> Any:
-        """The producers' sweeper (:class:`semdup.ingest.sweeper.SweepSettings`; imported here, it loads Celery)."""
-        from semdup.ingest.sweeper import SweepSettings
-
-        return SweepSettings(after_s=self.worker.sweep_after)
-
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy.within(self.worker.retry_budget, self.worker.visibility_timeout)
 

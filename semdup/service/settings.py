@@ -53,6 +53,7 @@ from semdup.core.errors import ConfigError
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER
 from semdup.reranker.settings import RerankerSettings, usable_cpus
 
 __all__ = [
@@ -367,7 +368,7 @@ class ServiceSettings(ServiceSection):
     reranker: RerankerSettings = RerankerSettings()
     calibration: str | None = None
     broker: BrokerSettings | None = None
-    sweep_after: float = 300.0  # semdup.ingest.sweeper.DEFAULT_SWEEP_AFTER (it loads Celery; a test checks)
+    sweep_after: float = DEFAULT_SWEEP_AFTER
     review: ReviewSection = ReviewSection()
 
     @model_validator(mode="after")
