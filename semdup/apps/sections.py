@@ -1,5 +1,5 @@
-"""The sections of the settings tree that no lower layer declares (the workers' delivery, logging, the model, the
-search pipeline); the others are the layers' own frozen models (:class:`~semdup.core.settings.OpenSearchSettings`,
+"""The sections of the settings tree that no lower layer declares (the workers' delivery, logging, the model); the
+others are the layers' own frozen models (:class:`~semdup.core.settings.OpenSearchSettings`,
 :class:`~semdup.reranker.settings.RerankerSettings`, :class:`~semdup.service.settings.ServiceSection`,
 :class:`~semdup.alerts.settings.AlertsSection`, ...).
 Each is a frozen pydantic model: types coerced and checked when the tree is read (:mod:`semdup.apps.settings`).
@@ -21,13 +21,13 @@ from semdup.indexer.worker_metrics import WorkerMetricsSettings
 from semdup.ingest.celery_app import DEFAULT_VISIBILITY_TIMEOUT
 from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER
 from semdup.reranker.settings import RerankerSettings
+from semdup.search_pipeline.setup import PipelineSection
 from semdup.service.settings import ReviewSection, ServiceSection
 
 __all__ = [
     "ModelSection",
     "WorkerSection",
     "LoggingSection",
-    "PipelineSection",
     "DEFAULT_VISIBILITY_TIMEOUT",
     "DEFAULT_SWEEP_AFTER",
     "SECTION_TYPES",
@@ -96,22 +96,6 @@ class WorkerSection(_Section):
 
 class LoggingSection(_Section):
     format: Literal["text", "json"] = "text"
-
-
-class PipelineSection(_Section):
-    """semdup inside the site's ``_search`` (``semdup pipeline create``): the service URL the cluster calls, how long
-    it waits for it, and what a search does when semdup fails (its own query, or an error)."""
-
-    service_url: str | None = None
-    timeout: float = 1.0
-    on_failure: Literal["original", "error"] = "original"
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: float) -> float:
-        if not 0 < value <= 60:
-            raise ConfigError(f"SEMDUP_PIPELINE_TIMEOUT must be seconds within (0, 60], found {value!r}; e.g. 1")
-        return value
 
 
 # Every section of the tree, by the name it has in the tree and in a config file (semdup.apps.settings.Settings

@@ -47,7 +47,6 @@ from semdup.apps.sections import (
     DEFAULT_VISIBILITY_TIMEOUT,
     LoggingSection,
     ModelSection,
-    PipelineSection,
     WorkerSection,
 )
 from semdup.apps.settings_sources import (
@@ -71,6 +70,7 @@ from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import RetryPolicy
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
 from semdup.reranker.settings import RerankerSettings
+from semdup.search_pipeline.setup import PipelineSection
 from semdup.service.settings import ReviewSection, ServiceSection, ServiceSettings, api_keys_of, default_workers
 
 __all__ = [
