@@ -64,9 +64,10 @@ def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
     from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
     from semdup.service.settings import ServiceSettings
 
-    assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default)
-    assert ServiceSettings.model_fields["sweep_after"].default == sweeper_default  # the service's sweeper
     tree = load_settings(env={})
+    assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default) == (300, 300.0)
+    assert (tree.worker.visibility_timeout, tree.worker.sweep_after) == (celery_default, sweeper_default)
+    assert ServiceSettings.model_fields["sweep_after"].default == sweeper_default  # the service's sweeper
     assert tree.opensearch is None and tree.broker is None and tree.candidates.k_candidates == 100
     with pytest.raises(OpenSearchUnavailable, match="SEMDUP_OPENSEARCH_URL"):
         tree.opensearch_settings()
