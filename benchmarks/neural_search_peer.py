@@ -399,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         serve_env = {**os.environ, "SEMDUP_ONNX_THREADS": str(args.query_threads), "SEMDUP_OPS_AUTH": "0"}
         base, key = stack.enter_context(serve_process(str(bundle_path), _SEMDUP_INDEX, nodes.semdup.url, serve_env,
                                                       workdir / "serve.log"))  # fmt: skip
-        create_pipeline(s_client, PipelineSpec(_SEMDUP_INDEX, base, timeout=10, name=_SEMDUP_PIPELINE), key)
+        spec = PipelineSpec(index=_SEMDUP_INDEX, service_url=base, timeout=10, name=_SEMDUP_PIPELINE)
+        create_pipeline(s_client, spec, key)
         http = stack.enter_context(httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=_TIMEOUT))
 
         def semdup_pipeline(post: Post, size: int = 10) -> Any:

@@ -103,7 +103,6 @@ def _fault(stack: Stack, scenario: str, job: Any, index: str, sent: set[str], ou
 def run_scenario(stack: Stack, scenario: str, posts: list[Post]) -> Row:
     """One scenario on a fresh index: enqueue, inject the fault while waiting, let it settle, count."""
     from semdup.ingest.jobs import enqueue_posts, wait_for
-    from semdup.ingest.sweeper import SweepSettings
 
     args = stack.args
     index = stack.fresh_index(scenario)
@@ -124,9 +123,14 @@ def run_scenario(stack: Stack, scenario: str, posts: list[Post]) -> Row:
         fault.start()
     said = StatusLog()
     longest = {"broker stopped": args.broker_down, "OpenSearch cut": args.opensearch_down}.get(scenario, 0.0)
-    sweep = SweepSettings(after_s=args.sweep_after)
     done = wait_for(
-        stack.waiter, job, timeout=args.settle + longest, interval=0.5, progress=False, sweep=sweep, on_progress=said
+        stack.waiter,
+        job,
+        timeout=args.settle + longest,
+        interval=0.5,
+        progress=False,
+        sweep_after=args.sweep_after,
+        on_progress=said,
     )
     if fault.is_alive() or scenario in _FAULTS:
         fault.join()

@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     every = site_posts()
     posts, queries = every[: args.posts], every[args.posts : args.posts + args.queries]
     payloads = [{"title": q.title, "body": q.body, "k": 10} for q in queries]
-    default = ServiceSettings.max_in_flight
+    default = ServiceSettings.model_fields["max_in_flight"].default
     print(f"command: {' '.join([sys.executable, '-m', __spec__.name if __spec__ else __name__, *sys.argv[1:]])}")
     print(f"hardware: {_hardware()}; load average at start {os.getloadavg()[0]:.2f} (other work shares these cores)")
     print(f"versions: {_versions()}")

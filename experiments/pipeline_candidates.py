@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ["SEMDUP_API_KEY"]
     client = connect(OpenSearchSettings(url=args.opensearch, timeout=120))
     queries = load_stackexchange_dump(travel_dir()).queries(args.split)
-    rewrite = create(client, PipelineSpec(args.index, args.service_url, timeout=30, name="semdup-experiment-rewrite"),
-                     key).name
+    spec = PipelineSpec(index=args.index, service_url=args.service_url, timeout=30, name="semdup-experiment-rewrite")
+    rewrite = create(client, spec, key).name
     rerank = _rerank_processor(client, args.index, args.service_url, key)
     http = httpx.Client(timeout=60, headers={"X-API-Key": key})
 

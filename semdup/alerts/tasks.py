@@ -21,7 +21,6 @@ than parked.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +78,15 @@ def process_reranker(rt: WorkerRuntime, index: str) -> tuple[Reranker, AlertSett
             bundle = rt.bundle
             calibration = load_calibration(cal_file, bundle.version)
             rr = Reranker(bundle, rt.client, index, settings.reranker, calibration)
-            used = replace(settings, k=resolve_k(settings, calibration))
+            used = settings.model_copy(update={"flag_k": resolve_k(settings, calibration)})
             logger.info(
                 "flagging with bundle %s, threshold %s (%s), k %d (%s)",
                 bundle.version,
                 rr.threshold,
                 "calibration " + str(cal_file) if calibration is not None else "the bundle's",
-                used.k,
+                used.flag_k,
                 "SEMDUP_FLAG_K"
-                if settings.k is not None
+                if settings.flag_k is not None
                 else "the calibration's"
                 if calibration is not None and calibration.k is not None
                 else "default",
@@ -128,7 +127,7 @@ def flag_duplicates_task(self: Task, index: str, ids: list[str], model_version: 
         posts, missing = read_posts(rt.client, index, ids, to_encode=True)
         if missing:  # deleted since they were written: no flags, and none kept from before
             delete_flags(rt.client, index, missing)
-        flags = flag_duplicates(reranker, rt.client, index, posts, k=settings.k)
+        flags = flag_duplicates(reranker, rt.client, index, posts, k=settings.flag_k)
         return {"posts": len(posts), "flagged": len(flags), "missing": len(missing), "failed": 0}
     except Exception as exc:
         transient = isinstance(exc, TRANSIENT_ERRORS)

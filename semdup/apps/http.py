@@ -111,11 +111,11 @@ def _ingest(settings: ServiceSettings, reranker: Reranker, broker: Any) -> tuple
     if not settings.ingest:
         return None, None
     from semdup.ingest.celery_app import producer_app
-    from semdup.ingest.sweeper import Sweeper, SweepLoop, SweepSettings
+    from semdup.ingest.sweeper import Sweeper, SweepLoop
 
     if broker is None:
         broker = producer_app(settings.broker.url)  # type: ignore[union-attr]  # ingest on: a broker is set
-    sweeper = Sweeper(reranker.client, broker, SweepSettings(settings.sweep_after), indices=settings.indices)
+    sweeper = Sweeper(reranker.client, broker, settings.sweep_after, indices=settings.indices)
     return broker, SweepLoop(sweeper)
 
 

@@ -11,9 +11,9 @@ down as plain arguments; nothing below :mod:`semdup.apps` reads the environment:
 Sources, highest first: values the CLI passes (``--bundle`` ...), environment variables (:data:`VARIABLES`), one
 YAML or TOML config file (``$SEMDUP_CONFIG`` or ``--config``), the defaults. The file holds the tree's sections
 (``opensearch:``, ``broker:``, ``model:``, ``candidates:``, ``service:``, ``review:``, ``worker:``, ``alerts:``,
-``metrics:``, ``logging:``, ``pipeline:``, ``indices:``) and, as before, a flat ``reranker:`` section (its keys go where :data:`LEGACY_KEYS`
-says). Each section is the frozen dataclass of the layer that uses it where one exists
-(:class:`~semdup.core.settings.OpenSearchSettings`, :class:`~semdup.reranker.settings.RerankerSettings`, ...), so a
+``metrics:``, ``logging:``, ``pipeline:``, ``indices:``) and, as before, a flat ``reranker:`` section (its keys go
+where :data:`LEGACY_KEYS` says). Each section is the frozen model of the layer that uses it where one exists
+(:class:`~semdup.core.settings.OpenSearchSettings`, :class:`~semdup.service.settings.ServiceSection`, ...), so a
 field is declared once, and pydantic (through pydantic-settings) coerces and checks it; a bad value is one
 :class:`~semdup.core.errors.ConfigError` naming the variable or file key, what was expected and what was found
 (a secret's value never). ``semdup config show`` prints the effective tree with secrets masked and where each value
@@ -41,16 +41,12 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from semdup.alerts.settings import AlertSettings
+from semdup.alerts.settings import AlertSettings, AlertsSection
 from semdup.apps.sections import (
     DEFAULT_SWEEP_AFTER,
     DEFAULT_VISIBILITY_TIMEOUT,
-    AlertsSection,
     LoggingSection,
     ModelSection,
-    PipelineSection,
-    ReviewSection,
-    ServiceSection,
     WorkerSection,
 )
 from semdup.apps.settings_sources import (
@@ -74,7 +70,8 @@ from semdup.index_format.layout import IndexLayout
 from semdup.indexer.retry import RetryPolicy
 from semdup.indexer.worker_metrics import WorkerMetricsSettings
 from semdup.reranker.settings import RerankerSettings
-from semdup.service.settings import ServiceSettings, api_keys_of, default_workers
+from semdup.search_pipeline.setup import PipelineSection
+from semdup.service.settings import ReviewSection, ServiceSection, ServiceSettings, api_keys_of, default_workers
 
 __all__ = [
     "Settings",
@@ -213,40 +210,19 @@ class Settings(BaseSettings):
             ConfigError: a missing bundle or index, no API key while auth is on, an inconsistent value.
             OpenSearchUnavailable: no cluster configured.
         """
-        s, r = self.service, self.review
+        s = self.service
         for required, value in (("bundle", self.model.bundle), ("index", s.index)):
             if not value:
                 raise ConfigError(f"the reranker needs a {required}: set SEMDUP_{required.upper()} or --{required}")
         return ServiceSettings(
-            bundle=str(self.model.bundle),
-            index=str(s.index),
+            **dict(s),  # the service section's fields, its own (the index checked above)
+            bundle=self.model.bundle,
             opensearch=self.opensearch_settings(),
             reranker=self.candidates,
-            api_key=s.api_key,
-            auth=s.auth,
-            max_body_bytes=s.max_body_bytes,
-            max_text_chars=s.max_text_chars,
-            max_k=s.max_k,
-            threads=s.threads,
             calibration=self.model.calibration,
-            indices=s.indices,
-            api_keys=s.api_keys,
-            onnx_threads=s.onnx_threads,
             broker=self.broker,
-            ingest=s.ingest,
             sweep_after=self.worker.sweep_after,
-            max_ingest_posts=s.max_ingest_posts,
-            max_in_flight=s.max_in_flight,
-            session_secret=r.session_secret,
-            session_max_age=r.session_max_age,
-            session_idle=r.session_idle,
-            post_url=r.post_url,
-            review_stats_ttl=r.stats_ttl,
-            ops_auth=s.ops_auth,
-            auth_failures=s.auth_failures,
-            auth_window=s.auth_window,
-            auth_block=s.auth_block,
-            runtime_dir=s.runtime_dir,
+            review=self.review,
         )
 
     def workers(self) -> int:
@@ -260,15 +236,7 @@ class Settings(BaseSettings):
 
     def alert_settings(self) -> AlertSettings:
         """How the workers flag: the service's candidate paths (no field cache: each post is flagged once)."""
-        return AlertSettings(
-            k=self.alerts.flag_k, reranker=self.candidates, calibration=self.model.calibration
-        )
-
-    def sweep_settings(self) -> Any:
-        """The producers' sweeper (:class:`semdup.ingest.sweeper.SweepSettings`; imported here, it loads Celery)."""
-        from semdup.ingest.sweeper import SweepSettings
-
-        return SweepSettings(after_s=self.worker.sweep_after)
+        return AlertSettings(**dict(self.alerts), reranker=self.candidates, calibration=self.model.calibration)
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy.within(self.worker.retry_budget, self.worker.visibility_timeout)

@@ -55,7 +55,7 @@ def calibrate(index, bundle, links, out, url) -> None:
         links=links,
         out=out or tree().model.calibration or None,
         settings=settings.reranker,
-        k=settings.k,
+        k=settings.flag_k,
     )
     for part in result.samples:
         click.echo(part.describe())

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from semdup.cli import edge
-from semdup.cli.job_wait import finish_job, show_parked, sweep_settings, wait_job
+from semdup.cli.job_wait import finish_job, show_parked, sweep_after, wait_job
 
 __all__ = ["worker", "index_posts", "backfill", "watch", "enable"]
 
@@ -291,7 +291,9 @@ def watch(index: str, bundle: str | None, interval: float, rounds: int | None) -
             click.echo(f"job {job.id}: enqueued {job.total} new, edited or deleted posts of {index}")
 
     try:
-        watch_index(client, index, version, interval=interval, rounds=rounds, on_round=report, sweep=sweep_settings())
+        watch_index(
+            client, index, version, interval=interval, rounds=rounds, on_round=report, sweep_after=sweep_after()
+        )
     except KeyboardInterrupt:
         click.echo("stopped")
 

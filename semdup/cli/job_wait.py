@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-__all__ = ["WaitReport", "wait_job", "finish_job", "show_parked", "sweep_settings"]
+__all__ = ["WaitReport", "wait_job", "finish_job", "show_parked", "sweep_after"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,10 +28,11 @@ def show_parked(records: Any, index: str, limit: int = 20) -> None:
         click.echo(f"  parked {rec.post_id} ({rec.task}): {rec.error[:150]}")
 
 
-def sweep_settings() -> Any:
+def sweep_after() -> float:
+    """The sweeper's bound (``worker.sweep_after``, seconds)."""
     from semdup.cli.edge import settings
 
-    return settings().sweep_settings()
+    return settings().worker.sweep_after
 
 
 class WaitReport:
@@ -77,7 +78,7 @@ def wait_job(client: Any, job: Any, *, timeout: float, label: str) -> Any:
     from semdup.ingest.jobs import follow
 
     report = WaitReport(tty=sys.stderr.isatty())
-    return follow(client, job, timeout=timeout, label=label, sweep=sweep_settings(), on_progress=report)
+    return follow(client, job, timeout=timeout, label=label, sweep_after=sweep_after(), on_progress=report)
 
 
 def finish_job(result: Any, *, timeout: float, follow: str, again: str) -> None:
@@ -106,7 +107,7 @@ def finish_job(result: Any, *, timeout: float, follow: str, again: str) -> None:
         )
         if found.missing:
             advice += (
-                f"; it sends again the batches that stay neither queued nor done for {sweep_settings().after_s:.0f} s "
+                f"; it sends again the batches that stay neither queued nor done for {sweep_after():.0f} s "
                 f"(SEMDUP_SWEEP_AFTER), or {again} (writes are idempotent)"
             )
         raise click.ClickException(

@@ -96,8 +96,8 @@ def create(index, service_url, timeout, on_failure, as_default, replace_key, nam
     service_url = service_url or configured.service_url
     if not service_url:
         raise click.UsageError("no service URL: pass --service-url or set SEMDUP_PIPELINE_SERVICE_URL")
-    spec = PipelineSpec(index, service_url, timeout or configured.timeout, on_failure or configured.on_failure,
-                        as_default, name)  # fmt: skip
+    spec = PipelineSpec(index=index, service_url=service_url, timeout=timeout or configured.timeout,
+                        on_failure=on_failure or configured.on_failure, default=as_default, name=name)  # fmt: skip
     _print(create_pipeline(edge_client(url), spec, _key(), replace_key=replace_key), as_json)
 
 

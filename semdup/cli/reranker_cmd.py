@@ -202,7 +202,7 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
     )
     if settings.review_enabled:
         line += f"; review page at http://{host}:{port}/review"
-        if not settings.session_secret:
+        if not settings.review.session_secret:
             import secrets
 
             # one secret for every worker, so a review login holds in all of them (until this service stops)

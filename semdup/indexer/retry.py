@@ -32,7 +32,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Reject, SoftTimeLimitExceeded
 
-from semdup.core.errors import ConfigError, OpenSearchUnavailable, SemdupError
+from semdup.core.errors import OpenSearchUnavailable, SemdupError
 
 __all__ = [
     "RetryPolicy",
@@ -109,13 +109,8 @@ class RetryPolicy:
 
     @classmethod
     def within(cls, budget_s: float, visibility_timeout: float) -> RetryPolicy:
-        """A policy of ``budget_s`` seconds (``SEMDUP_RETRY_BUDGET``) whose waits fit ``visibility_timeout``.
-
-        Raises:
-            ConfigError: a negative budget.
-        """
-        if budget_s < 0:
-            raise ConfigError(f"SEMDUP_RETRY_BUDGET must be seconds >= 0, found {budget_s!r}; e.g. 1800")
+        """A policy of ``budget_s`` seconds (``worker.retry_budget``, checked with the worker section) whose waits
+        fit ``visibility_timeout``."""
         cap = max(1, min(MAX_RETRY_WAIT, int(visibility_timeout) // 5))
         return cls(budget_s=budget_s, first_s=min(FIRST_RETRY_WAIT, cap), cap_s=cap)
 

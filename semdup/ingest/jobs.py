@@ -12,7 +12,7 @@ batch a worker lost. The CLI only prints what these return::
     connect_broker(settings.broker_settings().url)            # semdup.ingest.celery_app
     ensure_index(client, "travel", dimension=bundle.dimension)
     job = enqueue_posts(client, "travel", read_posts("posts.jsonl"), bundle.version)
-    result = follow(client, job, timeout=3600, sweep=settings.sweep_settings())
+    result = follow(client, job, timeout=3600, sweep_after=settings.worker.sweep_after)
     done = result.progress
     print(f"{done.written} written, {done.parked} parked, {done.pending} not done")
     if result.census:                                         # the time was up
@@ -27,7 +27,7 @@ task has finished: still queued (on the broker, :func:`queued_posts`) or, if not
 the last progress when the time is up (``finished`` False); :func:`follow` adds where the rest is (:func:`census`)
 and the parked posts to show.
 
-A poll with sweep settings runs the sweeper on its job: a batch neither done nor queued for longer than the bound
+A poll with a sweep bound runs the sweeper on its job: a batch neither done nor queued for longer than the bound
 (a worker killed between taking a message and recording it as unacknowledged, a producer that died mid-enqueue) is
 sent again. Each progress carries what holds the job up (:class:`WaitState`: OpenSearch or the broker unreachable
 and for how long, posts held on the broker), for the caller to print.
@@ -63,7 +63,7 @@ from semdup.ingest.ledger import TaskCall
 from semdup.ingest.lexical_index import create_index
 from semdup.ingest.outcomes import Job, job_counts, new_job, record_job
 from semdup.ingest.parking import ParkedPost, forget_parked, iter_parked
-from semdup.ingest.sweeper import Sweeper, SweepSettings
+from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER, Sweeper
 from semdup.ingest.waiting import JobProgress, WaitState
 
 __all__ = [
@@ -289,7 +289,7 @@ def poll(
     *,
     timeout: float,
     interval: float = 1.0,
-    sweep: SweepSettings | None = None,
+    sweep_after: float | None = None,
     clock: Any = time.monotonic,
     sleep: Any = time.sleep,
 ) -> Iterator[JobProgress]:
@@ -297,14 +297,14 @@ def poll(
     finished or ``timeout`` seconds have passed (then the last one yielded is not finished; its tasks are kept).
 
     A look that finds OpenSearch unreachable yields the last counts with ``waiting.opensearch_down_s`` set (the
-    workers retry meanwhile; the wait goes on). With ``sweep`` settings the sweeper runs every
-    ``sweep.every_s`` (:mod:`semdup.ingest.sweeper`), and the progress says what it found; once the job is
-    finished its ledger records are deleted.
+    workers retry meanwhile; the wait goes on). With a ``sweep_after`` bound (seconds) the sweeper runs every
+    :attr:`~semdup.ingest.sweeper.Sweeper.every_s` (:mod:`semdup.ingest.sweeper`), and the progress says what it
+    found; once the job is finished its ledger records are deleted.
     """
     deadline = clock() + timeout
-    sweeper = Sweeper(client, celery_app.app, sweep, jobs=[job.id], clock=clock) if sweep is not None else None
+    sweeper = None if sweep_after is None else Sweeper(client, celery_app.app, sweep_after, jobs=[job.id], clock=clock)
     counts = JobProgress(job)
-    state = WaitState(sweep_after_s=sweep.after_s if sweep else None)
+    state = WaitState(sweep_after_s=sweep_after)
     down_since: float | None = None
     broker_down_since: float | None = None
     next_sweep = clock()
@@ -320,7 +320,7 @@ def poll(
             state = replace(state, opensearch_down_s=now - down_since, opensearch_error=str(exc))
         if sweeper is not None and not counts.finished and now >= next_sweep:
             found = sweeper.sweep()
-            next_sweep = now + sweep.every_s  # type: ignore[union-attr]
+            next_sweep = now + sweeper.every_s
             broker_down_since = (
                 (now if broker_down_since is None else broker_down_since) if found.broker_error else None
             )
@@ -355,16 +355,16 @@ def wait_for(
     interval: float = 1.0,
     label: str | None = None,
     progress: bool = True,
-    sweep: SweepSettings | None = None,
+    sweep_after: float | None = None,
     on_progress: Any = None,
 ) -> JobProgress:
     """Wait until every post of ``job`` is written, parked or skipped, or ``timeout`` seconds have passed;
-    returns the last :class:`JobProgress` (check ``finished``). With ``sweep`` settings missing batches are sent
+    returns the last :class:`JobProgress` (check ``finished``). With a ``sweep_after`` bound missing batches are sent
     again (:func:`poll`). The bar (on a terminal) shows what holds the job up; ``on_progress(progress)`` is
     called after each look (the CLI logs the same where there is no bar)."""
     last = JobProgress(job)
     with progress_bar(total=job.total, desc=label or f"indexing {job.index}", unit="post", enabled=progress) as bar:
-        for last in poll(client, job, timeout=timeout, interval=interval, sweep=sweep):
+        for last in poll(client, job, timeout=timeout, interval=interval, sweep_after=sweep_after):
             bar.n = min(job.total, last.done)
             bar.set_postfix_str(last.describe_wait() or "", refresh=False)
             bar.refresh()
@@ -396,12 +396,14 @@ class Census:
     resent: int = 0
 
 
-def census(client: OpenSearch, job: Job, *, sweep: SweepSettings | None = None, pause: float = 1.0) -> Census:
+def census(
+    client: OpenSearch, job: Job, *, sweep_after: float = DEFAULT_SWEEP_AFTER, pause: float = 1.0
+) -> Census:
     """How many of ``job``'s posts are still queued and how many are missing, by two sweeps ``pause`` seconds
     apart (a message caught between a worker's BRPOP and its HSET at one read is seen at the other); a batch
     missing for the sweep bound is sent again on the way. A job recorded before the ledger is counted by post id
     from one atomic read of the broker."""
-    sweeper = Sweeper(client, celery_app.app, sweep or SweepSettings(), jobs=[job.id])
+    sweeper = Sweeper(client, celery_app.app, sweep_after, jobs=[job.id])
     first = sweeper.sweep()
     if first.batches == 0:
         queued = queued_posts(job)
@@ -431,14 +433,16 @@ def follow(
     job: Job,
     *,
     timeout: float,
-    sweep: SweepSettings,
+    sweep_after: float,
     label: str | None = None,
     progress: bool = True,
     on_progress: Any = None,
 ) -> JobResult:
     """Wait for ``job`` with the sweeper on (:func:`wait_for`); then what its caller shows: the parked posts, and
     when the time was up, where the pending ones are (:func:`census`)."""
-    done = wait_for(client, job, timeout=timeout, label=label, progress=progress, sweep=sweep, on_progress=on_progress)
+    done = wait_for(
+        client, job, timeout=timeout, label=label, progress=progress, sweep_after=sweep_after, on_progress=on_progress
+    )
     parked = tuple(islice(iter_parked(client, job.index), _PARKED_SHOWN + 1)) if done.parked else ()
-    found = None if done.finished else census(client, job, sweep=sweep)
+    found = None if done.finished else census(client, job, sweep_after=sweep_after)
     return JobResult(done, found, parked)

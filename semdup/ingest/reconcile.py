@@ -28,7 +28,7 @@ from semdup.index_format.mapping import candidate_fields
 from semdup.ingest import celery_app
 from semdup.ingest.jobs import BATCH, batches, submit
 from semdup.ingest.outcomes import Job
-from semdup.ingest.sweeper import Sweeper, SweepSettings
+from semdup.ingest.sweeper import Sweeper
 
 __all__ = ["SyncPlan", "plan_sync", "enqueue_sync", "watch"]
 
@@ -134,17 +134,17 @@ def watch(
     rounds: int | None = None,
     on_round: Callable[[Job], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    sweep: SweepSettings | None = None,
+    sweep_after: float | None = None,
 ) -> None:
     """Sync every ``interval`` seconds (``rounds`` times, or until interrupted): posts the site wrote, edited or
     deleted without calling semdup become current within about one interval plus the encoding time.
 
-    With ``sweep`` settings each round also sweeps the unfinished jobs of ``index`` (:mod:`semdup.ingest.sweeper`:
-    the earlier rounds', and any other's, HTTP syncs included): a batch a worker lost is sent again (the next
+    With a ``sweep_after`` bound (seconds) each round also sweeps the unfinished jobs of ``index``
+    (:mod:`semdup.ingest.sweeper`: the earlier rounds', and any other's, HTTP syncs included): a batch a worker lost is sent again (the next
     round's plan would enqueue its posts again too, but the lost round's job would never finish), and a finished
     job's ledger is deleted."""
     done = 0
-    sweeper = Sweeper(client, celery_app.app, sweep, indices=[index]) if sweep is not None else None
+    sweeper = None if sweep_after is None else Sweeper(client, celery_app.app, sweep_after, indices=[index])
     while rounds is None or done < rounds:
         started = time.monotonic()
         try:

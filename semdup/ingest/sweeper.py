@@ -6,9 +6,9 @@ deleted), the broker (one atomic read of the queue and ``unacked``, :func:`semdu
 then the batches with an outcome (done). A recorded batch in neither the broker nor the done set is *missing*.
 Reading the broker before the done set matters: a task records its outcome before it acknowledges its message, so
 a batch that leaves the broker between the two reads is seen done. A batch recorded after the ledger was read is
-not looked at until the next sweep. A batch missing at every sweep for ``after_s`` seconds (:class:`SweepSettings`)
-is sent again, from its ledger record, with the same task id and batch key: its outcome is recorded once, however
-many copies run (tasks are idempotent, so a copy costs only its work). A job whose every recorded batch is done is
+not looked at until the next sweep. A batch missing at every sweep for ``after_s`` seconds (the sweeper's bound,
+``worker.sweep_after``) is sent again, from its ledger record, with the same task id and batch key: its outcome is
+recorded once, however many copies run (tasks are idempotent, so a copy costs only its work). A job whose every recorded batch is done is
 finished: its ledger records are deleted and it leaves the sweep.
 
 What the bound must exceed: the longest a live batch can be in neither place. On Redis that is the gap between
@@ -42,9 +42,9 @@ counted twice: a batch sent again by both is one task id and one outcome record.
 
 Example::
 
-    sweeper = Sweeper(client, app, load_settings().sweep_settings(), jobs=[job.id])   # the settings: at the edge
+    sweeper = Sweeper(client, app, load_settings().worker.sweep_after, jobs=[job.id])  # the bound: at the edge
     found = sweeper.sweep()       # Sweep(batches=32, done=20, queued=12, missing=(), resent=(), ...)
-    loop = SweepLoop(Sweeper(client, app, settings, indices=["travel"]))          # semdup serve's
+    loop = SweepLoop(Sweeper(client, app, 300.0, indices=["travel"]))             # semdup serve's
     loop.start(); ...; loop.stop()
 """
 
@@ -58,33 +58,17 @@ from dataclasses import dataclass, field
 
 from celery import Celery
 
-from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
+from semdup.core.errors import BrokerUnavailable, OpenSearchUnavailable
 from semdup.core.opensearch import OpenSearch
 from semdup.ingest import ledger
 from semdup.ingest.backlog import check_broker, queued_task_ids
 from semdup.ingest.ledger import Key, task_id
 
-__all__ = ["DEFAULT_SWEEP_AFTER", "SweepSettings", "Sweep", "Sweeper", "SweepLoop"]
+__all__ = ["DEFAULT_SWEEP_AFTER", "Sweep", "Sweeper", "SweepLoop"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SWEEP_AFTER = 300.0  # seconds; see the module doc for what it must exceed
-
-
-@dataclass(frozen=True)
-class SweepSettings:
-    """How long a batch may be neither done nor queued before it is sent again (``after_s``), and how often
-    a waiting process looks (``every_s``: a quarter of the bound, between 1 and 30 s)."""
-
-    after_s: float = DEFAULT_SWEEP_AFTER
-
-    def __post_init__(self) -> None:
-        if not self.after_s > 0:
-            raise ConfigError(f"SEMDUP_SWEEP_AFTER must be seconds > 0, found {self.after_s!r}; e.g. 300")
-
-    @property
-    def every_s(self) -> float:
-        return min(30.0, max(1.0, self.after_s / 4))
 
 
 @dataclass(frozen=True)
@@ -124,7 +108,8 @@ class Sweeper:
     Args:
         client: the OpenSearch client (ledger and outcomes).
         app: the indexer's Celery app, pointed at the jobs' broker.
-        settings: the bound and the cadence.
+        after_s: the bound, seconds a batch may be neither done nor queued (``worker.sweep_after``); a waiting
+            process sweeps every :attr:`every_s`, a quarter of it between 1 and 30 s.
         jobs: the ids of the jobs to sweep.
         indices: or the indices whose unfinished jobs to sweep.
         clock: monotonic seconds (tests pass a fake one).
@@ -134,7 +119,7 @@ class Sweeper:
         self,
         client: OpenSearch,
         app: Celery,
-        settings: SweepSettings,
+        after_s: float,
         *,
         jobs: Sequence[str] = (),
         indices: Sequence[str] = (),
@@ -142,13 +127,20 @@ class Sweeper:
     ) -> None:
         if bool(jobs) == bool(indices):
             raise ValueError("a sweeper sweeps either jobs or the unfinished jobs of indices: give one of the two")
-        self.client, self.app, self.settings, self.clock = client, app, settings, clock
+        if not after_s > 0:
+            raise ValueError(f"a sweeper's bound must be seconds > 0, got {after_s!r}")
+        self.client, self.app, self.after_s, self.clock = client, app, after_s, clock
         self.jobs, self.indices = tuple(jobs), tuple(indices)
         self._since: dict[Key, float] = {}
         self._known = _Known()
         self._resent_unread: set[Key] = set()  # RabbitMQ: sent again once, then trusted to the broker
         self._ledger_read = False  # whether the ledger was read once (until then, queued posts are unknown)
         self.resent_total = 0
+
+    @property
+    def every_s(self) -> float:
+        """How often a waiting process sweeps: a quarter of the bound, between 1 and 30 s."""
+        return min(30.0, max(1.0, self.after_s / 4))
 
     def _broker(self) -> tuple[dict[str, bool] | None, str | None]:
         """The broker's task ids (None: it cannot be read), or the error it gave; an unreadable broker (RabbitMQ)
@@ -197,7 +189,7 @@ class Sweeper:
         if candidates is None:  # the broker did not answer: nothing can be told missing
             return self._report(None, broker_error=broker_error, finished=finished)
         self._since = {k: self._since.get(k, now) for k in candidates}
-        due = sorted((k for k, t in self._since.items() if now - t >= self.settings.after_s), key=_order)
+        due = sorted((k for k, t in self._since.items() if now - t >= self.after_s), key=_order)
         resent: tuple[Key, ...] = ()
         if due:
             try:
@@ -245,7 +237,7 @@ class Sweeper:
                 "or a producer that died before sending them); sent again: %s",
                 len(sent),
                 posts,
-                self.settings.after_s,
+                self.after_s,
                 ",".join(task_id(*k) for k in sent)[:500],
             )
         return tuple(sent)
@@ -282,7 +274,7 @@ class Sweeper:
 
 
 class SweepLoop:
-    """A sweeper run every ``settings.every_s`` in a daemon thread until :meth:`stop` (``semdup serve``'s, on the
+    """A sweeper run every ``sweeper.every_s`` in a daemon thread until :meth:`stop` (``semdup serve``'s, on the
     indices it serves). A sweep that fails for another cause than an outage is logged, and the next one runs."""
 
     def __init__(self, sweeper: Sweeper) -> None:
@@ -302,7 +294,7 @@ class SweepLoop:
             self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self.sweeper.settings.every_s):
+        while not self._stop.wait(self.sweeper.every_s):
             try:
                 found = self.sweeper.sweep()
             except Exception:  # a bug or an answer it could not read: say so, and keep sweeping

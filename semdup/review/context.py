@@ -82,7 +82,7 @@ def _templates() -> Environment:
 
 def _own_sessions(client: Any, settings: ServiceSettings, secret: str) -> SessionStore:
     """This service's sessions: its lifetimes, its owner id (from the secret: replicas that share it share them)."""
-    return SessionStore(client, settings.session_idle, settings.session_max_age, owner=owner_id(secret))
+    return SessionStore(client, settings.review.session_idle, settings.review.session_max_age, owner=owner_id(secret))
 
 
 def review_context(
@@ -99,7 +99,7 @@ def review_context(
     stops, and hold in that process only, so ``semdup serve`` sets one for all its workers). ``sessions``: the
     store of logins (default: ``semdup-sessions`` through ``client``); ``throttle``: the failure counts the app's
     keyed endpoints share (default: this context's own, in memory)."""
-    secret = settings.session_secret
+    secret = settings.review.session_secret
     if secret is None:
         secret = secrets.token_urlsafe(32)
         if settings.review_enabled:
@@ -119,7 +119,7 @@ def review_context(
         keys=keys,
         templates=_templates(),
         pipeline=display_pipeline(),
-        stats=ReviewStats(client, settings.indices, settings.review_stats_ttl, flags_store, verdicts_store),
+        stats=ReviewStats(client, settings.indices, settings.review.stats_ttl, flags_store, verdicts_store),
         model=model,
         flags_store=flags_store,
         verdicts_store=verdicts_store,

@@ -116,7 +116,7 @@ def page_view(ctx: ReviewContext, key: ApiKey, filters: Filters) -> dict[str, An
     for n, f in enumerate(fp.flags):
         a, b = posts.get((f.index, f.post_id)), posts.get((f.index, f.candidate_id))
         terms = shared_terms(ctx.pipeline, a, b) if a is not None and b is not None else frozenset()
-        url = ctx.settings.post_url
+        url = ctx.settings.review.post_url
         vs = votes.get(flag_id(f.index, f.post_id, f.candidate_id), [])
         pairs.append(
             PairView(

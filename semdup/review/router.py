@@ -211,7 +211,7 @@ def _login(request: Request, ctx: ReviewContext, form: dict[str, str]) -> Respon
     sid, _ = ctx.sessions.create(key_id(ctx.secret, key.key), key.who)
     resp = RedirectResponse(target, status_code=303)
     resp.set_cookie(
-        SESSION_COOKIE, sid, max_age=ctx.settings.session_max_age, path=REVIEW_ROOT, secure=_secure(request),
+        SESSION_COOKIE, sid, max_age=ctx.settings.review.session_max_age, path=REVIEW_ROOT, secure=_secure(request),
         httponly=True, samesite="strict",
     )  # fmt: skip
     resp.delete_cookie(LOGIN_COOKIE, path=f"{REVIEW_ROOT}/login")

@@ -38,7 +38,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from semdup.core.errors import ConfigError, OpenSearchMissing, OpenSearchRefused, OpenSearchUnavailable
 from semdup.index_format.companion import companion_of
@@ -52,8 +54,8 @@ from semdup.search_pipeline.cluster_settings import (
     restore_body,
 )
 
-__all__ = ["PipelineSpec", "PipelineState", "REWRITE_PATH", "NO_SECURITY_WARNING", "create", "remove", "describe",
-           "describe_connector", "names", "connector_body", "pipeline_body", "pipeline_lock"]  # fmt: skip
+__all__ = ["PipelineSection", "PipelineSpec", "PipelineState", "REWRITE_PATH", "NO_SECURITY_WARNING", "create",
+           "remove", "describe", "describe_connector", "names", "connector_body", "pipeline_body", "pipeline_lock"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +76,28 @@ NO_SECURITY_WARNING = (
 )
 
 
-@dataclass(frozen=True)
-class PipelineSpec:
-    """What ``semdup pipeline create`` sets up for one index.
+class PipelineSection(BaseModel):
+    """semdup inside the site's ``_search`` (the tree's ``pipeline:`` section, ``semdup pipeline create``'s
+    defaults): the service URL the cluster calls, how long it waits for it, and what a search does when semdup
+    fails (its own query, or an error)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    service_url: str | None = None
+    timeout: float = 1.0
+    on_failure: Literal["original", "error"] = "original"
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if not 0 < value <= 60:
+            raise ConfigError(f"SEMDUP_PIPELINE_TIMEOUT must be seconds within (0, 60], found {value!r}; e.g. 1")
+        return value
+
+
+class PipelineSpec(PipelineSection):
+    """What ``semdup pipeline create`` sets up for one index: the pipeline section's fields (inherited), a service
+    URL required, and the index's own.
 
     Attributes:
         index: the site's index (or alias) its searches run on.
@@ -87,20 +108,17 @@ class PipelineSpec:
         name: the connector's, model's and pipeline's name (default ``semdup-<index>``).
     """
 
-    index: str
     service_url: str
-    timeout: float = 1.0
-    on_failure: str = "original"
+    index: str
     default: bool = False
     name: str | None = None
 
-    def __post_init__(self) -> None:
-        if self.on_failure not in ("original", "error"):
-            raise ConfigError(f"on_failure must be 'original' or 'error', not {self.on_failure!r}")
-        if not self.service_url.startswith(("http://", "https://")):
-            raise ConfigError(f"the service URL must start with http:// or https://, not {self.service_url!r}")
-        if not 0 < self.timeout <= 60:
-            raise ConfigError(f"the timeout must be within (0, 60] seconds, got {self.timeout}")
+    @field_validator("service_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ConfigError(f"the service URL must start with http:// or https://, not {value!r}")
+        return value
 
     @property
     def object_name(self) -> str:

@@ -1,4 +1,6 @@
-"""Settings of the HTTP service as the layers take them: frozen dataclasses, no environment.
+"""Settings of the HTTP service: the tree's ``service:`` and ``review:`` sections, declared once, here, as frozen
+pydantic models (:class:`ServiceSection`, :class:`ReviewSection`), and what the HTTP app takes
+(:class:`ServiceSettings`: the service section's fields with the other sections' parts it reads). No environment.
 
 The composition root reads them, with every other setting, into one tree (:mod:`semdup.apps.settings`; the
 variables are listed in ``docs/settings.md``) and hands :class:`ServiceSettings` to the HTTP app (its
@@ -39,18 +41,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from semdup.core.errors import ConfigError
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_TEXT_CHARS
 from semdup.core.settings import BrokerSettings, OpenSearchSettings
+from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER
 from semdup.reranker.settings import RerankerSettings, usable_cpus
 
 __all__ = [
+    "ServiceSection",
+    "ReviewSection",
     "ServiceSettings",
     "ApiKey",
     "SCOPES",
@@ -203,55 +211,168 @@ def api_keys_of(value: Any, source: str) -> tuple[ApiKey, ...]:
     )
 
 
-@dataclass(frozen=True)
-class ServiceSettings:
-    """Everything ``create_app`` needs; the composition root builds it from the settings tree
-    (:meth:`semdup.apps.settings.Settings.service_settings`) and passes it down.
+def proxy_network(
+    item: str,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A trusted proxy as uvicorn reads it: an address, or a network (host bits cleared).
+
+    Raises:
+        ValueError: neither.
+    """
+    item = item.strip()
+    return ipaddress.ip_network(item, strict=False) if "/" in item else ipaddress.ip_address(item)
+
+
+def _shown(model: BaseModel, secrets: tuple[str, ...]) -> str:
+    """``model``'s repr with the ``secrets`` fields as ``***`` when set (each field's own repr masks the rest)."""
+    shown = {name: getattr(model, name) for name in type(model).model_fields}
+    shown.update({name: "***" for name in secrets if shown[name]})
+    return f"{type(model).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+class ReviewSection(BaseModel):
+    """The review page (the tree's ``review:`` section): its session cookies and links to the site. Checked when
+    the service starts (:class:`ServiceSettings`), so ``semdup config show`` prints a bad value rather than failing.
+    Review sessions (:mod:`semdup.review.sessions`) end after ``session_idle`` seconds unused or ``session_max_age``
+    after login."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_secret: str | None = None  # the review page's cookies; None: random
+    session_max_age: int = 8 * 3600
+    session_idle: int = 1800
+    post_url: str | None = None  # e.g. https://travel.stackexchange.com/questions/{id}
+    stats_ttl: float = 60.0
+
+    def check(self) -> None:
+        """Raises:
+        ConfigError: a short secret, session bounds out of range, a post URL that is not an http(s) template."""
+        if self.session_secret is not None and len(self.session_secret) < 32:
+            raise ConfigError(
+                "SEMDUP_SESSION_SECRET must hold at least 32 characters (it signs the review page's session "
+                "cookies); make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        if not 60 <= self.session_max_age <= 30 * 86400:
+            raise ConfigError(f"SEMDUP_SESSION_MAX_AGE must be within 60..2592000 seconds, got {self.session_max_age}")
+        if not 60 <= self.session_idle <= self.session_max_age:
+            raise ConfigError(
+                f"SEMDUP_SESSION_IDLE must be within 60 seconds..SEMDUP_SESSION_MAX_AGE ({self.session_max_age}), "
+                f"got {self.session_idle}"
+            )
+        if not 0 <= self.stats_ttl <= 3600:
+            raise ConfigError(f"SEMDUP_REVIEW_STATS_TTL must be within 0..3600 seconds, got {self.stats_ttl}")
+        if self.post_url is not None:
+            scheme = self.post_url.split(":", 1)[0].lower()
+            if scheme not in ("http", "https") or "{id}" not in self.post_url:
+                raise ConfigError(
+                    "SEMDUP_POST_URL must be an http(s) URL holding {id} (and optionally {index}), e.g. "
+                    f"https://travel.stackexchange.com/questions/{{id}}; got {self.post_url!r}"
+                )
+            try:
+                self.post_url.format(id="1", index="x")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"SEMDUP_POST_URL may hold only {{id}} and {{index}}: {exc!r}") from None
+
+    def __repr__(self) -> str:
+        return _shown(self, ("session_secret",))
+
+    __str__ = __repr__
+
+
+class ServiceSection(BaseModel):
+    """The HTTP service (the tree's ``service:`` section): what it serves, to whom, and within which bounds.
+    Types are checked when the tree is read; what needs the other sections too (an index, a key unless auth is
+    off, a broker for ingest) when the service starts (:class:`ServiceSettings`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: str | None = None
+    indices: tuple[str, ...] = ()
+    api_key: str | None = None
+    api_keys: tuple[ApiKey, ...] = ()
+    auth: bool = True
+    max_body_bytes: int = 1 << 20
+    max_text_chars: int = MAX_TEXT_CHARS  # per title or body; the default is the limit every other path applies
+    max_k: int = 100
+    threads: int = 16
+    onnx_threads: int = 2
+    max_in_flight: int = 4
+    workers: int | None = None
+    ingest: bool | None = None  # None: on exactly when a broker is set
+    max_ingest_posts: int = 1000
+    ops_auth: bool = True  # /metrics and /openapi.json need a key with the ops scope
+    auth_failures: int = 10
+    auth_window: float = 60.0
+    auth_block: float = 60.0
+    runtime_dir: str | None = None
+    forwarded_allow_ips: tuple[str, ...] = ()
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each an IP address, a network or ``*``, written as uvicorn compares them (``10.0.0.5/24`` would be a
+        name to uvicorn, never matched: it becomes ``10.0.0.0/24``)."""
+        out = []
+        for item in value:
+            try:
+                out.append(item if item == "*" else str(proxy_network(item)))
+            except ValueError:
+                raise ConfigError(
+                    f"SEMDUP_FORWARDED_ALLOW_IPS holds {item[:64]!r}, not an IP address or network; name the reverse "
+                    "proxy in front of the service, e.g. 10.0.0.5 or 10.0.0.0/24"
+                ) from None
+        return tuple(out)
+
+    def client_address_rule(self) -> str:
+        """Which address a request is counted by (the failure throttle, :mod:`semdup.service.auth_throttle`), in
+        words: ``semdup config show`` prints it."""
+        if not self.forwarded_allow_ips:
+            return "the connection's own address (no proxy trusted: X-Forwarded-For is ignored)"
+        if "*" in self.forwarded_allow_ips:
+            return (
+                "the first X-Forwarded-For address of every request: any client may choose the address it is "
+                "counted by (SEMDUP_FORWARDED_ALLOW_IPS=*)"
+            )
+        return (
+            f"on connections from {', '.join(self.forwarded_allow_ips)}: the last X-Forwarded-For address that is "
+            "not one of them; on any other connection its own address"
+        )
+
+    def __repr__(self) -> str:  # keys never in a repr (ApiKey's own repr masks its key)
+        return _shown(self, ("api_key",))
+
+    __str__ = __repr__
+
+
+class ServiceSettings(ServiceSection):
+    """Everything ``create_app`` needs: the ``service:`` section's fields (inherited, not copied) with an index
+    required, the ``review:`` section, and the parts of the other sections the service reads. The composition root
+    builds it from the settings tree (:meth:`semdup.apps.settings.Settings.service_settings`) and passes it down;
+    building it checks everything the service needs to start.
 
     ``indices`` are the served indices (``index`` first; it is added when missing); ``api_key`` may search all of
-    them, each of ``api_keys`` those it lists.
+    them, each of ``api_keys`` those it lists; ``ingest`` is resolved (None: on exactly when a broker is set).
 
     Guessing (:mod:`semdup.service.auth_throttle`): an address may fail ``auth_failures`` times (a wrong key, a
     wrong login) within ``auth_window`` seconds; then it gets 429 for ``auth_block`` seconds, twice as long for
     each block in a row (at most an hour). One wrong key sent again counts once against the address and the
     repeats against that key alone, blocked by the same rule (a stale connector key blocks only itself).
     ``runtime_dir`` holds what the worker processes of one ``semdup serve``
-    share (those counts); None: kept in this process only. Review sessions (:mod:`semdup.review.sessions`) end
-    after ``session_idle`` seconds unused or ``session_max_age`` after login. With ingest on, each process sweeps the
-    unfinished jobs of the served indices (:mod:`semdup.ingest.sweeper`), with the bound ``sweep_after``.
+    share (those counts); None: kept in this process only. With ingest on, each process sweeps the unfinished jobs
+    of the served indices (:mod:`semdup.ingest.sweeper`), with the bound ``sweep_after`` (``worker.sweep_after``).
     """
 
-    bundle: str
     index: str
+    bundle: str
     opensearch: OpenSearchSettings
     reranker: RerankerSettings = RerankerSettings()
-    api_key: str | None = field(default=None, repr=False)
-    auth: bool = True
-    max_body_bytes: int = 1 << 20
-    max_text_chars: int = MAX_TEXT_CHARS  # per title or body; the default is the limit every other path applies
-    max_k: int = 100
-    threads: int = 16
     calibration: str | None = None
-    indices: tuple[str, ...] = ()
-    api_keys: tuple[ApiKey, ...] = ()
-    onnx_threads: int = 2
     broker: BrokerSettings | None = None
-    ingest: bool | None = None  # None: on exactly when a broker is set
-    sweep_after: float = 300.0  # SEMDUP_SWEEP_AFTER: its HTTP jobs' batches missing this long are sent again
-    max_ingest_posts: int = 1000
-    max_in_flight: int = 4
-    session_secret: str | None = field(default=None, repr=False)  # the review page's cookies; None: random
-    session_max_age: int = 8 * 3600
-    session_idle: int = 1800
-    post_url: str | None = None  # e.g. https://travel.stackexchange.com/questions/{id}
-    review_stats_ttl: float = 60.0
-    ops_auth: bool = True  # /metrics and /openapi.json need a key with the ops scope
-    auth_failures: int = 10
-    auth_window: float = 60.0
-    auth_block: float = 60.0
-    runtime_dir: str | None = None
+    sweep_after: float = DEFAULT_SWEEP_AFTER
+    review: ReviewSection = ReviewSection()
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> ServiceSettings:
         check_index_name(self.index, "SEMDUP_INDEX")
         if self.ingest is None:
             object.__setattr__(self, "ingest", self.broker is not None)
@@ -296,7 +417,7 @@ class ServiceSettings:
                 "SEMDUP_AUTH_FAILURES must be >= 1, SEMDUP_AUTH_WINDOW within 1..86400 seconds and SEMDUP_AUTH_BLOCK "
                 f"within 1..3600 seconds; got {self.auth_failures}, {self.auth_window:g}, {self.auth_block:g}"
             )
-        self._check_review()
+        self.review.check()
         if (
             self.max_body_bytes < 1024
             or self.max_text_chars < 1
@@ -309,43 +430,7 @@ class ServiceSettings:
                 f"needed; got {self.max_body_bytes}, {self.max_text_chars}, {self.max_k}, {self.threads}, "
                 f"{self.onnx_threads}"
             )
-
-    def _check_review(self) -> None:
-        if self.session_secret is not None and len(self.session_secret) < 32:
-            raise ConfigError(
-                "SEMDUP_SESSION_SECRET must hold at least 32 characters (it signs the review page's session "
-                "cookies); make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-            )
-        if not 60 <= self.session_max_age <= 30 * 86400:
-            raise ConfigError(f"SEMDUP_SESSION_MAX_AGE must be within 60..2592000 seconds, got {self.session_max_age}")
-        if not 60 <= self.session_idle <= self.session_max_age:
-            raise ConfigError(
-                f"SEMDUP_SESSION_IDLE must be within 60 seconds..SEMDUP_SESSION_MAX_AGE ({self.session_max_age}), "
-                f"got {self.session_idle}"
-            )
-        if not 0 <= self.review_stats_ttl <= 3600:
-            raise ConfigError(f"SEMDUP_REVIEW_STATS_TTL must be within 0..3600 seconds, got {self.review_stats_ttl}")
-        if self.post_url is not None:
-            scheme = self.post_url.split(":", 1)[0].lower()
-            if scheme not in ("http", "https") or "{id}" not in self.post_url:
-                raise ConfigError(
-                    "SEMDUP_POST_URL must be an http(s) URL holding {id} (and optionally {index}), e.g. "
-                    f"https://travel.stackexchange.com/questions/{{id}}; got {self.post_url!r}"
-                )
-            try:
-                self.post_url.format(id="1", index="x")
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ConfigError(f"SEMDUP_POST_URL may hold only {{id}} and {{index}}: {exc!r}") from None
-
-    def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        if shown["api_key"]:
-            shown["api_key"] = "***"
-        if shown.pop("session_secret"):  # named only when set, and never shown
-            shown["session_secret"] = "***"
-        return "ServiceSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
-
-    __str__ = __repr__
+        return self
 
     @property
     def keys(self) -> tuple[ApiKey, ...]:

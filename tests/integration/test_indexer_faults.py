@@ -237,7 +237,6 @@ def test_a_worker_killed_whole_hands_its_batches_back_after_the_visibility_timeo
     from semdup.ingest.jobs import enqueue_posts, wait_for
     from semdup.ingest.ledger import task_id
     from semdup.ingest.outcomes import job_counts
-    from semdup.ingest.sweeper import SweepSettings
 
     sent = posts[:2000]
     create(opensearch_client, unique_index, bundle)
@@ -255,8 +254,8 @@ def test_a_worker_killed_whole_hands_its_batches_back_after_the_visibility_timeo
     assert job_counts(opensearch_client, job.id).written == 200  # the four batches before it
     assert _queued(job) == {p.id for p in sent[200:]}  # every other post: nothing lost
     worker.start()
-    sweep = SweepSettings(after_s=600)  # on, but too slow to matter: the visibility timeout brings the batch back
-    done = wait_for(opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep=sweep)
+    sweep = 600.0  # on, but too slow to matter: the visibility timeout brings the batch back
+    done = wait_for(opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep_after=sweep)
     assert done.finished and (done.written, done.parked) == (len(sent), 0)
     assert done.waiting.resent_batches == 0
     assert count(opensearch_client, unique_index, bundle.version) == len(sent)
@@ -272,7 +271,6 @@ def test_a_worker_killed_between_taking_a_batch_and_recording_it_unacknowledged_
     from semdup.ingest.celery_app import app
     from semdup.ingest.jobs import enqueue_posts, wait_for
     from semdup.ingest.ledger import done_batches, ledger_entries, task_id
-    from semdup.ingest.sweeper import SweepSettings
 
     sent = posts[:300]
     create(opensearch_client, unique_index, bundle)
@@ -293,7 +291,7 @@ def test_a_worker_killed_between_taking_a_batch_and_recording_it_unacknowledged_
     assert set(on_broker) == {task_id(job.id, str(k)) for k in range(2, 6)}
     worker.start()
     done = wait_for(
-        opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep=SweepSettings(after_s=5)
+        opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep_after=5
     )
     assert done.finished and (done.written, done.parked) == (len(sent), 0)
     assert done.waiting.resent_batches == 1

@@ -39,7 +39,6 @@ def test_a_worker_killed_whole_on_rabbitmq_has_its_batch_handed_back_and_written
     from semdup.ingest.jobs import enqueue_posts, wait_for
     from semdup.ingest.ledger import task_id
     from semdup.ingest.outcomes import job_counts
-    from semdup.ingest.sweeper import SweepSettings
 
     env = worker_env(opensearch_url, rabbitmq_url, bundle_dir)
     sent = travel_posts[:400]
@@ -59,8 +58,8 @@ def test_a_worker_killed_whole_on_rabbitmq_has_its_batch_handed_back_and_written
     worker = LocalWorker(env, tmp_path / "worker.log")
     try:
         worker.start()
-        sweep = SweepSettings(after_s=600)  # on, but it only ever sends batches the producer never published
-        done = wait_for(opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep=sweep)
+        sweep = 600.0  # on, but it only ever sends batches the producer never published
+        done = wait_for(opensearch_client, job, timeout=STEP_S, interval=0.5, progress=False, sweep_after=sweep)
     finally:
         worker.stop()
     assert done.finished and (done.written, done.parked) == (len(sent), 0)

@@ -18,7 +18,6 @@ jobs' ledgers are deleted. The kills happen at exact points (``held_worker.py``)
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ def test_a_worker_killed_mid_batch_loses_no_batch_posted_over_http(
         OpenSearchSettings(url=opensearch_url),
         broker=BrokerSettings(url=redis_url),
     )
-    settings = replace(settings, sweep_after=SWEEP_AFTER_S)
+    settings = settings.model_copy(update={"sweep_after": SWEEP_AFTER_S})
     env = worker_env(opensearch_url, redis_url, bundle_dir)
     held, signal = held_worker(env, tmp_path, hold, at=at)
     worker = LocalWorker(env, tmp_path / "worker.log")

@@ -70,7 +70,7 @@ def similar(
     search = title_search(st)
     with searchable(name):
         found = search.search(req.title, name, req.size)
-    template = st.settings.post_url
+    template = st.settings.review.post_url
     out = []
     for post in found:
         shown = post.to_json()

@@ -37,7 +37,7 @@ def test_nothing_to_choose_on_is_an_error() -> None:
 
 def test_k_comes_from_flag_k_then_the_calibration_then_ten() -> None:
     cal = Calibration(a=1.0, b=0.0, threshold=0.7, k=1)
-    assert resolve_k(AlertSettings(k=5), cal) == 5
+    assert resolve_k(AlertSettings(flag_k=5), cal) == 5
     assert resolve_k(AlertSettings(), cal) == 1
     assert resolve_k(AlertSettings(), Calibration(a=1.0, b=0.0)) == DEFAULT_K == resolve_k(AlertSettings(), None)
 

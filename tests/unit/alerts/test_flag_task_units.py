@@ -38,7 +38,7 @@ def worker(monkeypatch) -> dict[str, Any]:
     seen: dict[str, Any] = {"flagged": [], "deleted": [], "error": None, "missing": []}
     rt = WorkerRuntime(bundle=SimpleNamespace(version="m-1"), client=object(), retry=POLICY)
     monkeypatch.setattr(tasks, "runtime", lambda: rt)
-    monkeypatch.setattr(tasks, "process_reranker", lambda rt, index: ("rr", SimpleNamespace(k=3)))
+    monkeypatch.setattr(tasks, "process_reranker", lambda rt, index: ("rr", SimpleNamespace(flag_k=3)))
 
     def read_posts(client, index, ids, *, to_encode=False):
         return [Post(i, "t") for i in ids if i not in seen["missing"]], [i for i in ids if i in seen["missing"]]
@@ -116,9 +116,9 @@ def test_one_reranker_per_process_rebuilt_only_for_another_bundle(monkeypatch, t
     monkeypatch.setattr(tasks, "Reranker", FakeReranker)
     monkeypatch.setattr(tasks, "_cached", None)
     b1 = SimpleNamespace(version="m-1", path=tmp_path / "b1")
-    rt = WorkerRuntime(bundle=b1, client=object(), retry=POLICY, alerts=AlertSettings(k=4))  # the root's settings
+    rt = WorkerRuntime(bundle=b1, client=object(), retry=POLICY, alerts=AlertSettings(flag_k=4))  # the root's settings
     first, settings = tasks.process_reranker(rt, "travel")
-    assert tasks.process_reranker(rt, "other")[0] is first and settings.k == 4
+    assert tasks.process_reranker(rt, "other")[0] is first and settings.flag_k == 4
     rt2 = WorkerRuntime(bundle=SimpleNamespace(version="m-2", path=tmp_path / "b2"), client=object(), retry=POLICY)
     assert tasks.process_reranker(rt2, "travel")[0] is not first
     assert built == [("m-1", "travel", None), ("m-2", "travel", None)]  # no calibration file beside them
@@ -171,15 +171,15 @@ def test_the_worker_flags_with_the_k_the_calibration_was_chosen_with_unless_flag
     def k_of(alerts: AlertSettings | None) -> int:
         monkeypatch.setattr(tasks, "_cached", None)
         rt = WorkerRuntime(bundle=bundle, client=object(), retry=POLICY, alerts=alerts)
-        return tasks.process_reranker(rt, "travel")[1].k
+        return tasks.process_reranker(rt, "travel")[1].flag_k
 
     assert k_of(None) == 10 and k_of(AlertSettings()) == 10  # no calibration at all
     save_calibration(cal_file, "m-1", Calibration(a=1.0, b=0.0, threshold=0.7, k=1))
     assert k_of(AlertSettings()) == 1
-    assert k_of(AlertSettings(k=5)) == 5
+    assert k_of(AlertSettings(flag_k=5)) == 5
     # the file is rewritten without a k (`semdup calibrate`): the same process goes back to 10 at its next task
     monkeypatch.setattr(tasks, "_cached", None)
     rt = WorkerRuntime(bundle=bundle, client=object(), retry=POLICY, alerts=AlertSettings())
-    assert tasks.process_reranker(rt, "travel")[1].k == 1
+    assert tasks.process_reranker(rt, "travel")[1].flag_k == 1
     save_calibration(cal_file, "m-1", Calibration(a=1.0, b=0.0, threshold=0.8))
-    assert tasks.process_reranker(rt, "travel")[1].k == 10
+    assert tasks.process_reranker(rt, "travel")[1].flag_k == 10

@@ -226,16 +226,16 @@ def test_the_switch_is_off_unless_set_and_refuses_a_non_boolean() -> None:
 
 def test_alert_settings_read_the_services_candidate_variables() -> None:
     default = load_settings(env={}).alert_settings()
-    assert default.k is None and default.reranker  # None: the calibration's k, else 10
+    assert default.flag_k is None and default.reranker  # None: the calibration's k, else 10
     assert default.reranker == RerankerSettings() and default.calibration is None
     env = {"SEMDUP_FLAG_K": "3", "SEMDUP_KNN": "1", "SEMDUP_TEMPLATES": "bm25,lmj", "SEMDUP_CALIBRATION": "/c.json"}
     tree = load_settings(env=env)
     s = tree.alert_settings()
-    assert (s.k, s.reranker.knn, s.reranker.templates, s.calibration) == (3, True, ("bm25", "lmj"), "/c.json")
+    assert (s.flag_k, s.reranker.knn, s.reranker.templates, s.calibration) == (3, True, ("bm25", "lmj"), "/c.json")
     assert s.reranker == tree.candidates  # the service's candidate paths, one section
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be within"):
         load_settings(env={"SEMDUP_FLAG_K": "0"})
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be a whole number, got 'ten'"):
         load_settings(env={"SEMDUP_FLAG_K": "ten"})
     with pytest.raises(ConfigError, match="SEMDUP_FLAG_K must be within"):
-        AlertSettings(k=101)
+        AlertSettings(flag_k=101)

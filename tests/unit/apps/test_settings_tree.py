@@ -64,9 +64,10 @@ def test_the_defaults_agree_with_the_modules_that_own_them() -> None:
     from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER as sweeper_default
     from semdup.service.settings import ServiceSettings
 
-    assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default)
-    assert ServiceSettings.__dataclass_fields__["sweep_after"].default == sweeper_default  # the service's sweeper
     tree = load_settings(env={})
+    assert (DEFAULT_VISIBILITY_TIMEOUT, DEFAULT_SWEEP_AFTER) == (celery_default, sweeper_default) == (300, 300.0)
+    assert (tree.worker.visibility_timeout, tree.worker.sweep_after) == (celery_default, sweeper_default)
+    assert ServiceSettings.model_fields["sweep_after"].default == sweeper_default  # the service's sweeper
     assert tree.opensearch is None and tree.broker is None and tree.candidates.k_candidates == 100
     with pytest.raises(OpenSearchUnavailable, match="SEMDUP_OPENSEARCH_URL"):
         tree.opensearch_settings()
@@ -84,7 +85,7 @@ def test_env_over_file_over_defaults_and_the_old_reranker_section(tmp_path: Path
     service = tree.service_settings()
     assert (service.opensearch.url, service.opensearch.timeout) == ("http://file:9200", 7.0)
     assert (service.bundle, service.index, service.reranker.templates) == ("/b", "site", ("dfr", "ib"))
-    assert (service.max_k, service.review_stats_ttl) == (30, 5.0)  # env over file, new sections beside old
+    assert (service.max_k, service.review.stats_ttl) == (30, 5.0)  # env over file, new sections beside old
     cli = load_settings(env={"SEMDUP_CONFIG": str(path)}, overrides={"service.index": "other", "model.bundle": None})
     assert (cli.service.index, cli.model.bundle) == ("other", "/b")  # an option given wins, one not given does not
     explained = explain(tree, {"SEMDUP_CONFIG": str(path), "SEMDUP_MAX_K": "30"})

@@ -56,6 +56,8 @@ def test_retry_waits_fit_the_visibility_timeout() -> None:
     with pytest.raises(ConfigError, match="SEMDUP_RETRY_BUDGET must be seconds"):
         load_settings(env={"SEMDUP_RETRY_BUDGET": "soon"})
     with pytest.raises(ConfigError, match="SEMDUP_RETRY_BUDGET must be seconds >= 0"):
+        load_settings(env={"SEMDUP_RETRY_BUDGET": "-1"})
+    with pytest.raises(ValueError, match="budget_s >= 0"):
         RetryPolicy.within(-1, visibility_timeout=300)
     with pytest.raises(ValueError, match="1 <= first_s <= cap_s"):
         RetryPolicy(budget_s=10, first_s=5, cap_s=1)

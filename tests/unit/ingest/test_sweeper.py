@@ -12,7 +12,7 @@ from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavail
 from semdup.ingest import ledger, sweeper
 from semdup.ingest.ledger import LedgerEntry, SentMark, task_id
 from semdup.ingest.outcomes import Job
-from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER, Sweeper, SweepSettings
+from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER, Sweeper
 from semdup.ingest.waiting import WaitState, format_duration
 
 JOB = Job("j1", "travel", "bow-cnn-0123456789ab", total=40)
@@ -81,7 +81,7 @@ class World:
     def sweeper(self, after: float = 60.0, **scope: Any) -> tuple[Sweeper, FakeApp]:
         app = FakeApp()
         scope = scope or {"jobs": [JOB.id]}
-        return Sweeper(None, app, SweepSettings(after_s=after), clock=lambda: self.now, **scope), app  # type: ignore[arg-type]
+        return Sweeper(None, app, after, clock=lambda: self.now, **scope), app  # type: ignore[arg-type]
 
 
 def test_a_batch_in_flight_at_one_sweep_is_neither_reported_nor_sent(monkeypatch) -> None:
@@ -186,7 +186,7 @@ def test_a_sweeper_of_indices_sweeps_every_open_job_and_forgets_the_finished_one
     idle = s.sweep()
     assert (idle.batches, idle.queued, world.reads) == (0, None, reads)  # nothing open: the broker is not read
     with pytest.raises(ValueError, match="either jobs or the unfinished jobs of indices"):
-        Sweeper(None, app, SweepSettings(), jobs=["j1"], indices=["travel"])  # type: ignore[arg-type]
+        Sweeper(None, app, DEFAULT_SWEEP_AFTER, jobs=["j1"], indices=["travel"])  # type: ignore[arg-type]
 
 
 def test_the_sweeping_thread_sweeps_every_interval_until_stopped(monkeypatch) -> None:
@@ -208,17 +208,19 @@ def test_the_sweeping_thread_sweeps_every_interval_until_stopped(monkeypatch) ->
     assert not swept.wait(1.5) and world.reads == reads  # stopped: no sweep after stop()
 
 
-def test_sweep_settings_come_from_the_environment_with_a_bound_above_a_task() -> None:
+def test_the_sweep_bound_comes_from_the_environment_with_a_bound_above_a_task() -> None:
     from semdup.apps.settings import load_settings
 
-    default = load_settings(env={}).sweep_settings()
-    assert default.after_s == DEFAULT_SWEEP_AFTER == 300 and default.every_s == 30
-    assert load_settings(env={"SEMDUP_SWEEP_AFTER": "8"}).sweep_settings().every_s == 2
+    default = load_settings(env={}).worker.sweep_after
+    assert default == DEFAULT_SWEEP_AFTER == 300
+    assert Sweeper(None, FakeApp(), default, jobs=["j"]).every_s == 30  # type: ignore[arg-type]
+    eight = load_settings(env={"SEMDUP_SWEEP_AFTER": "8"}).worker.sweep_after
+    assert Sweeper(None, FakeApp(), eight, jobs=["j"]).every_s == 2  # type: ignore[arg-type]
     for bad in ("soon", "0", "-5"):
         with pytest.raises(ConfigError, match="SEMDUP_SWEEP_AFTER must be seconds > 0"):
             load_settings(env={"SEMDUP_SWEEP_AFTER": bad})
-    with pytest.raises(ConfigError, match="SEMDUP_SWEEP_AFTER must be seconds > 0"):
-        SweepSettings(after_s=0)
+    with pytest.raises(ValueError, match="bound must be seconds > 0"):
+        Sweeper(None, FakeApp(), 0, jobs=["j"])  # type: ignore[arg-type]
 
 
 def test_the_wait_state_says_what_holds_a_job_up() -> None:

@@ -197,7 +197,8 @@ def test_max_in_flight_setting() -> None:
         "SEMDUP_API_KEY": KEY,
         "SEMDUP_OPENSEARCH_URL": os_settings.url,
     }
-    assert load_settings(env=env).service_settings().max_in_flight == ServiceSettings.max_in_flight > 0
+    default = ServiceSettings.model_fields["max_in_flight"].default
+    assert load_settings(env=env).service_settings().max_in_flight == default > 0
     assert load_settings(env={**env, "SEMDUP_MAX_IN_FLIGHT": "0"}).service_settings().max_in_flight == 0
     with pytest.raises(ConfigError, match="SEMDUP_MAX_IN_FLIGHT"):
         service_settings({"bundle": "b", "index": "t", "api_key": KEY, "max_in_flight": -1}, os_settings)

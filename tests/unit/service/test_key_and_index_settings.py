@@ -119,7 +119,7 @@ def test_a_review_key_cannot_search_and_a_search_key_cannot_review() -> None:
 def test_review_settings_are_checked_and_the_session_secret_never_shown() -> None:
     secret = "x" * 40
     s = settings(api_key=K, session_secret=secret, post_url="https://travel.stackexchange.com/questions/{id}")
-    assert secret not in repr(s) and s.session_max_age == 8 * 3600 and s.session_idle == 1800
+    assert secret not in repr(s) and s.review.session_max_age == 8 * 3600 and s.review.session_idle == 1800
     for bad, why in (
         ({"session_secret": "short"}, "at least 32"),
         ({"post_url": "javascript:alert(1)//{id}"}, "http"),
