@@ -140,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.local_worker import LocalWorker
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.core.task_names import SYNC_POSTS
     from semdup.index_format.companion import source_post
     from semdup.index_format.documents import content_hash
@@ -148,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.ingest.celery_app import QUEUE, configure_app, producer_app
     from semdup.ingest.jobs import batches, submit, wait_for
     from semdup.ingest.reconcile import enqueue_sync
+    from semdup.opensearch_io.clients import connect
 
     every = site_posts(args.data)
     posts = every[: args.posts]

@@ -83,7 +83,7 @@ def _timed_search() -> tuple[list[float], Any]:
 
 def _travel(client: Any, bundle_path: str, shards: int, repeat: int) -> dict[str, Any]:
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import knn_available
+    from semdup.opensearch_io.clients import knn_available
     from semdup.core.measures import retrieval_scores
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         args.travel, args.semeval = _tiny_defaults(args.tiny)
     if not (args.travel and args.semeval):
         ap.error("give --travel and --semeval bundles, or --tiny DIR")
-    from semdup.core.clients import connect
+    from semdup.opensearch_io.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.devstack.local_opensearch import own_opensearch
 

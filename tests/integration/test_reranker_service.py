@@ -25,13 +25,13 @@ from stub_servers import garbage_cluster, wait_until_answering
 
 from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
-from semdup.core.clients import connect
 from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_process import any_free_port
 from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.ingest.lexical_index import create_index
+from semdup.opensearch_io.clients import connect
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.service.settings import ServiceSettings
 

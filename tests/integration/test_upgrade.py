@@ -249,7 +249,7 @@ class _Crashing:
         if self.calls >= self.fail_at:
             from opensearchpy.exceptions import ConnectionError as OsConnectionError
 
-            from semdup.core.opensearch import client_error
+            from semdup.opensearch_io.boundary import client_error
 
             # what the client raises when the cluster refuses the connection (semdup's, by its transport)
             raise client_error(OsConnectionError("N/A", "connection refused (test)", None), "POST", "/_bulk")
