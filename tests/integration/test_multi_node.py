@@ -88,7 +88,7 @@ def _make_site(client: Any, name: str, posts: list[Post]) -> None:
 
 
 def _enable(client: Any, site: str, bundle: Any) -> str:
-    from semdup.indexer.enable import enable_index
+    from semdup.site_index.enable import enable_index
 
     out = enable_index(
         client, site, version=bundle.version, dimension=bundle.dimension, title_field="Title", body_field="Body"

@@ -264,7 +264,7 @@ def test_readyz_on_a_connected_site_reports_the_companion_and_its_model(
     """A site's own index connected with `semdup enable` is served through its companion: /readyz reports the
     companion's model (the site's own index has none), and refuses a companion of another model as rerank does."""
     from benchmarks.site_index import make_site_index
-    from semdup.indexer.enable import enable_index
+    from semdup.site_index.enable import enable_index
 
     bundle, index = served
     site, other = unique_index, f"{unique_index}-other"
