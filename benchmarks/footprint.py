@@ -169,15 +169,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
-    from semdup.core.bulk import chunked
-    from semdup.core.clients import connect
     from semdup.indexer.batch_writer import index_batch
-    from semdup.indexer.enable import enable_index
     from semdup.indexer.sync import sync_batch
     from semdup.ingest.lexical_index import create_index
     from semdup.ingest.reconcile import plan_sync
+    from semdup.opensearch_io.bulk import chunked
+    from semdup.opensearch_io.clients import connect
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_templates import query_text
+    from semdup.site_index.enable import enable_index
 
     every = site_posts(args.data)
     posts, queries = every[: args.posts], every[args.posts : args.posts + args.queries]

@@ -140,14 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.local_worker import LocalWorker
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.core.task_names import SYNC_POSTS
     from semdup.index_format.companion import source_post
     from semdup.index_format.documents import content_hash
-    from semdup.indexer.enable import enable_index
     from semdup.ingest.celery_app import QUEUE, configure_app, producer_app
     from semdup.ingest.jobs import batches, submit, wait_for
     from semdup.ingest.reconcile import enqueue_sync
+    from semdup.opensearch_io.clients import connect
+    from semdup.site_index.enable import enable_index
 
     every = site_posts(args.data)
     posts = every[: args.posts]

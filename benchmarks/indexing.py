@@ -95,14 +95,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
-    from semdup.core.bulk import bulk_write, chunked
-    from semdup.core.clients import connect, knn_available
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.index_format.documents import index_action
     from semdup.index_format.schema import CandidateFields
     from semdup.indexer.batch_writer import index_batch
     from semdup.ingest.lexical_index import create_index, delete_index
+    from semdup.opensearch_io.bulk import bulk_write, chunked
+    from semdup.opensearch_io.clients import connect, knn_available
 
     posts: list[Post] = list(load_stackexchange_dump(args.data or travel_dir()).posts.values())
     if args.posts:

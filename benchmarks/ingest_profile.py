@@ -54,8 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from semdup.bundle.bundle import Bundle
-    from semdup.core.bulk import bulk_write
-    from semdup.core.clients import connect
     from semdup.core.posts import Post
     from semdup.core.scoring import title_posts
     from semdup.core.settings import OpenSearchSettings
@@ -67,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.index_format.documents import lexical_document
     from semdup.indexer.batch_writer import _semdup_fields, ensure_index_model
     from semdup.ingest.lexical_index import create_index
+    from semdup.opensearch_io.bulk import bulk_write
+    from semdup.opensearch_io.clients import connect
 
     bundle = Bundle.load(args.bundle, device="cpu", intra_op_threads=1, streams=args.threads)  # as a worker runs it
     posts, _ = _sample(load_stackexchange_dump(travel_dir()).corpus(), args.posts, args.seed)

@@ -60,8 +60,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.indexing import _hardware, _versions
     from semdup.apps.settings import load_settings
-    from semdup.core.bulk import chunked
-    from semdup.core.clients import connect
     from semdup.core.task_names import INDEX_POSTS
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
@@ -71,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.ingest.celery_app import QUEUE, configure_app
     from semdup.ingest.ledger import TaskCall
     from semdup.ingest.outcomes import JOBS_INDEX, ensure_jobs_index, new_job, record_job
+    from semdup.opensearch_io.bulk import chunked
+    from semdup.opensearch_io.clients import connect
 
     posts = [p.to_json() for p in load_stackexchange_dump(args.data or travel_dir()).posts.values()]
     client = connect(load_settings().opensearch_settings())

@@ -121,14 +121,14 @@ class _Nodes:
         self.peer = LocalOpenSearch(cache_dir=ml_cache_dir(), state_dir=workdir / "peer-node", port=any_free_port())
 
     def start(self) -> tuple[Any, Any]:
-        from semdup.core.clients import connect
         from semdup.core.settings import OpenSearchSettings
+        from semdup.opensearch_io.clients import connect
 
         clients = []
         for node in (self.semdup, self.peer):
             url = node.start()
             clients.append(connect(OpenSearchSettings(url=url, timeout=_TIMEOUT)))
-        from semdup.core.opensearch import site_searches
+        from semdup.opensearch_io.boundary import site_searches
 
         # the peer's index runs its hybrid normalization as its default search pipeline, as the peer's application
         # searches it; semdup's own clients would name no pipeline (issue #45)
@@ -199,9 +199,9 @@ def _worker_init(bundle_path: str, threads: int, url: str) -> None:
     each Celery worker process has."""
     global _worker
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.index_format.mapping import candidate_fields
+    from semdup.opensearch_io.clients import connect
 
     client = connect(OpenSearchSettings(url=url, timeout=_TIMEOUT))
     bundle = _worker_bundle(Bundle, bundle_path, threads)

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from semdup.apps.settings import load_settings
-    from semdup.core.clients import connect
+    from semdup.opensearch_io.clients import connect
 
     client = connect(load_settings().opensearch_settings())
     alias, own = f"{args.prefix}-posts", f"{args.prefix}-own"

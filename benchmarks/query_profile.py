@@ -109,12 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("opensearch").setLevel(logging.ERROR)
 
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
+    from semdup.opensearch_io.clients import connect
     from semdup.reranker import Reranker, RerankerSettings
 
     bundles = {t: Bundle.load(args.bundle, providers=["CPUExecutionProvider"], intra_op_threads=t) for t in threads}

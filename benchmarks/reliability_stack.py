@@ -64,10 +64,10 @@ class Stack:
         from benchmarks.tcp_proxy import TcpProxy
         from semdup.apps.settings import load_settings
         from semdup.bundle.bundle import Bundle
-        from semdup.core.clients import connect
         from semdup.core.settings import OpenSearchSettings
         from semdup.devstack.local_process import any_free_port
         from semdup.ingest.celery_app import configure_app
+        from semdup.opensearch_io.clients import connect
 
         if kind not in BROKERS:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {kind!r}")

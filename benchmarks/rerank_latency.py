@@ -164,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from semdup.apps.settings import load_settings
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
+    from semdup.opensearch_io.clients import connect
     from semdup.reranker import Reranker, RerankerSettings
     from semdup.search_templates import query_text, template_id, template_params
 

@@ -297,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.site_index import site_posts
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.evaluation.through_reranker import semantic_index
     from semdup.index_format.schema import CandidateFields
+    from semdup.opensearch_io.clients import connect
     from semdup.service.settings import ServiceSettings
 
     bundle = Bundle.load(args.bundle)

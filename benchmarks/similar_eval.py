@@ -158,8 +158,8 @@ def print_result(result: Mapping[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from semdup.apps.settings import load_settings
-    from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
+    from semdup.opensearch_io.clients import connect
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.similar_eval", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True, help="the model bundle (its fusion must have a title term)")

@@ -70,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import similar_eval
     from benchmarks.similar_index import similar_index
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import connect
     from semdup.core.posts import Post
     from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
+    from semdup.opensearch_io.clients import connect
     from semdup.search_templates import query_text, template_id, template_params
 
     bundle = Bundle.load(args.bundle, intra_op_threads=1)

@@ -48,7 +48,7 @@ def site_doc(p: Post, n: int) -> dict[str, Any]:
 
 def bulk_or_raise(client: Any, actions: list[dict[str, Any]]) -> None:
     """semdup's bulk writer; any failed action is an error (these are measurements' fixtures)."""
-    from semdup.core.bulk import bulk_write
+    from semdup.opensearch_io.bulk import bulk_write
 
     report = bulk_write(client, actions, chunk_size=200, request_timeout=_TIMEOUT)
     if report.failed:

@@ -337,8 +337,8 @@ def _print(run: AlertsRun) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from semdup.apps.settings import load_settings
-    from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
+    from semdup.opensearch_io.clients import connect
 
     ap = argparse.ArgumentParser(prog="python -m experiments.alerts_eval", description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", required=True, help="the model bundle (directory or .tar.gz)")

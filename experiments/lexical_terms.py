@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--opensearch", default=None, help="an OpenSearch URL with k-NN (default: a throwaway node)")
     args = ap.parse_args(argv)
     cuts = [int(c) for c in args.cuts.split(",")]
-    from semdup.core.clients import connect
+    from semdup.opensearch_io.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.devstack.local_opensearch import own_opensearch
 

@@ -76,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="dev", choices=("dev", "test"))
     ap.add_argument("--size", type=int, default=100)
     args = ap.parse_args(argv)
-    from semdup.core.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.measures.ranking import retrieval_scores
+    from semdup.opensearch_io.clients import connect
     from semdup.search_pipeline import PipelineSpec, create, remove
 
     key = os.environ["SEMDUP_API_KEY"]

@@ -83,8 +83,8 @@ def _timed_search() -> tuple[list[float], Any]:
 
 def _travel(client: Any, bundle_path: str, shards: int, repeat: int) -> dict[str, Any]:
     from semdup.bundle.bundle import Bundle
-    from semdup.core.clients import knn_available
-    from semdup.core.measures import retrieval_scores
+    from semdup.opensearch_io.clients import knn_available
+    from semdup.measures.ranking import retrieval_scores
     from semdup.data.paths import travel_dir
     from semdup.data.stackexchange import load_stackexchange_dump
     from semdup.evaluation.through_reranker import semantic_index
@@ -152,7 +152,7 @@ def _overlap(rrs: dict[str, Any], queries: list[Any]) -> dict[str, dict[str, flo
 
 def _semeval(client: Any, bundle_path: str, shards: int) -> dict[str, Any]:
     from semdup.bundle.bundle import Bundle
-    from semdup.core.measures import complete_scores, semeval_scores
+    from semdup.measures.ranking import complete_scores, semeval_scores
     from semdup.data.paths import semeval_files
     from semdup.data.semeval import load_semeval_xml
     from semdup.evaluation.through_reranker import semantic_index
@@ -183,7 +183,7 @@ def _tiny_defaults(workdir: Path) -> tuple[str, str]:
     """The tiny base encoder's bundle and a default fitted on it per data set, as ``semdup demo`` fits its own."""
     from semdup.data.paths import semeval_files
     from semdup.data.posts_input import read_posts
-    from semdup.export.default_bundle import fit_default
+    from semdup.learn.default_bundle import fit_default
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from tiny_onnx import tiny_wordpiece_bundle  # type: ignore[import-not-found]
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         args.travel, args.semeval = _tiny_defaults(args.tiny)
     if not (args.travel and args.semeval):
         ap.error("give --travel and --semeval bundles, or --tiny DIR")
-    from semdup.core.clients import connect
+    from semdup.opensearch_io.clients import connect
     from semdup.core.settings import OpenSearchSettings
     from semdup.devstack.local_opensearch import own_opensearch
 

@@ -40,11 +40,11 @@ from local_services import throwaway
 
 from benchmarks.local_rabbitmq import LocalRabbitMQ
 from semdup.apps.settings import load_settings
-from semdup.core.clients import connect
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_cluster import LocalCluster
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
 from semdup.devstack.local_redis import LocalRedis
+from semdup.opensearch_io.clients import connect
 
 logger = logging.getLogger(__name__)
 

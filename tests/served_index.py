@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from semdup.bundle import Bundle
-from semdup.core.clients import knn_available
 from semdup.core.posts import Post
 from semdup.indexer.batch_writer import ensure_index_model, index_batch
 from semdup.ingest.lexical_index import create_index
+from semdup.opensearch_io.clients import knn_available
 from semdup.search_templates import register_templates
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.opensearch import client_error
+from semdup.opensearch_io.boundary import client_error
 
 
 class DictCluster:

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from semdup.core.bulk import bulk_write
 from semdup.core.errors import ConfigError
 from semdup.core.index_names import check_index_name
 from semdup.core.post_rules import MAX_ID_BYTES
 from semdup.index_format.system_indices import FLAGS, ensure
+from semdup.opensearch_io.bulk import bulk_write
 
 __all__ = ["FLAGS_INDEX", "Flag", "flag_id", "ensure_flags_index", "replace_flags", "delete_flags", "list_flags"]
 

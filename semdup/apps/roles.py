@@ -35,7 +35,7 @@ from semdup.index_format.system_indices import FLAGS, JOBS, LOCKS, PARKED, SESSI
 
 __all__ = ["IndexPermission", "Role", "semdup_roles", "rest_bodies", "roles_yml"]
 
-# Every client checks the cluster with GET / (semdup.core.clients.connect).
+# Every client checks the cluster with GET / (semdup.opensearch_io.clients.connect).
 _HELLO = ("cluster:monitor/main",)
 # Reading: a search, a count, a document, a scroll, a mapping (each reader checks the index's fields first).
 _READ = (

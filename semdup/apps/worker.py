@@ -73,8 +73,8 @@ def load_worker_bundle(settings: Settings, path: str, *, device: str | None = No
 def build_runtime(settings: Settings) -> WorkerRuntime:
     """One worker process's runtime from the tree: the bundle loaded and verified, a checked client, the retry
     policy, whether flagging is chained, and how the flagging task flags."""
-    from semdup.core.clients import connect
     from semdup.index_format.system_indices import use_store_shape
+    from semdup.opensearch_io.clients import connect
 
     path = settings.bundle()
     bundle = load_worker_bundle(settings, path)

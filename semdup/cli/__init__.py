@@ -5,7 +5,7 @@ or group under the name listed in ``_COMMANDS``. Runtime errors print "Error: ..
 usage errors exit 2 (click's convention). Every such line goes through :func:`semdup.core.logs.scrub` (no
 password of a broker or cluster URL, no API key), and in JSON log mode it is one JSON record like every other
 line on stderr. OpenSearch's errors arrive as semdup's already (the client raises them,
-:mod:`semdup.core.opensearch`), so they too end as one ``Error:`` line, never a traceback.
+:mod:`semdup.opensearch_io.boundary`), so they too end as one ``Error:`` line, never a traceback.
 """
 
 from __future__ import annotations

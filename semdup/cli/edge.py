@@ -27,8 +27,8 @@ def settings() -> Any:
 def client(url: str | None = None, *, check: bool = True) -> Any:
     """A client of the configured cluster, or of ``url`` (``--opensearch``: credentials and TLS still come from the
     settings)."""
-    from semdup.core.clients import connect
     from semdup.index_format.system_indices import use_store_shape
+    from semdup.opensearch_io.clients import connect
 
     tree = settings()
     use_store_shape(tree.indices.store())  # the stores this command creates get the configured shards and replicas

@@ -1,7 +1,7 @@
 """``semdup worker``, ``semdup index-posts``, ``semdup backfill``, ``semdup enable``: the Celery indexer's CLI.
 
 Each command parses, calls the library (:mod:`semdup.data.posts_input`, :mod:`semdup.ingest.jobs`,
-:mod:`semdup.ingest.backfill`, :mod:`semdup.ingest.reconcile`, :mod:`semdup.indexer.enable`) and prints what it
+:mod:`semdup.ingest.backfill`, :mod:`semdup.ingest.reconcile`, :mod:`semdup.site_index.enable`) and prints what it
 returns.
 """
 
@@ -320,7 +320,7 @@ def enable(
       semdup backfill --index site-posts
     """
     from semdup.index_format.schema import CandidateFields
-    from semdup.indexer.enable import enable_index
+    from semdup.site_index.enable import enable_index
 
     b = _load_bundle(edge.bundle_path(bundle))
     client = edge.client()

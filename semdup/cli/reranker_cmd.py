@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
-import os
-import tempfile
 
 import click
 
 __all__ = ["rerank", "serve"]
 
-logger = logging.getLogger(__name__)
 
 _TEMPLATES_HELP = "Comma-separated lexical candidate templates: bm25, lmj, lmd, dfr, ib, tfidf (first = lexnorm's)."
 
@@ -164,12 +160,8 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
       curl -s -H "X-API-Key: $SEMDUP_API_KEY" -H 'content-type: application/json' \\
            -d '{"title": "Visa on arrival in Qatar?", "body": "", "k": 5}' localhost:8080/v1/rerank
     """
-    from semdup.apps.http import configure_service_logging
-    from semdup.apps.settings import HANDOFF_ENV, handoff, load_settings
-    from semdup.service.http_protocol import PROTOCOL_PATH
-    from semdup.service.workers import preflight, run_workers
+    from semdup.apps.serve import serve as run_service
 
-    log_format = configure_service_logging("json" if log_json else None)
     overrides = {
         "config_file": config_file,
         "opensearch.url": url,
@@ -180,61 +172,6 @@ def serve(bundle, index, host, port, workers, templates, sparse, knn, config_fil
         "candidates.knn": knn,
         "service.workers": workers,
         "service.forwarded_allow_ips": proxies,
-        "logging.format": log_format,
     }
-    tree = load_settings(overrides=overrides)
-    settings = tree.service_settings()  # fails here, before any worker starts (a short key: one Error line)
-    workers = tree.workers()
-    for warning in settings.startup_warnings():  # once, here, rather than once per worker
-        logger.warning(warning)
-    trusted = tree.service.forwarded_allow_ips
-    if "*" in trusted:
-        logger.warning(
-            "SEMDUP_FORWARDED_ALLOW_IPS=* takes X-Forwarded-For from every client: each may choose the address its "
-            "wrong keys are counted by. Name the reverse proxy's address instead (e.g. 10.0.0.5)"
-        )
-    # The workers' own load, once, before any starts (in a process of its own, so this supervisor keeps none of
-    # its memory): a bad bundle is one Error line, not workers dying one after the other.
-    version = preflight(settings, log_format)
-    line = (
-        f"serving {settings.bundle} (model {version}) on index {settings.index} at http://{host}:{port} "
-        f"({workers} worker{'s' if workers > 1 else ''}, auth {'on' if settings.auth else 'OFF'})"
-    )
-    if settings.review_enabled:
-        line += f"; review page at http://{host}:{port}/review"
-        if not settings.review.session_secret:
-            import secrets
-
-            # one secret for every worker, so a review login holds in all of them (until this service stops)
-            tree = tree.model_copy(
-                update={"review": tree.review.model_copy(update={"session_secret": secrets.token_urlsafe(32)})}
-            )
-            line += " (logins last until the service stops: set SEMDUP_SESSION_SECRET to keep them)"
-    runtime = None
-    if tree.service.runtime_dir is None:  # what the workers share (the failure counts): a folder of this service's
-        runtime = tempfile.TemporaryDirectory(prefix="semdup-serve-")
-        tree = tree.model_copy(update={"service": tree.service.model_copy(update={"runtime_dir": runtime.name})})
-    # uvicorn's worker processes are spawned: they get the resolved tree, CLI options included, as one variable
-    os.environ[HANDOFF_ENV] = handoff(tree)
-    if log_format == "json":
-        logger.info(line)
-    else:
-        click.echo(line, err=True)
-    try:
-        run_workers(  # raises ConfigError (one Error line, exit 1) when a worker cannot start
-            "semdup.apps.http:app_from_env",  # the service with every router (semdup.apps, the composition root)
-            http=PROTOCOL_PATH,  # TCP_NODELAY on every connection: uvicorn's multi-worker socket leaves it off
-            host=host,
-            port=port,
-            workers=workers,
-            log_level="info",
-            access_log=False,
-            # X-Forwarded-For only from the proxies the operator named (uvicorn's default trusts 127.0.0.1, so any
-            # local client could choose the address its failures count against: issue #34)
-            proxy_headers=bool(trusted),
-            forwarded_allow_ips=",".join(trusted) or None,
-            log_config=None,  # no handlers of uvicorn's own: its records go through semdup's root handler
-        )
-    finally:
-        if runtime is not None:
-            runtime.cleanup()
+    # the settings, the shared secret and runtime folder, the workers: semdup.apps.serve (the composition root)
+    run_service(overrides, host=host, port=port, log_json=log_json, announce=lambda line: click.echo(line, err=True))

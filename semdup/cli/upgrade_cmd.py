@@ -1,6 +1,6 @@
-"""``semdup upgrade``: a connected site's index moves to a new model without downtime (:mod:`semdup.indexer.upgrade`).
+"""``semdup upgrade``: a connected site's index moves to a new model, no downtime (:mod:`semdup.site_index.upgrade`).
 
-Parses, calls :func:`~semdup.indexer.upgrade.upgrade` or :func:`~semdup.indexer.upgrade.remove_old`, prints.
+Parses, calls :func:`~semdup.site_index.upgrade.upgrade` or :func:`~semdup.site_index.upgrade.remove_old`, prints.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _client() -> Any:
 
 
 def _remove_old(client: Any, alias: str, yes: bool) -> None:
-    from semdup.indexer.upgrade import remove_old
+    from semdup.site_index.upgrade import remove_old
 
     plan = remove_old(client, alias, dry_run=True)
     click.echo(f"{plan.alias} points at {', '.join(plan.current)} (kept)")
@@ -85,7 +85,7 @@ def upgrade(
     path = bundle_path(bundle)
     from semdup.bundle.bundle import Bundle
     from semdup.index_format.schema import CandidateFields
-    from semdup.indexer.upgrade import upgrade as run_upgrade
+    from semdup.site_index.upgrade import upgrade as run_upgrade
 
     b = Bundle.load(path)
     wanted = _FIELDS[fields]

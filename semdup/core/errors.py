@@ -2,7 +2,7 @@
 
 Lower-layer errors (opensearch-py, redis, onnxruntime, XML parsers) are wrapped at the
 boundary with ``raise X(...) from exc`` so callers catch semdup's types only. OpenSearch's are mapped in one
-place, inside the client (:mod:`semdup.core.opensearch`), so no call site ever sees an opensearch-py type::
+place, inside the client (:mod:`semdup.opensearch_io.boundary`), so no call site ever sees an opensearch-py type::
 
     SemdupError                      base; the CLI prints "Error: <message>" and exits 1
     ├── ConfigError                  bad settings, environment or config file
@@ -104,7 +104,7 @@ class BundleError(SemdupError):
 
 class BulkWriteError(SemdupError):
     """Documents that kept failing after retries. ``failures`` holds their
-    :class:`~semdup.core.opensearch.ItemFailure` records (id, status, type, reason)."""
+    :class:`~semdup.opensearch_io.boundary.ItemFailure` records (id, status, type, reason)."""
 
     def __init__(self, message: str, failures: list[Any] | None = None) -> None:
         super().__init__(message)

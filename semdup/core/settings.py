@@ -1,12 +1,12 @@
 """Where semdup's OpenSearch cluster and Celery broker are, and how to log in to them: the frozen settings the
-clients take (:mod:`semdup.core.clients`), and the helpers every settings reader uses (the config file reader,
+clients take (:mod:`semdup.opensearch_io.clients`), and the helpers every settings reader uses (the config file reader,
 booleans, URLs with their passwords masked).
 
 Nothing here reads the environment: the composition root reads every setting once, into one tree
 (:mod:`semdup.apps.settings`), and passes these down::
 
     settings = load_settings().opensearch_settings()   # semdup.apps.settings: env, else config file
-    client = connect(settings)                          # semdup.core.clients: checked with GET /
+    client = connect(settings)                          # semdup.opensearch_io.clients: checked with GET /
 
 Only ``semdup demo`` and the tests use the embedded local OpenSearch / Redis (:mod:`semdup.devstack`), and they
 pass its URL explicitly. Passwords never appear in ``repr``, logs or error messages (:func:`redact_url`).

@@ -177,8 +177,8 @@ def _build_defaults(workdir: Path, base_encoder: str, env: dict[str, str], say: 
 
 def _index_with_worker(client, bundle: Path, env: dict[str, str], say: Say) -> bool:
     """A real Celery worker process indexes all Travel posts through Redis; returns whether k-NN is on."""
-    from semdup.core.clients import knn_available
     from semdup.data.paths import travel_dir
+    from semdup.opensearch_io.clients import knn_available
 
     client.indices.delete(index=DEMO_INDEX, ignore_unavailable=True)
     say(f"$ semdup worker --bundle {bundle}   (in the background)")

@@ -20,12 +20,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from semdup.core.opensearch import OpenSearch
 from semdup.core.progress import progress as progress_bar
 from semdup.data import SemEvalSet
 from semdup.evaluation.methods import Method, load_scorer
 from semdup.ingest.lexical_index import create_index, delete_index, load_posts
 from semdup.measures.ranking import complete_scores, semeval_scores
+from semdup.opensearch_io.boundary import OpenSearch
 from semdup.search_templates import msearch_templates, query_text, register_templates, template_id, template_params
 
 __all__ = ["SemEvalRun", "run_semeval", "MODES"]

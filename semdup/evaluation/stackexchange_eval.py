@@ -12,12 +12,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from semdup.core.opensearch import OpenSearch
 from semdup.data import StackExchangeDump
 from semdup.evaluation.methods import Method, load_scorer
 from semdup.ingest.lexical_index import create_index, delete_index, load_posts
 from semdup.measures.protocols import rank_corpus
 from semdup.measures.ranking import retrieval_scores
+from semdup.opensearch_io.boundary import OpenSearch
 from semdup.search_templates import msearch_templates, query_text, register_templates, template_id, template_params
 
 __all__ = ["RetrievalRun", "run_stackexchange", "TOP"]

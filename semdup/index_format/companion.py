@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from semdup.core.errors import SearchIndexError
-from semdup.core.opensearch import OpenSearch
 from semdup.index_format.mapping import MODEL_META_KEY
+from semdup.opensearch_io.boundary import OpenSearch
 
 __all__ = [
     "SOURCE_META_KEY",

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from semdup.core.errors import OpenSearchMissing, SearchIndexError
-from semdup.core.opensearch import OpenSearch
 from semdup.index_format.packed_fields import pack_semdup_fields
 from semdup.index_format.schema import CandidateFields
+from semdup.opensearch_io.boundary import OpenSearch
 
 __all__ = [
     "MODEL_META_KEY",

@@ -24,11 +24,11 @@ import logging
 from typing import Any
 
 from semdup.core.errors import DataError, OpenSearchMissing, OpenSearchUnavailable, SearchIndexError
-from semdup.core.opensearch import OpenSearch, scan
 from semdup.core.posts import Post
 from semdup.data.stackexchange import StackExchangeDump
 from semdup.data.supervision import SourceReport, Supervision
 from semdup.index_format.companion import SourceFields, companion_of, source_field, source_post
+from semdup.opensearch_io.boundary import OpenSearch, scan
 
 __all__ = ["site_supervision"]
 

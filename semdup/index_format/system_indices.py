@@ -7,7 +7,7 @@ A declaration (:class:`SystemIndex`) is the index's name, its settings and its m
 creates it unless it exists (workers and service processes race to create it first: the loser's
 ``resource_already_exists_exception`` is fine), and adds to an index an older semdup created the fields declared
 since (a mapping only grows), once per client and name in a process. Every call uses the client's timeout
-(``SEMDUP_OPENSEARCH_TIMEOUT``, set where the client is built, :func:`semdup.core.clients.connect`).
+(``SEMDUP_OPENSEARCH_TIMEOUT``, set where the client is built, :func:`semdup.opensearch_io.clients.connect`).
 
 The stores: ``semdup-parked`` (posts that could not be written, :mod:`semdup.ingest.parking`), ``semdup-jobs``
 (index jobs, their tasks' outcomes and the ledger of their batches, :mod:`semdup.ingest.outcomes`,

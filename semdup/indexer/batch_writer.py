@@ -41,9 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from semdup.core.bulk import BulkReport, bulk_write, chunked
 from semdup.core.errors import OpenSearchRefused, PostError, SearchIndexError
-from semdup.core.opensearch import ItemFailure, OpenSearch, mget_docs
 from semdup.core.post_rules import check_post_input, opensearch_id_problem
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings, check_post
@@ -52,6 +50,8 @@ from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash, lexical_document, stored_post
 from semdup.index_format.mapping import MODEL_META_KEY, candidate_fields, semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields
+from semdup.opensearch_io.boundary import ItemFailure, OpenSearch, mget_docs
+from semdup.opensearch_io.bulk import BulkReport, bulk_write, chunked
 
 __all__ = [
     "DocumentEncoder",

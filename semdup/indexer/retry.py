@@ -1,7 +1,7 @@
 """How the worker's tasks retry: Celery's ``autoretry_for`` and ``retry_backoff``, bounded by a retry budget.
 
 :class:`RetryingTask` is the tasks' base. Celery retries every error of :data:`TRANSIENT_ERRORS` (OpenSearch not
-answering or overloaded, as :mod:`semdup.core.opensearch` decides; a task past its soft time limit; a batch for
+answering or overloaded, as :mod:`semdup.opensearch_io.boundary` decides; a task past its soft time limit; a batch for
 another bundle; a batch kept queued, :class:`StillQueued`) with ``retry_backoff``: waits doubling from ``first_s``
 up to ``cap_s`` seconds. ``retry_jitter`` is off: Celery's jitter is full jitter (a wait drawn from [0, countdown]),
 which made the old "8 retries, up to 25 minutes" run out after 98 s in a fault run; without it the nominal waits are

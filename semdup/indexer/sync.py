@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from semdup.core.opensearch import OpenSearch, mget_docs
 from semdup.index_format.companion import SourceFields, source_post
 from semdup.index_format.documents import content_hash
 from semdup.index_format.mapping import mappings
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer.batch_writer import BatchResult, DocumentEncoder, delete_batch, index_batch
+from semdup.opensearch_io.boundary import OpenSearch, mget_docs
 
 __all__ = ["read_source_posts", "site_indices", "sync_batch"]
 

@@ -36,13 +36,13 @@ from celery.utils.log import get_task_logger
 
 from semdup.core import task_names
 from semdup.core.errors import OpenSearchError, SearchIndexError
-from semdup.core.opensearch import ItemFailure
 from semdup.index_format.companion import companion_for
 from semdup.indexer import batch_writer, sync, worker_metrics
 from semdup.indexer.retry import TRANSIENT_ERRORS, OtherBundle, RetryingTask, StillQueued
 from semdup.indexer.runtime import WorkerRuntime, runtime
 from semdup.ingest import outcomes, parking
 from semdup.ingest.celery_app import TASK_SOFT_TIME_LIMIT, app
+from semdup.opensearch_io.boundary import ItemFailure
 
 __all__ = [
     "index_posts",

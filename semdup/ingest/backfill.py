@@ -21,12 +21,12 @@ from typing import Any
 
 from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
-from semdup.core.opensearch import OpenSearch, scan
 from semdup.core.task_names import BACKFILL_BATCH
 from semdup.index_format.companion import companion_of
 from semdup.index_format.mapping import candidate_fields, index_model
 from semdup.ingest.jobs import BATCH, batches, submit
 from semdup.ingest.outcomes import Job
+from semdup.opensearch_io.boundary import OpenSearch, scan
 
 __all__ = [
     "pending_query",

@@ -46,11 +46,8 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any
 
-from semdup.core.bulk import chunked
-from semdup.core.clients import knn_available
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
-from semdup.core.opensearch import OpenSearch
 from semdup.core.posts import Post
 from semdup.core.progress import progress as progress_bar
 from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS, SYNC_POSTS
@@ -65,6 +62,9 @@ from semdup.ingest.outcomes import Job, job_counts, new_job, record_job
 from semdup.ingest.parking import ParkedPost, forget_parked, iter_parked
 from semdup.ingest.sweeper import DEFAULT_SWEEP_AFTER, Sweeper
 from semdup.ingest.waiting import JobProgress, WaitState
+from semdup.opensearch_io.boundary import OpenSearch
+from semdup.opensearch_io.bulk import chunked
+from semdup.opensearch_io.clients import knn_available
 
 __all__ = [
     "BATCH",

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from semdup.core.bulk import bulk_write, chunked
 from semdup.core.errors import BrokerUnavailable, OpenSearchRefused, OpenSearchUnavailable
-from semdup.core.opensearch import OpenSearch, mget_docs, scan
 from semdup.ingest.outcomes import JOBS_INDEX, Job, ensure_jobs_index
+from semdup.opensearch_io.boundary import OpenSearch, mget_docs, scan
+from semdup.opensearch_io.bulk import bulk_write, chunked
 
 __all__ = [
     "CHUNK",

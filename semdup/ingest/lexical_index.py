@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from semdup.core.bulk import BulkReport, bulk_write
 from semdup.core.errors import BulkWriteError, PostError
-from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.posts import Post
 from semdup.core.text_pipeline import TextPipelineSettings
 from semdup.index_format.documents import index_action
 from semdup.index_format.layout import Shape
 from semdup.index_format.schema import CandidateFields, index_body
+from semdup.opensearch_io.boundary import ItemFailure, OpenSearch
+from semdup.opensearch_io.bulk import BulkReport, bulk_write
 from semdup.search_templates import ensure_templates
 
 __all__ = ["create_index", "load_posts", "delete_index"]

@@ -31,8 +31,8 @@ import uuid
 from dataclasses import dataclass
 
 from semdup.core.errors import OpenSearchMissing, SearchIndexError
-from semdup.core.opensearch import OpenSearch
 from semdup.index_format.system_indices import JOBS, ensure
+from semdup.opensearch_io.boundary import OpenSearch
 
 __all__ = [
     "JOBS_INDEX",

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from semdup.core.bulk import bulk_write
 from semdup.core.errors import OpenSearchRefused
 from semdup.core.logs import scrub
-from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.index_format.system_indices import PARKED, ensure
+from semdup.opensearch_io.boundary import ItemFailure, OpenSearch
+from semdup.opensearch_io.bulk import bulk_write
 
 __all__ = [
     "PARKED_INDEX",

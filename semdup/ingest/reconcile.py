@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from semdup.core.errors import OpenSearchUnavailable
-from semdup.core.opensearch import OpenSearch, scan
 from semdup.core.task_names import SYNC_POSTS
 from semdup.index_format.companion import SourceFields, companion_for, source_post
 from semdup.index_format.documents import content_hash
@@ -29,6 +28,7 @@ from semdup.ingest import celery_app
 from semdup.ingest.jobs import BATCH, batches, submit
 from semdup.ingest.outcomes import Job
 from semdup.ingest.sweeper import Sweeper
+from semdup.opensearch_io.boundary import OpenSearch, scan
 
 __all__ = ["SyncPlan", "plan_sync", "enqueue_sync", "watch"]
 

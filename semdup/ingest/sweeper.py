@@ -59,10 +59,10 @@ from dataclasses import dataclass, field
 from celery import Celery
 
 from semdup.core.errors import BrokerUnavailable, OpenSearchUnavailable
-from semdup.core.opensearch import OpenSearch
 from semdup.ingest import ledger
 from semdup.ingest.backlog import check_broker, queued_task_ids
 from semdup.ingest.ledger import Key, task_id
+from semdup.opensearch_io.boundary import OpenSearch
 
 __all__ = ["DEFAULT_SWEEP_AFTER", "Sweep", "Sweeper", "SweepLoop"]
 

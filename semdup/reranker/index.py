@@ -78,7 +78,7 @@ class IndexResolver:
     """Resolves index names for one bundle version and client, once each; thread-safe.
 
     Args:
-        client: an OpenSearch client (:func:`semdup.core.clients.connect`).
+        client: an OpenSearch client (:func:`semdup.opensearch_io.clients.connect`).
         version: the bundle version the reranker serves.
         dense: the bundle has a dense encoder (k-NN candidates are then on by default where the index maps them).
     """

@@ -126,7 +126,7 @@ class Reranker:
 
     Args:
         bundle: a loaded :class:`~semdup.bundle.bundle.Bundle`.
-        client: an OpenSearch client (:func:`semdup.core.clients.connect`: its errors are semdup's).
+        client: an OpenSearch client (:func:`semdup.opensearch_io.clients.connect`: its errors are semdup's).
         index: the index (or alias) to search.
         settings: candidate paths, sizes and timeouts.
         calibration: Platt scaling and threshold fitted on held-out pairs (overrides the bundle's threshold).

@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from semdup.core.errors import SearchIndexError, SemdupError
-from semdup.core.opensearch import error_reason
 from semdup.index_format.schema import feature_name
+from semdup.opensearch_io.boundary import error_reason
 from semdup.search_templates import template_body, template_params
 from semdup.search_templates.components import COMPONENTS_FIELD, script_fields
 
@@ -330,7 +330,7 @@ def search(
 
     Raises:
         SearchTimeout / OpenSearchUnavailable / OpenSearchMissing / OpenSearchRefused: from the client
-            (:mod:`semdup.core.opensearch`).
+            (:mod:`semdup.opensearch_io.boundary`).
     """
     asked = [(s, r) for s in sources if (r := s.request(query)) is not None]
     if not asked:

@@ -90,7 +90,7 @@ class StoredFields:
     other candidate's fusion components are computed in the cluster (:mod:`semdup.search_templates.components`).
 
     Args:
-        client: an OpenSearch client (:func:`semdup.core.clients.connect`).
+        client: an OpenSearch client (:func:`semdup.opensearch_io.clients.connect`).
     """
 
     def __init__(self, client: Any) -> None:

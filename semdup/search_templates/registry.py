@@ -10,8 +10,8 @@ from typing import Any
 import regex
 
 from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
-from semdup.core.opensearch import OpenSearch, error_reason
 from semdup.index_format.schema import LEXICAL_MODELS
+from semdup.opensearch_io.boundary import OpenSearch, error_reason
 from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
 from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 

@@ -47,7 +47,7 @@ def load_reranker(settings: ServiceSettings) -> Reranker:
         BundleError: a missing, changed or inconsistent bundle file. ConfigError: a setting the bundle cannot
             serve (learned-sparse candidates without term weights, k-NN without a dense encoder).
     """
-    from semdup.core.clients import connect
+    from semdup.opensearch_io.clients import connect
 
     # one pooled connection per request thread, and the probes' own
     client = connect(settings.opensearch, check=False, pool_maxsize=settings.threads + PROBE_THREADS)

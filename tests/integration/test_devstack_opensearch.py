@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from semdup.core.clients import knn_available
 from semdup.core.errors import ConfigError
 from semdup.devstack.local_opensearch import LocalOpenSearch, running_url
 from semdup.devstack.local_process import any_free_port
+from semdup.opensearch_io.clients import knn_available
 
 
 @pytest.mark.opensearch

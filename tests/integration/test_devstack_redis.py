@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from semdup.core.clients import check_broker
 from semdup.devstack.local_process import any_free_port
 from semdup.devstack.local_redis import LocalRedis, running_url
+from semdup.opensearch_io.clients import check_broker
 
 
 @pytest.mark.broker

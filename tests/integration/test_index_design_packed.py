@@ -21,7 +21,7 @@ import torch
 from tiny_models import tiny_checkpoint  # tests/ is on sys.path (pytest.ini_options.pythonpath)
 
 from semdup.bundle.bundle import Bundle
-from semdup.core.opensearch import orjson_serializer
+from semdup.opensearch_io.boundary import orjson_serializer
 from semdup.core.posts import Post
 from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts

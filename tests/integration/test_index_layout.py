@@ -12,8 +12,8 @@ import pytest
 from benchmarks.site_index import SITE_MAPPING
 from semdup.index_format.layout import IndexLayout, Shape
 from semdup.index_format.system_indices import JOBS, SYSTEM_INDICES, ensure
-from semdup.indexer.enable import enable_index
 from semdup.ingest.lexical_index import create_index
+from semdup.site_index.enable import enable_index
 
 pytestmark = [pytest.mark.opensearch]
 

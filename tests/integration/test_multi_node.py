@@ -42,10 +42,10 @@ from review_stack import semdup_serve, serve_env
 
 from benchmarks.local_worker import LocalWorker
 from benchmarks.site_index import SITE_MAPPING, bulk_or_raise, site_doc
-from semdup.core.clients import connect
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_cluster import LocalCluster
+from semdup.opensearch_io.clients import connect
 
 pytestmark = [pytest.mark.multinode, pytest.mark.opensearch, pytest.mark.broker, pytest.mark.slow]
 
@@ -89,7 +89,7 @@ def _make_site(client: Any, name: str, posts: list[Post]) -> None:
 
 
 def _enable(client: Any, site: str, bundle: Any) -> str:
-    from semdup.indexer.enable import enable_index
+    from semdup.site_index.enable import enable_index
 
     out = enable_index(
         client, site, version=bundle.version, dimension=bundle.dimension, title_field="Title", body_field="Body"
@@ -139,7 +139,7 @@ def _member_holding(client: Any, cluster: LocalCluster, index: str, primary_firs
 
 def _versions(client: Any, index: str) -> dict[str, int]:
     """Each document's ``_version``: 1 for a document written once."""
-    from semdup.core.opensearch import scan
+    from semdup.opensearch_io.boundary import scan
 
     client.indices.refresh(index=index)
     query = {"query": {"match_all": {}}, "version": True, "_source": False}
@@ -148,7 +148,7 @@ def _versions(client: Any, index: str) -> dict[str, int]:
 
 def _hashes(client: Any, index: str) -> dict[str, str]:
     """Each document's ``semdup.content_hash``: the hash of the text its vectors encode."""
-    from semdup.core.opensearch import scan
+    from semdup.opensearch_io.boundary import scan
 
     client.indices.refresh(index=index)
     query = {"query": {"match_all": {}}, "_source": ["semdup.content_hash"]}
@@ -267,8 +267,8 @@ def _pair(x: Any) -> tuple[str, str]:
 
 def _versions_of_outcomes(client: Any, job_id: str) -> dict[str, tuple[int, int]]:
     """Each batch's outcome record: (posts written, the record's ``_version``: 1 when the batch ran once)."""
-    from semdup.core.opensearch import scan
     from semdup.ingest.outcomes import JOBS_INDEX
+    from semdup.opensearch_io.boundary import scan
 
     client.indices.refresh(index=JOBS_INDEX)
     query = {"query": {"bool": {"filter": [{"term": {"job": job_id}}, {"term": {"kind": "outcome"}}]}},

@@ -20,10 +20,10 @@ import pytest
 from local_services import throwaway
 
 from semdup.apps.settings import load_settings
-from semdup.core.clients import connect, knn_available
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_opensearch import LocalOpenSearch, default_state_dir
 from semdup.devstack.opensearch_distribution import DEFAULT_VERSION, NEWEST_3X_VERSION
+from semdup.opensearch_io.clients import connect, knn_available
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.opensearch3]
 

@@ -57,11 +57,11 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
     from semdup.core.errors import SearchIndexError
     from semdup.index_format.documents import content_hash
     from semdup.indexer.batch_writer import ensure_index_model, index_batch
-    from semdup.indexer.enable import enable_index
     from semdup.ingest.backfill import enqueue_backfill, index_version
     from semdup.ingest.reconcile import plan_sync, watch
     from semdup.reranker.reranker import NothingIndexed, Reranker
     from semdup.reranker.settings import RerankerSettings
+    from semdup.site_index.enable import enable_index
 
     client = opensearch_client
     posts, queries = travel_posts[:N_SITE], travel_posts[N_SITE : N_SITE + N_QUERIES]
@@ -190,8 +190,8 @@ def test_operator_index_enable_backfill_rerank_and_freshness(
 
 def test_enable_refuses_what_it_cannot_serve(opensearch_client: Any, site: str, bundle: Any) -> None:
     from semdup.core.errors import SearchIndexError
-    from semdup.indexer.enable import enable_index
     from semdup.ingest.lexical_index import create_index
+    from semdup.site_index.enable import enable_index
 
     def enable(index: str, **kw: Any) -> Any:
         return enable_index(opensearch_client, index, version=bundle.version, dimension=bundle.dimension, **kw)
@@ -236,10 +236,10 @@ def test_duplicates_are_flagged_as_the_site_writes_them(
     from indexer_stack import wait_until, worker_env
 
     from semdup.alerts.store import delete_flags, list_flags
-    from semdup.indexer.enable import enable_index
     from semdup.ingest.backfill import enqueue_backfill
     from semdup.ingest.reconcile import enqueue_sync
     from semdup.reranker.calibration import Calibration, save_calibration
+    from semdup.site_index.enable import enable_index
 
     client = opensearch_client
     posts = travel_posts[:60]

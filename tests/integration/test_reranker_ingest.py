@@ -181,7 +181,7 @@ def test_sync_over_http_makes_the_companion_follow_the_site_index(
     from opensearchpy.helpers import bulk
 
     from semdup.index_format.companion import companion_alias, companion_index_name
-    from semdup.indexer.enable import enable_index
+    from semdup.site_index.enable import enable_index
 
     bundle, _ = served
     site = f"semdup-test-site-{uuid.uuid4().hex[:8]}"

@@ -17,11 +17,11 @@ from reranker_reference import local_fusion
 from served_index import build_index
 
 from semdup.bundle import Bundle, BundleScorer
-from semdup.core.clients import knn_available
 from semdup.core.posts import Post
 from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.indexer.batch_writer import index_batch
 from semdup.ingest.lexical_index import create_index
+from semdup.opensearch_io.clients import knn_available
 from semdup.reranker import ModelMismatch, Reranker, RerankerSettings
 from semdup.reranker.sources import SourceQuery, SparseSource, search, sparse_query
 

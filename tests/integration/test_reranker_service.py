@@ -25,13 +25,13 @@ from stub_servers import garbage_cluster, wait_until_answering
 
 from semdup.apps.http import create_app
 from semdup.bundle.bundle import Bundle
-from semdup.core.clients import connect
 from semdup.core.errors import ConfigError
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_process import any_free_port
 from semdup.index_format.mapping import MODEL_META_KEY
 from semdup.ingest.lexical_index import create_index
+from semdup.opensearch_io.clients import connect
 from semdup.reranker import Reranker, RerankerSettings
 from semdup.service.settings import ServiceSettings
 
@@ -264,7 +264,7 @@ def test_readyz_on_a_connected_site_reports_the_companion_and_its_model(
     """A site's own index connected with `semdup enable` is served through its companion: /readyz reports the
     companion's model (the site's own index has none), and refuses a companion of another model as rerank does."""
     from benchmarks.site_index import make_site_index
-    from semdup.indexer.enable import enable_index
+    from semdup.site_index.enable import enable_index
 
     bundle, index = served
     site, other = unique_index, f"{unique_index}-other"

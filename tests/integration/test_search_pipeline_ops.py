@@ -37,9 +37,9 @@ from review_stack import semdup_serve, serve_env
 from served_index import build_index
 
 from semdup.bundle import Bundle
-from semdup.core.clients import connect
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
+from semdup.opensearch_io.clients import connect
 from semdup.search_pipeline.cluster_settings import PRIVATE_IP, TRUSTED
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.slow]

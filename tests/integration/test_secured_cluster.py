@@ -84,7 +84,7 @@ def _admin_client(url: str, node: SecuredOpenSearch) -> Any:
     """The administrator's client: the admin certificate (test code only; semdup's users log in with passwords)."""
     from opensearchpy import OpenSearch
 
-    from semdup.core.opensearch import MappedTransport
+    from semdup.opensearch_io.boundary import MappedTransport
 
     certs = node.certificates
     return OpenSearch(hosts=[url], use_ssl=True, verify_certs=True, ca_certs=str(certs.ca),

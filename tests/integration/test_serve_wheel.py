@@ -48,7 +48,7 @@ import importlib.util, json, sys
 import onnxruntime
 import semdup
 from semdup.bundle import Bundle
-from semdup.core.clients import connect
+from semdup.opensearch_io.clients import connect
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.ingest.lexical_index import create_index

@@ -72,9 +72,9 @@ def _make_connected_site(client: Any, alias: str, posts: list[Post], bundle: Any
     from opensearchpy.helpers import bulk
 
     from semdup.index_format.companion import companion_for
-    from semdup.indexer.enable import enable_index
     from semdup.indexer.sync import sync_batch
     from semdup.ingest.reconcile import plan_sync
+    from semdup.site_index.enable import enable_index
 
     mapping = {"properties": {"Title": {"type": "text"}, "Body": {"type": "text"}, "Tags": {"type": "keyword"}}}
     half = len(posts) // 2
@@ -164,10 +164,10 @@ def test_upgrade_under_reads_and_writes(
 ) -> None:
     from semdup.index_format.companion import companion_alias, companion_for, companion_index_name, search_target
     from semdup.indexer.sync import sync_batch
-    from semdup.indexer.upgrade import remove_old, upgrade
     from semdup.ingest.reconcile import plan_sync
     from semdup.reranker.reranker import Reranker
     from semdup.reranker.settings import RerankerSettings
+    from semdup.site_index.upgrade import remove_old, upgrade
 
     client = opensearch_client
     assert bundle_a.version != bundle_b.version and bundle_a.dimension != bundle_b.dimension
@@ -249,7 +249,7 @@ class _Crashing:
         if self.calls >= self.fail_at:
             from opensearchpy.exceptions import ConnectionError as OsConnectionError
 
-            from semdup.core.opensearch import client_error
+            from semdup.opensearch_io.boundary import client_error
 
             # what the client raises when the cluster refuses the connection (semdup's, by its transport)
             raise client_error(OsConnectionError("N/A", "connection refused (test)", None), "POST", "/_bulk")
@@ -261,7 +261,7 @@ def test_upgrade_resumes_and_refuses(
 ) -> None:
     from semdup.core.errors import OpenSearchUnavailable, SearchIndexError
     from semdup.index_format.companion import companion_alias, companion_index_name
-    from semdup.indexer.upgrade import upgrade
+    from semdup.site_index.upgrade import upgrade
 
     client = opensearch_client
     with pytest.raises(SearchIndexError, match="not connected to semdup.*semdup enable"):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu_check import NullSink, cycled_posts, task_slices
-from semdup.core.bulk import bulk_write
 from semdup.core.posts import Post
+from semdup.opensearch_io.bulk import bulk_write
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -14,7 +14,7 @@ FLAG = store.Flag("travel", "123", "87", 0.91, 0.8123, "m-1", "2025-01-01T00:00:
 
 def test_flags_are_printed_as_text_or_json_lines(monkeypatch) -> None:
     asked = []
-    monkeypatch.setattr("semdup.core.clients.connect", lambda settings: "client")
+    monkeypatch.setattr("semdup.opensearch_io.clients.connect", lambda settings: "client")
     monkeypatch.setattr(store, "list_flags", lambda client, index, **kw: asked.append((client, index, kw)) or [FLAG])
     monkeypatch.setenv("SEMDUP_OPENSEARCH_URL", "http://localhost:9200")
     out = CliRunner().invoke(duplicates, ["--index", "travel", "--post", "123", "--min-probability", "0.8"])

@@ -31,7 +31,7 @@ def test_an_opensearch_error_is_one_error_line(monkeypatch, capsys, restored_roo
     ends as one ``Error:`` line with its status and type, exit 1, no traceback."""
     import click
 
-    from semdup.core.opensearch import client_error
+    from semdup.opensearch_io.boundary import client_error
 
     body = {"error": {"type": "invalid_index_name_exception", "reason": "must not start with '_'"}}
     refused = os_exc.RequestError(400, "invalid_index_name_exception", body)

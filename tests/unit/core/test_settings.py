@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from semdup.apps.settings import load_settings
-from semdup.core.clients import aws_auth, check_broker, connect
 from semdup.core.errors import BrokerUnavailable, ConfigError, OpenSearchUnavailable
 from semdup.core.settings import BrokerSettings, OpenSearchSettings, load_config_file, parse_auto_bool, redact_url
 from semdup.devstack.local_process import any_free_port
+from semdup.opensearch_io.clients import aws_auth, check_broker, connect
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from semdup.core.errors import ConfigError
 from semdup.index_format.layout import IndexLayout, Shape, shape_of, site_shape, unreplicated
 from semdup.index_format.schema import index_body
 from semdup.index_format.system_indices import JOBS, VERDICTS, store_shape, use_store_shape
-from semdup.indexer.enable import replica_warnings
+from semdup.site_index.enable import replica_warnings
 
 
 def test_defaults_follow_the_site_and_stores_auto_expand() -> None:

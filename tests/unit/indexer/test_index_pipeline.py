@@ -13,13 +13,13 @@ import pytest
 from tiny_onnx import WORDS, tiny_wordpiece_bundle
 
 from semdup.bundle.bundle import Bundle
-from semdup.core.bulk import BulkReport
 from semdup.core.errors import PostError
 from semdup.core.posts import Post
 from semdup.index_format.documents import lexical_document
 from semdup.index_format.packed_fields import unpack_semdup_fields
 from semdup.index_format.schema import CandidateFields
 from semdup.indexer import batch_writer
+from semdup.opensearch_io.bulk import BulkReport
 
 SEARCH = CandidateFields(sparse=False, knn=True)
 

@@ -7,14 +7,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semdup.core.bulk import BulkReport
 from semdup.core.errors import OpenSearchUnavailable, PostError
-from semdup.core.opensearch import ItemFailure
 from semdup.core.posts import Post
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.schema import CandidateFields, missing_semdup_fields, semdup_fields_mapping
 from semdup.indexer import batch_writer
 from semdup.ingest.celery_app import celery_config
+from semdup.opensearch_io.boundary import ItemFailure
+from semdup.opensearch_io.bulk import BulkReport
 
 
 class FakeBundle:
@@ -60,8 +60,8 @@ def test_each_broker_gets_its_own_transport_options_and_rabbitmq_what_redelivery
 def test_tasks_are_namespaced_and_keep_their_message_until_written_or_parked() -> None:
     from opensearchpy import exceptions as os_exc
 
-    from semdup.core.opensearch import client_error
     from semdup.indexer import retry, tasks
+    from semdup.opensearch_io.boundary import client_error
 
     for task in (tasks.index_posts, tasks.backfill_batch, tasks.sync_posts, tasks.delete_posts):
         assert task.name.startswith("semdup.indexer.")

@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 
 from semdup.bundle.bundle import Bundle
-from semdup.core.bulk import BulkReport, bulk_lines
 from semdup.core.inputs import build_inputs
-from semdup.core.opensearch import ItemFailure
 from semdup.core.posts import Post
 from semdup.export.parity import sample_posts
 from semdup.index_format.mapping import semdup_source
 from semdup.index_format.packed_fields import unpack_semdup_fields
 from semdup.index_format.schema import CandidateFields, feature_name
 from semdup.indexer import batch_writer
+from semdup.opensearch_io.boundary import ItemFailure
+from semdup.opensearch_io.bulk import BulkReport, bulk_lines
 
 TRAVEL_BUNDLE = Path(__file__).resolve().parents[3] / "artifacts" / "bundles" / "bow-cnn-travel"
 

@@ -17,12 +17,12 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.apps.settings import load_settings
 from semdup.core.errors import ConfigError, OpenSearchUnavailable, PostError
-from semdup.core.opensearch import ItemFailure, client_error
 from semdup.indexer import batch_writer, tasks
 from semdup.indexer.retry import RetryPolicy
 from semdup.indexer.runtime import WorkerRuntime
 from semdup.ingest.backlog import decode_message
 from semdup.ingest.parking import parked_id
+from semdup.opensearch_io.boundary import ItemFailure, client_error
 
 
 # --- retry budget ---------------------------------------------------------------------------------------------
@@ -265,6 +265,6 @@ def test_a_parked_error_keeps_no_credential(monkeypatch) -> None:
 
 
 def _ok(n: int) -> Any:
-    from semdup.core.bulk import BulkReport
+    from semdup.opensearch_io.bulk import BulkReport
 
     return BulkReport(written=n)

@@ -9,9 +9,9 @@ import pytest
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import OpenSearchRefused
-from semdup.core.opensearch import client_error
 from semdup.ingest import jobs
 from semdup.ingest.outcomes import new_job
+from semdup.opensearch_io.boundary import client_error
 
 
 class RecoveringCluster:

@@ -11,13 +11,13 @@ from jobs_store import JobsStore, RecordingBroker
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import ConfigError
-from semdup.core.opensearch import client_error
 from semdup.core.posts import Post
 from semdup.core.task_names import BACKFILL_BATCH, DELETE_POSTS, INDEX_POSTS
 from semdup.index_format.schema import CandidateFields
 from semdup.ingest import jobs, ledger
 from semdup.ingest.outcomes import JOBS_INDEX, Job
 from semdup.ingest.parking import ParkedPost
+from semdup.opensearch_io.boundary import client_error
 
 V = "bow-cnn-0123456789ab"
 

@@ -178,7 +178,7 @@ class DownCluster(FakeCluster):
     def msearch(self, body: list[dict[str, Any]], params: Any = None) -> dict[str, Any]:
         from opensearchpy.exceptions import ConnectionError as ClientConnectionError
 
-        from semdup.core.opensearch import client_error
+        from semdup.opensearch_io.boundary import client_error
 
         refused = ClientConnectionError("N/A", "connection refused", None)
         raise client_error(refused, "POST", "/_msearch")  # as the client raises it

@@ -17,8 +17,8 @@ from opensearchpy import exceptions as os_exc
 from session_cluster import DictCluster
 from settings_tree import service_settings
 
-from semdup.core.opensearch import client_error
 from semdup.core.settings import OpenSearchSettings
+from semdup.opensearch_io.boundary import client_error
 from semdup.review.context import review_context
 from semdup.review.router import LOGIN_COOKIE, SESSION_COOKIE, router
 from semdup.review.sessions import SessionStore, owner_id

@@ -13,7 +13,7 @@ import pytest
 from opensearchpy import exceptions as os_exc
 
 from semdup.core.errors import OpenSearchUnavailable
-from semdup.core.opensearch import client_error
+from semdup.opensearch_io.boundary import client_error
 from semdup.search_pipeline import setup
 from semdup.search_pipeline.setup import pipeline_lock
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.opensearch import client_error
+from semdup.opensearch_io.boundary import client_error
 from semdup.search_templates import ensure_templates, template_id, template_source
 from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
 

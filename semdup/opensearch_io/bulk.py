@@ -1,11 +1,11 @@
 """Bulk writes that report every document's fate: written, retried, or failed with its
-:class:`~semdup.core.opensearch.ItemFailure` (id, status, type, reason).
+:class:`~semdup.opensearch_io.boundary.ItemFailure` (id, status, type, reason).
 
-Built on opensearch-py's ``streaming_bulk`` (through :mod:`semdup.core.opensearch`) with ``raise_on_error=False``
-and ``max_retries`` set, because with the default ``raise_on_error=True`` an item rejected with 429 raises instead
-of being retried (opensearch-py#964). Chunks close by count or by bytes, whichever comes first. A request that
-fails as a whole raises the boundary's error (a 429 for the whole request: ``OpenSearchUnavailable``, retried by
-the caller's task rather than here).
+Built on opensearch-py's ``streaming_bulk`` (through :mod:`semdup.opensearch_io.boundary`) with
+``raise_on_error=False`` and ``max_retries`` set, because with the default ``raise_on_error=True`` an item rejected
+with 429 raises instead of being retried (opensearch-py#964). Chunks close by count or by bytes, whichever comes
+first. A request that fails as a whole raises the boundary's error (a 429 for the whole request:
+``OpenSearchUnavailable``, retried by the caller's task rather than here).
 
 Bulk lines are serialised with orjson instead of the client's stdlib ``json`` (it was the largest Python cost
 of semantic indexing: 400 floats per post). numpy arrays are written natively: a float32 vector (what
@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from semdup.core.errors import OpenSearchUnavailable
-from semdup.core.opensearch import ItemFailure, OpenSearch, expand_action, streaming_bulk
 from semdup.core.progress import progress as progress_bar
+from semdup.opensearch_io.boundary import ItemFailure, OpenSearch, expand_action, streaming_bulk
 
 __all__ = ["BulkReport", "bulk_write", "chunked", "bulk_lines"]
 

@@ -27,7 +27,6 @@ from typing import Any
 
 from semdup.core.errors import OpenSearchRefused, SearchIndexError
 from semdup.core.index_names import check_index_name
-from semdup.core.opensearch import OpenSearch
 from semdup.index_format.companion import (
     SOURCE_META_KEY,
     SourceFields,
@@ -39,6 +38,7 @@ from semdup.index_format.layout import IndexLayout, site_shape, unreplicated
 from semdup.index_format.mapping import MODEL_META_KEY, mappings, semdup_props
 from semdup.index_format.schema import CandidateFields, index_body, missing_semdup_fields
 from semdup.index_format.system_indices import SYSTEM_INDICES, ensure
+from semdup.opensearch_io.boundary import OpenSearch
 from semdup.search_templates import ensure_templates
 
 __all__ = ["Enabled", "enable_index", "check_site_index", "replica_warnings"]

@@ -1,5 +1,5 @@
 """Clients built from :mod:`semdup.core.settings`: the OpenSearch client (checked with ``GET /``, AWS SigV4
-where asked; its transport raises semdup's errors, :mod:`semdup.core.opensearch`) and the broker probe.
+where asked; its transport raises semdup's errors, :mod:`semdup.opensearch_io.boundary`) and the broker probe.
 
 Kept apart from the settings so that reading configuration never opens a connection.
 """
@@ -44,7 +44,7 @@ def aws_auth(settings: OpenSearchSettings, credentials: Any = None) -> Any:
 
 def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int | None = None) -> Any:
     """An OpenSearch client for ``settings``, checked with ``GET /`` unless ``check=False``. Its transport raises
-    semdup's errors (:class:`~semdup.core.opensearch.MappedTransport`), never opensearch-py's.
+    semdup's errors (:class:`~semdup.opensearch_io.boundary.MappedTransport`), never opensearch-py's.
 
     ``pool_maxsize``: connections kept open per node, at least one per thread that calls at the same time (the
     service passes its request threads; default :data:`_POOL_MAXSIZE`).
@@ -55,7 +55,7 @@ def connect(settings: OpenSearchSettings, check: bool = True, pool_maxsize: int 
     """
     from opensearchpy import OpenSearch, RequestsHttpConnection
 
-    from semdup.core.opensearch import MappedTransport, orjson_serializer
+    from semdup.opensearch_io.boundary import MappedTransport, orjson_serializer
 
     parts = urlsplit(settings.url)
     https = parts.scheme == "https"

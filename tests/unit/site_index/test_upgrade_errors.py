@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from semdup.core.errors import OpenSearchUnavailable
-from semdup.core.opensearch import MappedTransport, OpenSearch
-from semdup.indexer.upgrade import remove_old, upgrade
+from semdup.opensearch_io.boundary import MappedTransport, OpenSearch
+from semdup.site_index.upgrade import remove_old, upgrade
 
 
 class _Bundle:

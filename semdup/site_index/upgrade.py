@@ -23,11 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from semdup.core.bulk import chunked
-from semdup.core.clients import knn_available
 from semdup.core.errors import ConfigError, OpenSearchMissing, OpenSearchUnavailable, SearchIndexError
 from semdup.core.index_names import check_index_name
-from semdup.core.opensearch import ItemFailure, OpenSearch
 from semdup.core.progress import progress as progress_bar
 from semdup.index_format.companion import (
     SOURCE_META_KEY,
@@ -42,6 +39,9 @@ from semdup.index_format.schema import CandidateFields, index_body
 from semdup.indexer.batch_writer import DocumentEncoder
 from semdup.indexer.sync import sync_batch
 from semdup.ingest.reconcile import plan_sync
+from semdup.opensearch_io.boundary import ItemFailure, OpenSearch
+from semdup.opensearch_io.bulk import chunked
+from semdup.opensearch_io.clients import knn_available
 
 __all__ = ["UPGRADE_META_KEY", "UpgradeResult", "Removed", "upgrade", "remove_old"]
 

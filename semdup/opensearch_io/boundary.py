@@ -1,10 +1,10 @@
 """The one OpenSearch boundary: what semdup takes from opensearch-py, besides the client's constructor
-(:mod:`semdup.core.clients`), passes here and leaves as semdup's own types.
+(:mod:`semdup.opensearch_io.clients`), passes here and leaves as semdup's own types.
 
 httpx's ``map_httpcore_exceptions`` is the model. :func:`map_client_errors` turns each client error into the most
 specific semdup error (:mod:`semdup.core.errors`), raised ``from`` it and keeping OpenSearch's status, error type
-and reason; :class:`MappedTransport`, the transport of every client :func:`~semdup.core.clients.connect` builds,
-runs each request inside it. So no call site catches an opensearch-py type, or needs a wrapper of its own::
+and reason; :class:`MappedTransport`, the transport of every client :func:`~semdup.opensearch_io.clients.connect`
+builds, runs each request inside it. So no call site catches an opensearch-py type, or needs a wrapper of its own::
 
     the client raises                    semdup raises
     ConnectionTimeout                    SearchTimeout            (an OpenSearchUnavailable)

@@ -1,4 +1,4 @@
-"""The one OpenSearch boundary (semdup.core.opensearch): what each client error becomes, bulk items as
+"""The one OpenSearch boundary (semdup.opensearch_io.boundary): what each client error becomes, bulk items as
 ItemFailures, and a real client's transport raising semdup's errors. Decisions read status and type, never text."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from opensearchpy import exceptions as os_exc
 
-from semdup.core.clients import connect
 from semdup.core.errors import (
     OpenSearchError,
     OpenSearchMissing,
@@ -15,9 +14,17 @@ from semdup.core.errors import (
     SearchIndexError,
     SearchTimeout,
 )
-from semdup.core.opensearch import ItemFailure, MappedTransport, OpenSearch, client_error, error_reason, is_transient
 from semdup.core.settings import OpenSearchSettings
 from semdup.devstack.local_process import any_free_port
+from semdup.opensearch_io.boundary import (
+    ItemFailure,
+    MappedTransport,
+    OpenSearch,
+    client_error,
+    error_reason,
+    is_transient,
+)
+from semdup.opensearch_io.clients import connect
 
 
 def _body(kind: str, reason: str) -> dict:
@@ -131,7 +138,7 @@ def test_a_scroll_that_some_shards_failed_is_transient() -> None:
 
 
 def test_an_mget_document_that_failed_raises_instead_of_reading_as_absent() -> None:
-    from semdup.core.opensearch import mget_docs
+    from semdup.opensearch_io.boundary import mget_docs
 
     denied = {"type": "security_exception", "reason": "no permissions for [indices:data/read/mget[shard]] and User "
               "[name=semdup-worker, backend_roles=[], requestedTenant=null]"}  # fmt: skip
@@ -156,7 +163,7 @@ def test_semdups_own_searches_name_no_search_pipeline() -> None:
     """Issue #45: a search of semdup's own never runs the index's default search pipeline (semdup's, maybe)."""
     import json
 
-    from semdup.core.opensearch import own_search_params
+    from semdup.opensearch_io.boundary import own_search_params
 
     params, _ = own_search_params("/travel/_search", {"request_timeout": 5}, {"query": {}})
     assert params == {"request_timeout": 5, "search_pipeline": "_none"}
@@ -178,7 +185,7 @@ def test_semdups_own_searches_name_no_search_pipeline() -> None:
 
 def test_a_count_is_sent_as_a_search_without_pipeline() -> None:
     """_count runs the default search pipeline and refuses search_pipeline (OpenSearch 2.19.1): a size-0 _search."""
-    from semdup.core.opensearch import MappedTransport
+    from semdup.opensearch_io.boundary import MappedTransport
 
     sent: list[tuple[str, str, object, object]] = []
 
