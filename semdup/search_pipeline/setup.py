@@ -495,18 +495,32 @@ def _create(client: Any, spec: PipelineSpec, key: str, replace_key: bool) -> Pip
                                               connector_body(spec, key, version, kept)), "connector create")
         state.connector_id = made["connector_id"]
         state.actions.append(f"connector {state.connector_id} created")
-    if state.model_id is None:
-        body = {"name": spec.object_name, "function_name": "remote", "connector_id": state.connector_id,
-                "model_group_id": _model_group(client, state, f"semdup's ranking of {spec.index}"),
-                "description": f"semdup's ranking of {spec.index}"}  # fmt: skip
-        made = _call(client, "POST", f"{_ML}/models/_register", body)
-        state.model_id = made.get("model_id") or _wait_task(client, made["task_id"], "register the model")["model_id"]
-        state.actions.append(f"model {state.model_id} registered")
-        state.model_state = None
-    if state.model_state != "DEPLOYED":
-        _deploy(client, state.model_id)
+    for attempt in range(DEPLOY_TRIES):
+        if state.model_id is None:
+            body = {"name": spec.object_name, "function_name": "remote", "connector_id": state.connector_id,
+                    "model_group_id": _model_group(client, state, f"semdup's ranking of {spec.index}"),
+                    "description": f"semdup's ranking of {spec.index}"}  # fmt: skip
+            made = _call(client, "POST", f"{_ML}/models/_register", body)
+            state.model_id = made.get("model_id") or _wait_task(client, made["task_id"], "register the model")[
+                "model_id"]  # fmt: skip
+            state.actions.append(f"model {state.model_id} registered")
+            state.model_state = None
+        if state.model_state == "DEPLOYED":
+            break
+        try:
+            _deploy(client, state.model_id)
+        except (OpenSearchRefused, OpenSearchUnavailable) as exc:
+            if _DUPLICATE_DEPLOY not in exc.reason or attempt == DEPLOY_TRIES - 1:
+                raise
+            # a node keeps the task of a deploy that failed (on the master key) and refuses every later one as
+            # its duplicate: a model registered again has no task anywhere
+            _undeploy_and_delete(client, state.model_id)
+            state.actions.append(f"model {state.model_id} removed (its nodes kept a failed deploy's task)")
+            state.model_id = None
+            continue
         state.model_state = "DEPLOYED"
         state.actions.append(f"model {state.model_id} deployed")
+        break
     wanted = pipeline_body(spec, state.model_id)
     if state.pipeline != wanted:
         _call(client, "PUT", f"/_search/pipeline/{spec.object_name}", wanted)
@@ -553,7 +567,9 @@ ML_RETRY_S = 180.0  # how long a step is sent again while ml-commons answers a p
 
 # ml-commons' first connector and deploy on a cluster: each node reads the connectors' master key with a short wait
 # of its own, which a loaded node misses; and a deploy sent while a node still runs the one before is a duplicate
-_PASSING_ML_ERRORS = ("Fetching master key timed out", "Duplicate deploy model task")
+_PASSING_ML_ERRORS = ("Fetching master key timed out",)
+_DUPLICATE_DEPLOY = "Duplicate deploy model task"
+DEPLOY_TRIES = 3  # models registered, at most, when the nodes keep refusing a deploy as a duplicate
 
 
 def _passing_retried(step: Callable[[], Any], what: str, done: Callable[[], bool] | None = None) -> Any:

@@ -51,15 +51,6 @@ def test_a_deploy_whose_nodes_time_out_on_the_master_key_is_sent_again(monkeypat
     assert ml.count("POST", "/_deploy") == 2
 
 
-def test_a_duplicate_deploy_task_waits_for_the_one_running(monkeypatch: pytest.MonkeyPatch) -> None:
-    ml = MlCommons({"/_deploy": [{"task_id": "t1"}],
-                    "/tasks/": [{"state": "FAILED", "error": {"n1": "Duplicate deploy model task"}}],
-                   "/models/m": [{"model_state": "DEPLOYED"}]})  # fmt: skip
-    monkeypatch.setattr(setup, "_call", ml)
-    setup._deploy(object(), "m")
-    assert ml.count("POST", "/_deploy") == 1  # the running one ended well: not sent again
-
-
 def test_any_other_deploy_failure_is_raised_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     ml = MlCommons({"/_deploy": [{"task_id": "t1"}],
                     "/tasks/": [{"state": "FAILED", "error": {"n1": "Connection refused"}}],
