@@ -1,7 +1,7 @@
 """RCNN body→title pre-training (Lei et al. 2016, §4.2): the command behind the README's pre-training row.
 
-Research script, not installed: it parses options and calls :func:`semdup.training.pretraining.pretrain_rcnn`
-(or :func:`~semdup.training.pretraining.evaluate_without_finetuning` with ``--evaluate``), then prints the
+Research script, not installed: it parses options and calls :func:`experiments.rcnn_pretraining.pretrain_rcnn`
+(or :func:`~experiments.rcnn_pretraining.evaluate_without_finetuning` with ``--evaluate``), then prints the
 figures as JSON. Run from the repository root::
 
     python -m experiments.pretrain_rcnn --out artifacts/scqa_rcnn/rcnn-pretrained.pt --minutes 8
@@ -59,7 +59,7 @@ def main(
         hparams = parse_set(sets)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--set") from exc
-    from semdup.training.pretraining import PretrainSettings, evaluate_without_finetuning, pretrain_rcnn
+    from experiments.rcnn_pretraining import PretrainSettings, evaluate_without_finetuning, pretrain_rcnn
 
     root = data_dir or default_data_dir()
     try:

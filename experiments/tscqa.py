@@ -1,8 +1,8 @@
 """T-SCQA (Das et al. 2016, §6): tune α of α·cos + (1 − α)·BM25 on dev for a trained SCQA checkpoint.
 
-Research script, not installed: it calls :func:`semdup.training.tscqa.tune_alpha` (the dev curve over
+Research script, not installed: it calls :func:`experiments.tscqa_fit.tune_alpha` (the dev curve over
 α = 0.0 .. 1.0, test at the dev-best α and at the paper's 0.8), prints the result as JSON and, with
-``--out``, writes a ``t-scqa`` checkpoint (:func:`~semdup.training.tscqa.write_tscqa_checkpoint`) that
+``--out``, writes a ``t-scqa`` checkpoint (:func:`~experiments.tscqa_fit.write_tscqa_checkpoint`) that
 ``semdup export`` turns into a bundle. Run from the repository root::
 
     python -m experiments.tscqa --checkpoint artifacts/scqa_rcnn/scqa-semeval --data semeval \\
@@ -34,7 +34,7 @@ def main(checkpoint: str, data_set: str, data_dir: str | None, out: str | None) 
     Example:
       python -m experiments.tscqa --checkpoint artifacts/scqa-semeval --data semeval --out artifacts/t-scqa-semeval
     """
-    from semdup.training.tscqa import tune_alpha, write_tscqa_checkpoint
+    from experiments.tscqa_fit import tune_alpha, write_tscqa_checkpoint
 
     try:
         result = tune_alpha(checkpoint, data_set, data_dir or default_data_dir())

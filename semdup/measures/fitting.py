@@ -2,7 +2,7 @@
 
 Every choice semdup makes on dev data goes through here: the hybrid default's fusion weights
 (``semdup.learn.fusion_fit.choose_fusion``), the dense-path scale at each dev evaluation
-(``semdup.training.fusion_choice.best_dense_scale``), T-SCQA's α (``semdup.training.tscqa.tune_alpha``),
+(``semdup.training.fusion_choice.best_dense_scale``), T-SCQA's α (``experiments.tscqa_fit.tune_alpha``),
 the shingle size, the alerts' (k, threshold), and every decision threshold and calibration
 (``semdup.reranker.calibration``, ``semdup.review.calibrate``, ``semdup.evaluation.through_reranker``). One copy
 means one set of rules, so a figure chosen in training, in export and at a site is chosen the same way:

@@ -1,5 +1,5 @@
 """The one training loop: the papers' models (``trainer.train``), ``semdup learn``'s fine-tune
-(``learn.trainer.learn_encoder``) and the RCNN pre-training (``pretraining.pretrain_rcnn``) all run on it.
+(``learn.trainer.learn_encoder``) and the RCNN pre-training (``experiments.rcnn_pretraining``) all run on it.
 
 A run is a model, a loss (any ``batch -> scalar``; a loss module's own parameters, such as the pre-training's title
 decoder, train beside the model's, as in sentence-transformers) and an optimiser, over the caller's schedule of

@@ -39,7 +39,7 @@ __all__ = ["RCNN", "GatedRecurrence", "RCNNEncoder", "PRETRAIN_FORMAT", "load_pr
 
 logger = logging.getLogger(__name__)
 
-# The file semdup.training.pretraining.pretrain_rcnn writes; read here, by the model it initialises.
+# The file experiments.rcnn_pretraining.pretrain_rcnn writes; read here, by the model it initialises.
 PRETRAIN_FORMAT = "semdup-rcnn-pretrain-v1"
 
 POOLINGS = ("mean", "last")
@@ -184,7 +184,7 @@ class RCNN(EncoderModel):
         word_vectors: ``"glove"``, ``"word2vec"`` or ``"none"`` (initial word vectors).
         freeze_embeddings: keep word vectors fixed, as the paper did (avoids over-fitting small data).
         pretrained_encoder: path of a body→title pre-training file written by
-            :func:`semdup.training.pretraining.pretrain_rcnn` ("" for none); its recurrence weights and
+            :func:`experiments.rcnn_pretraining.pretrain_rcnn` ("" for none); its recurrence weights and
             the word vectors of shared words are loaded, and its shape settings must match.
         seed: seed of the noise for words without a pre-trained vector.
 

@@ -133,7 +133,8 @@ def test_onnx_export_matches_torch_with_dynamic_batch_and_length(tmp_path: Path,
 
 
 def test_pretrained_encoder_loads_weights_and_shared_words(tmp_path: Path) -> None:
-    from semdup.training.pretraining import _FORMAT, load_pretrained_encoder
+    from semdup.training.models.rcnn import PRETRAIN_FORMAT as _FORMAT
+    from semdup.training.models.rcnn import load_pretrained_encoder
 
     torch.manual_seed(0)
     source = RCNN(vocab_size=4, emb_dim=3, hidden_dim=5)

@@ -11,11 +11,11 @@ import pytest
 import torch
 from tiny_training import random_semeval_map, tiny_semeval_run
 
+from experiments.tscqa_fit import fuse
 from semdup.core.errors import ConfigError
 from semdup.training.losses.contrastive import ContrastiveLoss, compute_contrastive_loss
 from semdup.training.models.scqa import SCQA, TrigramCNNEncoder, _max_pool
 from semdup.training.registry import get_arch
-from semdup.training.tscqa import fuse
 
 
 def test_contrastive_loss_on_hand_built_cosines() -> None:
