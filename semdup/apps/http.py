@@ -29,12 +29,11 @@ Every error is JSON ``{"error": {"type", "message"}}``: 401 missing or wrong ``X
 ``TooManyFailures`` with ``Retry-After`` (too many wrong keys from the address,
 :mod:`semdup.service.auth_throttle`), 404 an index this key may not search or that does not exist (one answer
 for both, so it tells nothing about other indices), 405 another method (with ``Allow``), 409 index of another
-model version, 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's ``detail`` list
-beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down (or, for
-ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed), with
+model version, 413 body over ``max_body_bytes`` (declared or counted, chunked too), 422 bad input (FastAPI's
+``detail`` list beside ``error``: schema violations, malformed JSON, a post with no usable text), 503 OpenSearch down
+(or, for ingest, no broker, ingest off, or the broker down, with how many were enqueued before it failed), with
 ``Retry-After: 2`` (or ``Overloaded``: this worker has ``max_in_flight`` requests in flight, with its own
-``Retry-After``), 504 OpenSearch too
-slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
+``Retry-After``), 504 OpenSearch too slow, 500 anything else (logged, not leaked). Messages are scrubbed of credentials
 (:func:`semdup.core.logs.scrub`).
 
 Operators' endpoints: ``/metrics`` and ``/openapi.json`` need a key with the ``ops`` scope while

@@ -21,8 +21,9 @@ The lists start from what each part calls; running the flow as these users and r
 added what the calls alone do not show (the shard-level ``indices:admin/refresh[s]`` and
 ``indices:data/read/mget[shard]``, ml-commons' own action names, the site user's ``predict``).
 ``tests/integration/test_secured_cluster.py`` runs the whole flow as these roles and checks each is refused outside
-its patterns; it does not prove each read action in ``_READ`` necessary one by one. Action names are the plugin's (``cluster:...``, ``indices:...``); no ``*`` on index
-patterns beyond the companion's own (``<index>.semdup*``) and no built-in action group wider than the role needs.
+its patterns; it does not prove each read action in ``_READ`` necessary one by one. Action names are the
+plugin's (``cluster:...``, ``indices:...``); no ``*`` on index patterns beyond the companion's own
+(``<index>.semdup*``) and no built-in action group wider than the role needs.
 """
 
 from __future__ import annotations

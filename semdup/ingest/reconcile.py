@@ -140,9 +140,9 @@ def watch(
     deleted without calling semdup become current within about one interval plus the encoding time.
 
     With a ``sweep_after`` bound (seconds) each round also sweeps the unfinished jobs of ``index``
-    (:mod:`semdup.ingest.sweeper`: the earlier rounds', and any other's, HTTP syncs included): a batch a worker lost is sent again (the next
-    round's plan would enqueue its posts again too, but the lost round's job would never finish), and a finished
-    job's ledger is deleted."""
+    (:mod:`semdup.ingest.sweeper`: the earlier rounds', and any other's, HTTP syncs included): a batch a worker
+    lost is sent again (the next round's plan would enqueue its posts again too, but the lost round's job would never
+    finish), and a finished job's ledger is deleted."""
     done = 0
     sweeper = None if sweep_after is None else Sweeper(client, celery_app.app, sweep_after, indices=[index])
     while rounds is None or done < rounds:

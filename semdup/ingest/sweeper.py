@@ -8,8 +8,8 @@ Reading the broker before the done set matters: a task records its outcome befor
 a batch that leaves the broker between the two reads is seen done. A batch recorded after the ledger was read is
 not looked at until the next sweep. A batch missing at every sweep for ``after_s`` seconds (the sweeper's bound,
 ``worker.sweep_after``) is sent again, from its ledger record, with the same task id and batch key: its outcome is
-recorded once, however many copies run (tasks are idempotent, so a copy costs only its work). A job whose every recorded batch is done is
-finished: its ledger records are deleted and it leaves the sweep.
+recorded once, however many copies run (tasks are idempotent, so a copy costs only its work). A job whose every
+recorded batch is done is finished: its ledger records are deleted and it leaves the sweep.
 
 What the bound must exceed: the longest a live batch can be in neither place. On Redis that is the gap between
 a worker's BRPOP and its HSET into ``unacked`` (:mod:`semdup.ingest.backlog`): microseconds, or, while kombu

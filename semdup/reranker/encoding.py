@@ -77,7 +77,8 @@ class QueryEncoder:
             if with_title and post.title and bundle.uses_title:
                 pending = _titles().submit(bundle.encode_titles, [post])
             try:
-                vector, terms = bundle.encode_query(post) if cut is None else bundle.encode_query(post, max_wordpieces=cut)
+                vector, terms = (bundle.encode_query(post) if cut is None
+                                 else bundle.encode_query(post, max_wordpieces=cut))
             finally:
                 title = pending.result()[0] if pending is not None else None  # its error too, once the body's is out
         return QueryEncoding(vector, terms, title)

@@ -122,7 +122,8 @@ def needed_settings(client: Any, service_url: str) -> SettingsChange:
     levels = _levels(client)
     effective = _effective(levels)
     regexes = _regexes(effective)
-    explicit = any(k == TRUSTED or k.startswith(TRUSTED + ".") for lv in ("persistent", "transient") for k in levels[lv])
+    explicit = any(k == TRUSTED or k.startswith(TRUSTED + ".")
+                   for lv in ("persistent", "transient") for k in levels[lv])
     probe = service_url.rstrip("/") + "/v1/search/rewrite"
     trusted, added = None, None
     if not any(matches(r, probe) for r in regexes):

@@ -55,7 +55,8 @@ from semdup.search_pipeline.cluster_settings import (
 )
 
 __all__ = ["PipelineSection", "PipelineSpec", "PipelineState", "REWRITE_PATH", "NO_SECURITY_WARNING", "create",
-           "remove", "describe", "describe_connector", "names", "connector_body", "pipeline_body", "pipeline_lock"]  # fmt: skip
+           "remove", "describe", "describe_connector", "names", "connector_body", "pipeline_body",
+           "pipeline_lock"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ values (sent as their shortest float32 decimals, read back as float32), products
 fused scores equal the ones computed from the decoded fields to ~1e-15 (rankings equal; tests check both).
 
 ``same_model`` is 1 when the candidate's ``semdup.model`` is the query's bundle version, -1 without one, and 0 when
-it is another's, followed by that version (the reranker refuses to mix models and names the other one). A candidate whose packed value is missing or of format 1
-(names, not ids: semdup before term ids) gets ``null``; the reranker reads those few from ``_source`` as before.
+it is another's, followed by that version (the reranker refuses to mix models and names the other one). A
+candidate whose packed value is missing or of format 1 (names, not ids: semdup before term ids) gets ``null``; the
+reranker reads those few from ``_source`` as before.
 
 The script is stored once per cluster under an id that carries a hash of its source (:data:`COMPONENTS_SCRIPT_ID`),
 so a cluster shared by two semdup versions holds both and neither overwrites the other.

@@ -86,7 +86,8 @@ def _ensure_stored(client: OpenSearch, sid: str, lang: str, source: str, timeout
         if exc.status not in (403, 404):  # 403: may read no scripts; storing may still be allowed
             raise
     try:
-        client.put_script(id=sid, body={"script": {"lang": lang, "source": source}}, params={"request_timeout": timeout})
+        client.put_script(id=sid, body={"script": {"lang": lang, "source": source}},
+                          params={"request_timeout": timeout})
         logger.info("stored script %s", sid)
         return True
     except OpenSearchRefused as exc:

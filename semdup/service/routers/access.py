@@ -94,7 +94,8 @@ BEARER = HTTPBearer(
 
 
 def _count(request: Request, what: str) -> None:
-    """Count a failure or a refusal in the app's metrics (:class:`semdup.service.metrics.ServiceMetrics`), if it has any."""
+    """Count a failure or a refusal in the app's metrics (:class:`semdup.service.metrics.ServiceMetrics`), if it has
+    any."""
     count = getattr(getattr(request.app.state, "metrics", None), "auth_event", None)
     if count is not None:
         count(request.url.path, what)
