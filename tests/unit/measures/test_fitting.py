@@ -203,7 +203,7 @@ ALPHA_GRID = tuple(round(a * 0.05, 2) for a in range(21))
 
 
 def test_former_tscqa_tune_alpha() -> None:
-    """training/tscqa.py tune_alpha's ``max(ALPHA_GRID, key=(curve[a], a))``: the best α, ties to the larger."""
+    """experiments/tscqa_fit.py tune_alpha's ``max(ALPHA_GRID, key=(curve[a], a))``: the best α, ties to the larger."""
     gold = {f"o{q}": {f"o{q}r{i}": flag == "1" for i, flag in enumerate(flags)}
             for q, (_, _, flags) in enumerate(COMPS)}
 
