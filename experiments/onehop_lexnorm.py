@@ -81,33 +81,27 @@ def ranked(c: QueryCandidates, scores: np.ndarray, k: int = 100) -> list[str]:
     return [c.ids[i] for i in sorted(range(len(c.ids)), key=lambda i: (-scores[i], c.ids[i]))[:k]]
 
 
-def _collect(rr: Any, client: Any, queries: Sequence[Any], restrict: bool = False) -> list[QueryCandidates]:
-    """The reranker's own candidates and components for each query (its ``rank`` up to the fusion)."""
-    from semdup.reranker.fusion import merge_components
-    from semdup.reranker.sources import lexical_scores
-
-    s, f = rr.settings, rr.fusion
+def _collect(rr: Any, queries: Sequence[Any], restrict: bool = False) -> list[QueryCandidates]:
+    """The reranker's own candidates and components for each query (:meth:`Reranker.fusion_inputs`, what its
+    ``rank`` fuses)."""
+    f = rr.fusion
     out = []
     for q in queries:
-        post = q.post
         ids_in = [r.post.id for r in q.related] if restrict else None
-        cands, enc = rr.retrieve(post, exclude_id=None if restrict else post.id, restrict_ids=ids_in)
-        unscored = [i for i in cands.ids if i not in cands.lexical]
-        if unscored:
-            cands.lexical.update(lexical_scores(client, rr.target(), rr.lexical_text(post, enc), unscored,
-                                                model=s.templates[0], variant=s.variant, timeout=30))  # fmt: skip
-        ids = [i for i in cands.ids if i in cands.components]
-        lex = [cands.lexical.get(i, 0.0) for i in ids]
-        comps = merge_components(enc.vector, enc.terms, enc.title, [cands.components[i] for i in ids], {}, lex)
-        sem = np.zeros(len(ids))
-        for name, weight in (("cos_bow", f["beta_bow"]), ("cos_dense", f["beta_dense"]),
-                             ("cos_title", f.get("beta_title", 0.0))):  # fmt: skip
-            if weight:
-                sem += weight * np.nan_to_num(comps[name])
-        srcs = [cands.sources.get(i, ()) for i in ids]
-        out.append(QueryCandidates(ids, np.asarray(lex, dtype=np.float64), sem,
-                                   np.asarray([s.templates[0] in x for x in srcs]),
-                                   np.asarray(["knn" in x for x in srcs])))  # fmt: skip
+        found = rr.fusion_inputs(q.post, exclude_id=None if restrict else q.post.id, restrict_ids=ids_in)
+        ids = [] if found is None else found.ids
+        sem, lex = np.zeros(len(ids)), np.zeros(len(ids))
+        srcs: list[Sequence[str]] = []
+        if found is not None:
+            lex = found.components["lexical"]
+            for name, weight in (("cos_bow", f["beta_bow"]), ("cos_dense", f["beta_dense"]),
+                                 ("cos_title", f.get("beta_title", 0.0))):  # fmt: skip
+                if weight:
+                    sem += weight * np.nan_to_num(found.components[name])
+            srcs = [found.candidates.sources.get(i, ()) for i in ids]
+        out.append(QueryCandidates(list(ids), np.asarray(lex, dtype=np.float64), sem,
+                                   np.asarray([rr.settings.templates[0] in x for x in srcs], dtype=bool),
+                                   np.asarray(["knn" in x for x in srcs], dtype=bool)))  # fmt: skip
     return out
 
 
@@ -136,7 +130,7 @@ def _travel(client: Any, bundle_path: str) -> dict[str, Any]:
         rr = Reranker(bundle, client, index, RerankerSettings(knn=True, search_timeout=30))
         service = {q.post.id: [x.id for x in rr.rank(q.post, k=100, exclude_id=q.post.id)] for q in dev}
         service_map = round(retrieval_scores(service, {q.post.id: set(q.relevant) for q in dev}, 100)["MAP"], 2)
-        c_train, c_dev = _collect(rr, client, train), _collect(rr, client, dev)
+        c_train, c_dev = _collect(rr, train), _collect(rr, dev)
     alpha = rr.fusion["alpha"]
     out: dict[str, Any] = {"queries": {"train": len(train), "dev": len(dev)}, "alpha": alpha,
                            "service /v1/rerank dev MAP": service_map,
@@ -172,7 +166,7 @@ def _semeval(client: Any, bundle_path: str) -> dict[str, Any]:
     with semantic_index(client, bundle, sem.related_posts(), "onehop-sem", progress=False,
                         search=CandidateFields()) as index:  # fmt: skip
         rr = Reranker(bundle, client, index, RerankerSettings(k_candidates=10, knn=False, search_timeout=30))
-        cands = _collect(rr, client, sem.questions, restrict=True)
+        cands = _collect(rr, sem.questions, restrict=True)
     alpha = rr.fusion["alpha"]
     out: dict[str, Any] = {"questions": len(sem.questions), "alpha": alpha}
     for name in ("today", "bm25 / max"):

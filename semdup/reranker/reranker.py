@@ -70,7 +70,7 @@ from semdup.reranker.stored_fields import StoredFields
 from semdup.search_templates import query_text
 from semdup.search_templates.components import components_params
 
-__all__ = ["Candidate", "Reranker", "ModelMismatch", "NothingIndexed", "QueryEncoding"]
+__all__ = ["Candidate", "FusionInputs", "Reranker", "ModelMismatch", "NothingIndexed", "QueryEncoding"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +108,25 @@ class Candidate:
             "complete": self.complete,
             "sources": list(self.sources),
         }
+
+
+@dataclass(frozen=True)
+class FusionInputs:
+    """One query's candidates as :meth:`Reranker.rank` fuses them.
+
+    Attributes:
+        ids: the candidates still in the index, in the merged order.
+        components: per candidate (arrays aligned with ``ids``), as :func:`~semdup.reranker.fusion.merge_components`.
+        indexed: False where the candidate's semdup fields are not written yet.
+        candidates: the merged candidates (their sources, lexical scores, titles).
+        encoding: the query's encoding.
+    """
+
+    ids: list[str]
+    components: dict[str, np.ndarray]
+    indexed: np.ndarray
+    candidates: Candidates
+    encoding: QueryEncoding
 
 
 def _check_paths(bundle: Bundle, settings: RerankerSettings) -> None:
@@ -272,6 +291,42 @@ class Reranker:
         tokens = self.bundle.pipeline.tokens(f"{post.title} {body}")
         return query_text(heaviest_terms_text(tokens, encoding.terms, s.lexical_terms)) or text
 
+    def fusion_inputs(
+        self,
+        post: Post,
+        *,
+        exclude_id: str | None = None,
+        restrict_ids: Sequence[str] | None = None,
+        index: str | None = None,
+    ) -> FusionInputs | None:
+        """What :meth:`rank` fuses: the candidates of ``post`` still in the index, their components (the lexical
+        scores of the other sources' candidates asked for, the stored fields of those written before the packed
+        format read), and which of them are indexed; None when nothing was found.
+
+        Raises:
+            As :meth:`rank`.
+        """
+        resolved, cands, query, text = self._retrieve(post, exclude_id, restrict_ids, index)
+        if not cands.ids:
+            return None
+        s, target = self.settings, resolved.target
+        unscored = [i for i in cands.ids if i not in cands.lexical]
+        if unscored and self.fusion.get("alpha", 0.0) != 0.0:
+            # found by another template only: ask the first template for their scores, matching the same text
+            cands.lexical.update(lexical_scores(self.client, target, text, unscored, model=s.templates[0],
+                                                variant=s.variant, timeout=s.search_timeout,
+                                                global_stats=s.global_stats(resolved.shards)))  # fmt: skip
+        unread = [i for i in cands.ids if i not in cands.components]  # written before the packed format 2
+        stored = self.stored.fetch(target, unread, s.search_timeout) if unread else {}
+        ids = [i for i in cands.ids if i in cands.components or stored.get(i) is not None]  # None: deleted since
+        cluster = [cands.components.get(i) for i in ids]
+        self.check_models(target, cands, stored)
+        local = {n: stored[i] for n, i in enumerate(ids) if cluster[n] is None}
+        lexical = [cands.lexical.get(i, 0.0) for i in ids]
+        comps = merge_components(query.vector, query.terms, query.title, cluster, local, lexical)
+        indexed = [c[3] >= 0 if c is not None else local[n].get("model") is not None for n, c in enumerate(cluster)]
+        return FusionInputs(ids, comps, np.asarray(indexed, dtype=bool), cands, query)
+
     def rank(
         self,
         post: Post,
@@ -288,27 +343,12 @@ class Reranker:
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        resolved, cands, query, text = self._retrieve(post, exclude_id, restrict_ids, index)
-        if not cands.ids:
+        found = self.fusion_inputs(post, exclude_id=exclude_id, restrict_ids=restrict_ids, index=index)
+        if found is None:
             return []
-        s, target = self.settings, resolved.target
-        unscored = [i for i in cands.ids if i not in cands.lexical]
-        if unscored and self.fusion.get("alpha", 0.0) != 0.0:
-            # found by another template only: ask the first template for their scores, matching the same text
-            cands.lexical.update(lexical_scores(self.client, target, text, unscored, model=s.templates[0],
-                                                variant=s.variant, timeout=s.search_timeout,
-                                                global_stats=s.global_stats(resolved.shards)))  # fmt: skip
-        unread = [i for i in cands.ids if i not in cands.components]  # written before the packed format 2
-        stored = self.stored.fetch(target, unread, s.search_timeout) if unread else {}
-        ids = [i for i in cands.ids if i in cands.components or stored.get(i) is not None]  # None: deleted since
-        cluster = [cands.components.get(i) for i in ids]
-        self.check_models(target, cands, stored)
-        local = {n: stored[i] for n, i in enumerate(ids) if cluster[n] is None}
-        lexical = [cands.lexical.get(i, 0.0) for i in ids]
-        comps = merge_components(query.vector, query.terms, query.title, cluster, local, lexical)
+        ids, comps, query = found.ids, found.components, found.encoding
         scores, complete = compute_fused(comps, self.fusion)
-        indexed = [c[3] >= 0 if c is not None else local[n].get("model") is not None for n, c in enumerate(cluster)]
-        complete &= np.asarray(indexed, dtype=bool)
+        complete &= found.indexed
         prob = self.calibration.probability(scores) if self.calibration is not None else None
         threshold = self.threshold
         # complete candidates first, each group by score; ties broken by id for a stable answer
@@ -338,7 +378,7 @@ class Reranker:
                 probability=None if prob is None else float(prob[i]),
                 is_duplicate=None if threshold is None or not complete[i] else bool(scores[i] >= threshold),
                 complete=bool(complete[i]),
-                sources=tuple(cands.sources.get(ids[i], ())),
+                sources=tuple(found.candidates.sources.get(ids[i], ())),
             )
             for i in order
         ]
