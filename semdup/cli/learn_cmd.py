@@ -38,6 +38,8 @@ def _summary(run: Any) -> list[str]:
     lines = [f"labels: {o.source.line()}", f"folds: {o.folds.line()}",
              *(f"fold {r.index + 1}: {r.summary.line()}" + (" (reused: the work folder held it)" if r.reused else "")
                for r in o.fold_runs)]
+    if o.passes is not None:
+        lines.append(o.passes.line())
     if o.stopped and o.final is None:
         lines += _stopped_in_folds(o)
     else:
@@ -112,7 +114,10 @@ def _stopped_in_folds(o: Any) -> list[str]:
               help="The encoder to fine-tune (mpnet: more accurate, about 4x the CPU).")
 @click.option("--base-bundle", type=click.Path(path_type=Path),
               help="That encoder's bundle (default artifacts/bundles/NAME; exported there with torch when absent).")
-@click.option("--epochs", type=float, help="Passes over the training groups (default: the preset's, 2 for minilm).")
+@click.option("--epochs", type=float, help="The most passes over the training groups without --budget (default: "
+                                          "the preset's, 2 for minilm; with --budget, as many as fit, at most 4). "
+                                          "The fold models are scored after each pass and the final model trains "
+                                          "the passes best out of fold.")
 @click.option("--seed", type=int, help="Order, dropout and sampling seed (default 0).")
 @click.option("--promote", is_flag=True,
               help="If the gate accepts the candidate, move the site (--index) to it with `semdup upgrade`.")

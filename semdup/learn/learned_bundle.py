@@ -12,7 +12,9 @@
    side is judged on queries it was fitted on; the default shipped beside it is fitted on all of them).
 3. :func:`~semdup.learn.out_of_fold.out_of_fold` trains one model per fold without it (the frozen bottom of the
    encoder computed once per post for all of them, :mod:`semdup.training.learn.frozen`); every query is scored
-   by the model that never saw it.
+   by the model that never saw it, after the passes that were best on the other folds (each fold model scores its
+   fold after every pass: :mod:`semdup.learn.pass_curve`). With a budget, the passes are what its minutes fit
+   (:mod:`semdup.learn.pass_plan`).
 4. Three candidates, from those out-of-fold scores: **the learned encoder alone** (its dense cosine), **the learned
    encoder inside the bundle to beat's own fusion** (``carried``: fold by fold, the fusion that bundle was
    cross-fitted with), and **the learned hybrid** (β_bow, α, β_title cross-fitted on the fold models' scores). A
@@ -23,8 +25,9 @@
 5. :func:`~semdup.learn.gate.gate`: the chosen candidate against the bundle to beat, query by query over every
    labelled query (a paired randomisation test): accepted only at p < ``alpha`` with the gain's 95 % interval
    above zero.
-6. Only when the gate accepts: the final model is fine-tuned on every labelled query with the same recipe (the
-   same epochs over its side as each fold model had over its own), exported through the verified path
+6. Only when the gate accepts: the final model is fine-tuned on every labelled query with the same recipe for the
+   passes the fold models' curve found best (:mod:`semdup.learn.pass_curve`; each fold was judged at the passes
+   best on the other folds), exported through the verified path
    (:func:`~semdup.export.onnx_export.export_checkpoint`: ONNX, parity with torch) and written as a bundle with
    the chosen fusion (a hybrid's fitted on all the out-of-fold scores). Its manifest records the folds, the
    per-fold and pooled figures, the choice and the gate (``learn``). Promoting it is the caller's step (``semdup
@@ -72,6 +75,8 @@ from semdup.learn.gate import (
     ranked_figure,
 )
 from semdup.learn.out_of_fold import FoldRun, OutOfFold, fit_data, out_of_fold, side_data
+from semdup.learn.pass_curve import DENSE_ONLY, PassChoice, PassPool
+from semdup.learn.pass_plan import plan_passes
 from semdup.measures.fitting import best_threshold
 from semdup.measures.significance import PairedTest, paired_randomisation_test
 from semdup.training.learn.encoder import base_encoder
@@ -84,7 +89,6 @@ __all__ = ["LearnOutcome", "Judgement", "Phases", "judge_learning", "learn_bundl
 
 logger = logging.getLogger(__name__)
 
-DENSE_ONLY = {"beta_bow": 0.0, "beta_dense": 1.0, "alpha": 0.0}
 _NO_FUSION = {"grid": ((0.0,), (0.0,)), "grid_title": (0.0,)}  # cross-fit only a pair threshold
 
 
@@ -120,6 +124,8 @@ class LearnOutcome:
             finished so far support (the learned encoder alone against the bundle to beat on their queries; None
             before any fold is finished); nothing is written either way.
         minutes_left: about how long the rest would take at the pace measured (0 when finished).
+        passes: the passes curve out of fold, the passes each fold was judged at and the final model's
+            (:mod:`semdup.learn.pass_curve`); None when the folds did not all finish.
     """
 
     decision: GateDecision | None
@@ -140,9 +146,11 @@ class LearnOutcome:
     phases: dict[str, tuple[float, float]] = field(default_factory=dict)
     stopped: str = ""
     minutes_left: float = 0.0
+    passes: PassChoice | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"decision": None if self.decision is None else self.decision.to_json(),
+                "passes": None if self.passes is None else self.passes.to_json(),
                 "stopped": self.stopped, "minutes_left": round(self.minutes_left, 1),
                 "candidate": None if self.candidate_dir is None
                 else str(self.candidate_dir), "version": self.version, "compared_with": self.compared_with,
@@ -227,7 +235,7 @@ class Judgement:
     fold_runs: list[FoldRun]
     per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
     oof: OutOfFold | None = field(default=None, repr=False)
-    settings: LearnSettings | None = None  # the recipe the models trained with (its epochs sized to the site)
+    settings: LearnSettings | None = None  # the recipe the fold models trained with (a budget's passes planned)
 
 
 def judge_learning(
@@ -253,7 +261,6 @@ def judge_learning(
     bottom's cache to share (None: one is made here when the recipe freezes layers)."""
     phases = phases or Phases()
     say = report or (lambda line: None)
-    settings = settings.for_groups(len(side_data(cut.kind, cut.labelled, settings).groups))
     if prefix is None and settings.freeze_layers > 0:
         prefix = FrozenPrefix.for_settings(settings, device)
     work.mkdir(parents=True, exist_ok=True)
@@ -287,9 +294,16 @@ def judge_learning(
     phases.end("current")
 
     say(f"bundle to beat ({compared_with}) scored on {len(current)} labelled queries: {_mean(current):.2f}")
+    base_by_key = {g.query_id: g for g in base_groups}
+    pools = {f.index: PassPool.from_groups([base_by_key[k] for k in f.held_keys if k in base_by_key], labelled)
+             for f in cut.folds}
+    if deadline is not None:
+        settings = plan_passes(settings, cut, pools, work, deadline, phases, prefix, device, threads, say)
     oof = out_of_fold(cut, settings, pipeline, idf, work, posts, device=device, threads=threads, deadline=deadline,
-                      title=title, show_progress=show_progress, prefix=prefix, report=report)
+                      title=title, show_progress=show_progress, prefix=prefix, report=report, pools=pools)
     phases.end("folds")
+    if oof.passes is not None:
+        say(oof.passes.line())
     if not oof.complete:
         return replace(_partial(cut, pipeline, idf, oof, labelled, current, alpha, compared_with, default_dir),
                        settings=settings)
@@ -380,13 +394,16 @@ def learn_bundle(
     j = judge_learning(sup, base_bundle, work, settings, cut, corpus, current_bundle, device, threads, deadline,
                        alpha, grid_title, show_progress, phases, prefix, report)
     settings = j.settings or settings
+    if j.oof is not None and j.oof.passes is not None:  # the final model trains the passes best out of fold
+        settings = replace(settings, epochs=j.oof.passes.final)
     final_data = side_data(cut.kind, cut.labelled, settings)
 
     def outcome(candidate: Path | None = None, version: str | None = None, final: LearnSummary | None = None,
                 stopped: str = "", steps_left: int = 0, per_step: float = 0.0) -> LearnOutcome:
         return LearnOutcome(j.decision, candidate, version, j.compared_with, j.default_dir, j.chosen, j.choices,
                             dict(j.fit.fusion), j.figures, j.per_fold, cut.report, j.fold_runs, final, sup.report,
-                            device, phases.seconds, stopped, steps_left * per_step / 60.0)
+                            device, phases.seconds, stopped, steps_left * per_step / 60.0,
+                            None if j.oof is None else j.oof.passes)
 
     if j.oof is not None and not j.oof.complete:
         s = j.oof.stopped

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from semdup.core.errors import ConfigError
@@ -36,12 +36,11 @@ class LearnSettings:
         decay: ``"constant"`` or ``"linear"`` (to 0 at the last planned step, after the warm-up).
         batch_size: groups per step (each query's softmax runs over every candidate of the batch).
         hard_negatives: labelled non-duplicates per group beside the positive (0 = in-batch negatives only).
-        epochs: passes over the groups (a fraction is allowed: 1.5 = one and a half).
-        max_groups: 0 = none; else at most this many groups learned from per model: on a site with more labelled
-            groups than ``max_groups / epochs``, the passes shrink to ``max_groups / groups`` (:meth:`for_groups`),
-            the same for every fold model and the final one, so a big site costs about what a mid-sized one does.
-            3,000: SemEval's 2 passes over its 1,312 groups are under it; Travel (2,284) gets 1.31, a site of 5,000
-            groups 0.6 (issue #33: what lets a 2,500-link site learn in minutes on a CPU).
+        epochs: passes over the groups without a budget (a fraction is allowed: 1.5 = one and a half). ``semdup
+            learn`` scores its fold models after every pass and the final model trains the passes that were best
+            out of fold (:mod:`semdup.learn.pass_curve`), so this is the most a run without a budget tries.
+        max_epochs: the most passes a run with a budget plans: as many as its minutes fit, up to this (the
+            passes-to-figure curve then says how many the final model trains).
         symmetric: the loss also ranks the batch's queries for each positive.
         mask_known: leave a query's known duplicates out of its softmax (see :mod:`~semdup.training.learn.data`).
         scale: the softmax's inverse temperature over cosines.
@@ -68,13 +67,13 @@ class LearnSettings:
     max_grad_norm: float = 5.0
     seed: int = 0
     chunk_size: int = 16
-    max_groups: int = 3000
+    max_epochs: float = 4.0
 
     def __post_init__(self) -> None:
         problems = []
-        if self.lr <= 0 or self.batch_size < 2 or self.epochs <= 0 or self.chunk_size < 1 or self.max_groups < 0:
-            problems.append(f"need lr > 0, batch_size >= 2, epochs > 0, chunk_size >= 1, max_groups >= 0; got "
-                            f"{self.lr}, {self.batch_size}, {self.epochs}, {self.chunk_size}, {self.max_groups}")
+        if self.lr <= 0 or self.batch_size < 2 or self.epochs <= 0 or self.chunk_size < 1 or self.max_epochs <= 0:
+            problems.append(f"need lr > 0, batch_size >= 2, epochs > 0, chunk_size >= 1, max_epochs > 0; got "
+                            f"{self.lr}, {self.batch_size}, {self.epochs}, {self.chunk_size}, {self.max_epochs}")
         if not 0.0 <= self.warmup_share < 1.0 or self.decay not in ("constant", "linear"):
             problems.append(f"warmup_share must lie in [0, 1) and decay be constant or linear; got "
                             f"{self.warmup_share}, {self.decay!r}")
@@ -83,17 +82,6 @@ class LearnSettings:
                             f"{self.hard_negatives}, {self.scale}")
         if problems:
             raise ConfigError("; ".join(problems))
-
-    def for_groups(self, n_groups: int) -> LearnSettings:
-        """The recipe for a site of ``n_groups`` labelled groups: ``epochs`` cut to ``max_groups / n_groups`` where
-        that is fewer, else unchanged; ``max_groups`` 0 either way (the cap is spent: what trains, and what a
-        resumed run compares, is the passes)."""
-        if not self.max_groups or self.epochs * n_groups <= self.max_groups:
-            return replace(self, max_groups=0)
-        epochs = round(self.max_groups / n_groups, 4)
-        logger.info("%d labelled groups: %.2f epochs instead of %.2f (at most %d groups per model)", n_groups,
-                    epochs, self.epochs, self.max_groups)
-        return replace(self, epochs=epochs, max_groups=0)
 
     def steps_per_epoch(self, n_groups: int) -> int:
         return max(1, math.ceil(n_groups / self.batch_size))

@@ -52,7 +52,8 @@ from semdup.training.loop import Loop
 from semdup.training.losses.in_batch import InBatchSoftmaxLoss
 from semdup.training.models.minilm import MiniLM
 
-__all__ = ["LearnRun", "learn_encoder", "Report", "STATE_FILE", "SUMMARY_FILE"]
+__all__ = ["LearnRun", "learn_encoder", "pass_points", "pass_dir", "step_seconds", "PassHook", "Report", "STATE_FILE",
+           "SUMMARY_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,23 @@ STATE_FILE = "learn-state.pt"
 SUMMARY_FILE = "learn-summary.json"
 Evaluate = Callable[[CheckpointScorer], Mapping[str, float]]
 Report = Callable[[str], None]
+PassHook = Callable[[MiniLM, float], Mapping[str, Any]]
+PASSES_DIR = "passes"
+
+
+def pass_points(settings: LearnSettings, n_groups: int) -> dict[int, float]:
+    """step -> passes done, at the end of every whole pass and at the last planned step, named by the recipe's
+    ``epochs`` there (a fractional last pass: every model of the recipe names its points alike, whatever its side's
+    size rounds its steps to)."""
+    per_epoch, planned = settings.steps_per_epoch(n_groups), settings.planned_steps(n_groups)
+    points = {e * per_epoch: float(e) for e in range(1, int(settings.epochs) + 1) if e * per_epoch < planned}
+    points[planned] = float(settings.epochs)
+    return points
+
+
+def pass_dir(out_dir: str | Path, passes: float) -> Path:
+    """The checkpoint a run with ``on_pass`` wrote after ``passes`` passes (a standard checkpoint folder)."""
+    return Path(out_dir) / PASSES_DIR / f"{passes:g}"
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,7 @@ def learn_encoder(
     device: str = "cpu",
     prefix: FrozenPrefix | None = None,
     report: Report | None = None,
+    on_pass: PassHook | None = None,
 ) -> LearnRun:
     """Fine-tune ``settings.base_encoder`` on ``data`` into the checkpoint folder ``out_dir`` (see the module doc).
 
@@ -155,6 +174,10 @@ def learn_encoder(
             one for this run (none when nothing is frozen).
         report: called with a progress line (steps done, minutes spent, about how many left) every
             :data:`semdup.training.loop.REPORT_EVERY_S` seconds and when the run stops, on a terminal or not.
+        on_pass: called (eval mode, no gradients) with the model and the passes done at the end of every pass and at
+            the last step (:func:`pass_points`); what it returns joins the curve, and the model of that pass is
+            saved as a checkpoint (:func:`pass_dir`). With the default constant rate, the model after p passes of
+            this run is the model a p-pass run would train: ``semdup learn`` picks the passes on that curve.
 
     Raises:
         ConfigError: ``out_dir`` holds the state of another recipe or other data.
@@ -205,8 +228,20 @@ def learn_encoder(
         if dev_before is not None:
             logger.info("held-out %s before training: %.2f (%.0f s)", metric, dev_before, loop.eval_seconds)
     checks = {round(planned * (j + 1) / (eval_points + 1)) for j in range(eval_points)} if eval_points else set()
+    passes_at = pass_points(settings, len(data.groups)) if on_pass is not None else {}
+
+    def config() -> dict[str, Any]:
+        return {"threshold": None, "seed": settings.seed, "data": data.summary,
+                "learn": {"settings": settings.to_json()}, **dict(extra_config or {})}
 
     def after_step(_batch: Any, loss: float) -> bool:
+        if loop.step in passes_at and on_pass is not None:
+            passes = passes_at[loop.step]
+            with loop.evaluating(True):
+                entry = dict(on_pass(model, passes))
+                save_checkpoint(pass_dir(out, passes), model, "minilm", model.pipeline, config())
+            curve.append({"step": loop.step, "epoch": passes, "loss": loss, **entry})
+            logger.info("after %g passes (step %d/%d): %s", passes, loop.step, planned, entry)
         if loop.step in checks:
             value = _evaluate(loop, prefix, evaluate, metric)
             epoch = round(loop.step / settings.steps_per_epoch(len(data.groups)), 3)
@@ -235,12 +270,36 @@ def learn_encoder(
         loop.save(state_path, mine)
         return LearnRun(out, summary, finished=False)
     model.eval().to("cpu")  # a checkpoint loads anywhere
-    config = {"threshold": None, "seed": settings.seed, "data": data.summary,
-              "learn": {"settings": settings.to_json(), "summary": summary.to_json()}, **dict(extra_config or {})}
-    save_checkpoint(out, model, "minilm", model.pipeline, config)
+    final_config = config()
+    final_config["learn"]["summary"] = summary.to_json()
+    save_checkpoint(out, model, "minilm", model.pipeline, final_config)
     write_metrics(out, {"arch": "minilm", "learn": summary.to_json(), "dev": {metric: dev_after} if metric else None})
     summary_path.write_text(json.dumps({"fingerprint": fingerprint, "summary": summary.to_json()}, indent=2),
                             encoding="utf-8")
     state_path.unlink(missing_ok=True)
     logger.info("learn: %s", summary.line())
     return LearnRun(out, summary)
+
+
+def step_seconds(settings: LearnSettings, data: LearnData, prefix: FrozenPrefix | None, device: str = "cpu",
+                 threads: int = 2, steps: int = 3) -> float:
+    """What one training step of ``settings`` on ``data`` takes here (the median of ``steps`` after a first one, on
+    a throwaway model: the run's own weights and random state are not touched). What a budget plans by."""
+    torch.set_num_threads(threads)
+    rng = torch.get_rng_state()
+    try:
+        model = build_model(settings).to(device)
+        vectors = PostVectors(model, prefix, settings.chunk_size)
+        loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
+        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
+        model.train()
+        times = []
+        for s in range(steps + 1):
+            t0 = time.monotonic()
+            optimizer.zero_grad()
+            step_loss(vectors, _batch_at(data, settings, s), data.known, loss_fn, settings.mask_known).backward()
+            optimizer.step()
+            times.append(time.monotonic() - t0)
+        return float(sorted(times[1:])[len(times[1:]) // 2])
+    finally:
+        torch.set_rng_state(rng)

@@ -5,6 +5,7 @@ the decision the finished folds support."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from semdup.export.onnx_export import export_checkpoint
 from semdup.export.parity import sample_posts
 from semdup.learn import out_of_fold as oof_module
 from semdup.learn.learned_bundle import learn_bundle
+from semdup.learn.pass_plan import PLAN_FILE
 from semdup.training.learn.settings import LearnSettings
 
 pytestmark = pytest.mark.slow
@@ -75,6 +77,7 @@ def test_an_accepted_candidate_is_a_verified_bundle_with_its_record(base_bundle:
     assert bundle.fusion == out.fusion and (out.chosen == "hybrid" or out.fusion["beta_bow"] == 0.0)
     assert list(out.phases) == ["split", "current", "folds", "gate", "final", "export", "write"]
     assert set(out.figures) == {"current", "encoder", "carried", "hybrid", "base_dense"} and out.stopped == ""
+    assert out.passes is not None and out.passes.per_fold == {0: 0.5, 1: 0.5} and out.passes.final == TINY.epochs
     q = labels.data.questions[0]
     scores = BundleScorer(bundle).score(q.post, [r.post for r in q.related])
     assert scores.shape == (len(q.related),) and np.all(np.isfinite(scores))
@@ -140,6 +143,22 @@ def test_a_spent_budget_ends_with_the_decision_the_finished_folds_support(
     again = learn_bundle(labels, tmp_path / "candidate", base_bundle, tmp_path / "work", TINY, **NO_TITLE)
     assert again.stopped == "" and again.fold_runs[0].reused
     assert again.fold_runs[1].summary.resumed_from_step == 1 and again.decision.test.n == sum(again.folds.queries)
+
+
+def test_a_budget_plans_the_passes_its_minutes_fit_and_scores_each_fold_model_after_every_pass(
+        base_bundle: Path, labels: Supervision, tmp_path: Path) -> None:
+    settings = LearnSettings(**{**TINY.to_json(), "max_epochs": 2.0})
+    lines: list[str] = []
+    out = learn_bundle(labels, tmp_path / "candidate", base_bundle, tmp_path / "work", settings, budget_minutes=60,
+                       report=lines.append, **NO_TITLE)  # fmt: skip
+    plan = json.loads((tmp_path / "work" / PLAN_FILE).read_text(encoding="utf-8"))
+    assert plan["epochs"] == 2.0 and plan["step_s"] > 0 and plan["steps_per_pass"] > 0  # an hour fits the most
+    assert [r.summary.epochs for r in out.fold_runs] == [2.0, 2.0]
+    assert [p for p, _ in out.passes.curve] == [1.0, 2.0] and set(out.passes.per_fold.values()) <= {1.0, 2.0}
+    assert [c["epoch"] for c in out.fold_runs[0].summary.curve] == [1.0, 2.0]
+    assert any(line.startswith("passes: 2 (at most 2)") for line in lines)
+    assert any(line.startswith("passes -> out-of-fold figure") for line in lines)
+    assert out.to_json()["passes"]["final"] == out.passes.final
 
 
 def test_the_base_bundle_scores_through_the_shared_frozen_bottom(base_bundle: Path, labels: Supervision) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,12 +108,28 @@ def test_cuda_without_a_gpu_is_refused_in_one_line_and_auto_takes_the_cpu() -> N
         resolve_device("tpu")
 
 
-def test_a_big_site_gets_fewer_passes_and_every_model_the_same() -> None:
-    capped = LearnSettings(epochs=2.0, max_groups=4600)
-    assert capped.for_groups(2284) == LearnSettings(epochs=2.0, max_groups=0)  # Travel: 2 passes fit under it
-    big = capped.for_groups(5092)
-    assert big.epochs == round(4600 / 5092, 4) and big.max_groups == 0 and big.for_groups(5092) == big
-    assert big.planned_steps(5092) == 145 and big.planned_steps(2546) == 73  # the final model, and a fold's half
-    assert LearnSettings(epochs=2.0, max_groups=0).for_groups(10**6).epochs == 2.0  # no cap: as before
-    with pytest.raises(ConfigError, match="max_groups >= 0"):
-        LearnSettings(max_groups=-1)
+def test_the_pass_points_are_every_whole_pass_and_the_last_step() -> None:
+    from semdup.training.learn.trainer import pass_points
+
+    assert pass_points(LearnSettings(epochs=2.0, batch_size=32), 100) == {4: 1.0, 8: 2.0}
+    assert pass_points(LearnSettings(epochs=2.5, batch_size=32), 100) == {4: 1.0, 8: 2.0, 10: 2.5}
+    assert pass_points(LearnSettings(epochs=0.5, batch_size=32), 100) == {2: 0.5}
+    with pytest.raises(ConfigError, match="max_epochs > 0"):
+        LearnSettings(max_epochs=0)
+
+
+def test_each_pass_is_scored_and_saved_as_a_checkpoint_of_that_pass(tmp_path: Path) -> None:
+    from semdup.training.learn.encoder import LearnedEncoder
+    from semdup.training.learn.trainer import pass_dir
+
+    seen: list[float] = []
+    settings = LearnSettings(**{**SETTINGS.to_json(), "epochs": 2.0, "ema_decay": 0.0})
+    run = learn_encoder(settings, _data(), tmp_path / "run", show_progress=False,
+                        on_pass=lambda model, passes: seen.append(passes) or {"figure": passes})  # fmt: skip
+    assert seen == [1.0, 2.0] and [c["figure"] for c in run.summary.curve] == [1.0, 2.0]
+    posts = list({g.query.id: g.query for g in _data().groups}.values())[:3]
+    first = LearnedEncoder(pass_dir(run.checkpoint_dir, 1.0)).encode_dense(posts)
+    last = LearnedEncoder(pass_dir(run.checkpoint_dir, 2.0)).encode_dense(posts)
+    final = LearnedEncoder(run.checkpoint_dir).encode_dense(posts)
+    np.testing.assert_allclose(last, final, atol=1e-6)  # the last pass is the run's own model
+    assert not np.allclose(first, last, atol=1e-4)  # the first pass is an earlier model
