@@ -76,7 +76,7 @@ from semdup.learn.gate import (
 )
 from semdup.learn.out_of_fold import FoldRun, OutOfFold, fit_data, out_of_fold, side_data
 from semdup.learn.pass_curve import DENSE_ONLY, PassChoice, PassPool
-from semdup.learn.pass_plan import plan_passes
+from semdup.learn.pass_plan import plan_passes, planned_passes
 from semdup.measures.fitting import best_threshold
 from semdup.measures.significance import PairedTest, paired_randomisation_test
 from semdup.training.learn.encoder import base_encoder
@@ -299,6 +299,8 @@ def judge_learning(
              for f in cut.folds}
     if deadline is not None:
         settings = plan_passes(settings, cut, pools, work, deadline, phases, prefix, device, threads, say)
+    else:
+        settings = planned_passes(settings, work, say) or settings
     oof = out_of_fold(cut, settings, pipeline, idf, work, posts, device=device, threads=threads, deadline=deadline,
                       title=title, show_progress=show_progress, prefix=prefix, report=report, pools=pools)
     phases.end("folds")

@@ -35,7 +35,7 @@ from semdup.training.learn.frozen import FrozenPrefix, PostVectors, build_model
 from semdup.training.learn.settings import LearnSettings
 from semdup.training.learn.trainer import step_seconds
 
-__all__ = ["plan_passes", "PLAN_FILE", "AFTER_TRAINING_S"]
+__all__ = ["plan_passes", "planned_passes", "PLAN_FILE", "AFTER_TRAINING_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +49,9 @@ def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, Pa
     """``settings`` with ``epochs`` = the passes the minutes to ``deadline`` fit (see the module doc)."""
     path = work / PLAN_FILE
     recipe = {k: v for k, v in settings.to_json().items() if k != "epochs"}
-    if path.exists():
-        plan = json.loads(path.read_text(encoding="utf-8"))
-        if plan.get("recipe") == recipe:
-            say(f"passes: {plan['epochs']:g}, as planned when this run started ({path})")
-            return replace(settings, epochs=float(plan["epochs"]))
+    kept = planned_passes(settings, work, say)
+    if kept is not None:
+        return kept
     datas = [side_data(cut.kind, f.train, settings) for f in cut.folds]
     final = side_data(cut.kind, cut.labelled, settings)
     step = step_seconds(settings, datas[0], prefix, device, threads)
@@ -75,3 +73,16 @@ def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, Pa
     say(f"passes: {epochs:g} (at most {settings.max_epochs:g}): a step takes {step:.2f} s, a pass {steps} steps over "
         f"the {cut.k} fold models and the final one, a curve point {point:.0f} s; {left / 60:.1f} min left")
     return replace(settings, epochs=epochs)
+
+
+def planned_passes(settings: LearnSettings, work: Path, say: Callable[[str], None]) -> LearnSettings | None:
+    """The recipe a budgeted run planned in ``work`` (None: none planned there, or for another recipe). A run
+    resumed with another budget, or none, goes on with it: its fold models' states name those passes."""
+    path = work / PLAN_FILE
+    if not path.exists():
+        return None
+    plan = json.loads(path.read_text(encoding="utf-8"))
+    if plan.get("recipe") != {k: v for k, v in settings.to_json().items() if k != "epochs"}:
+        return None
+    say(f"passes: {plan['epochs']:g}, as planned when this run started ({path})")
+    return replace(settings, epochs=float(plan["epochs"]))
