@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from semdup.data.learn_folds import LearnFolds
 from semdup.learn.out_of_fold import side_data
@@ -35,7 +36,7 @@ from semdup.training.learn.frozen import FrozenPrefix, PostVectors, build_model
 from semdup.training.learn.settings import LearnSettings
 from semdup.training.learn.trainer import step_seconds
 
-__all__ = ["plan_passes", "planned_passes", "PLAN_FILE", "AFTER_TRAINING_S"]
+__all__ = ["plan_passes", "planned_passes", "untrained_point", "PLAN_FILE", "AFTER_TRAINING_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +57,8 @@ def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, Pa
     final = side_data(cut.kind, cut.labelled, settings)
     step = step_seconds(settings, datas[0], prefix, device, threads)
     t0 = time.monotonic()
-    vectors = PostVectors(build_model(settings).to(device).eval(), prefix, chunk_size=64)
     first = next(iter(pools.values()))
-    untrained = first.score(lambda ps: vectors(ps).detach().cpu().numpy())
+    untrained = untrained_point(settings, first, prefix, device)
     point = (time.monotonic() - t0) * sum(p.posts() for p in pools.values()) / max(first.posts(), 1)
     steps = sum(settings.steps_per_epoch(len(d.groups)) for d in datas) + settings.steps_per_epoch(len(final.groups))
     scoring = float(phases.seconds.get("current", (0.0, 0.0))[0])
@@ -73,6 +73,15 @@ def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, Pa
     say(f"passes: {epochs:g} (at most {settings.max_epochs:g}): a step takes {step:.2f} s, a pass {steps} steps over "
         f"the {cut.k} fold models and the final one, a curve point {point:.0f} s; {left / 60:.1f} min left")
     return replace(settings, epochs=epochs)
+
+
+def untrained_point(settings: LearnSettings, pool: PassPool, prefix: FrozenPrefix | None, device: str
+                    ) -> dict[str, float]:
+    """The curve's point of the untrained encoder on ``pool``, without gradients: the trainable layers' autograd
+    graph over every post of a big site's pool held 24 GB and the machine killed the run."""
+    vectors = PostVectors(build_model(settings).to(device).eval(), prefix, chunk_size=64)
+    with torch.no_grad():
+        return pool.score(lambda ps: vectors(ps).cpu().numpy())
 
 
 def planned_passes(settings: LearnSettings, work: Path, say: Callable[[str], None]) -> LearnSettings | None:

@@ -67,3 +67,30 @@ def test_a_pool_scores_the_encoder_alone_on_its_fixed_candidates() -> None:
         return np.stack([np.eye(8)[1] if p.id.startswith("r") and p.id.endswith("0") else np.eye(8)[0] for p in posts])
 
     assert all(v < 100.0 for v in pool.score(worst).values())
+
+
+def test_the_untrained_point_keeps_no_autograd_graph() -> None:
+    """The budget's timing point runs the trainable layers without gradients (on a 2,546-link site their graph over
+    the whole pool held 24 GB and the run was killed)."""
+    import torch
+
+    from semdup.learn.pass_plan import untrained_point
+    from semdup.training.learn.settings import LearnSettings
+
+    sem = _semeval()
+    groups = [Group(q.post.id, tuple(r.post.id for r in q.related), np.zeros(3), np.zeros(3), np.zeros(3))
+              for q in sem.questions]  # fmt: skip
+    pool = PassPool.from_groups(groups, FitData("tiny", "semeval", sem, []))
+    seen: list[bool] = []
+
+    class Spy(PassPool):
+        def score(self, encode):  # noqa: ANN001, ANN202
+            def spying(posts):  # noqa: ANN001, ANN202
+                seen.append(torch.is_grad_enabled())
+                return encode(posts)
+
+            return super().score(spying)
+
+    spy = Spy(**{f: getattr(pool, f) for f in pool.__dataclass_fields__})
+    figures = untrained_point(LearnSettings(max_len=32, freeze_layers=4), spy, None, "cpu")
+    assert seen == [False] and set(figures) == {"q0", "q1"}
