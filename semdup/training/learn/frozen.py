@@ -194,19 +194,23 @@ class PostVectors:
         model: the model being trained or scored.
         prefix: its frozen bottom's cache (checked against the model), or None.
         chunk_size: posts per forward pass (sorted by length, so each chunk pads little).
+        truncate: 0 = every wordpiece; else each post keeps its first ``truncate`` positions above the frozen
+            bottom (the training steps' shorter length, :attr:`LearnSettings.train_len`). The cached states were
+            computed over the whole post, so the positions kept still carry what the bottom read beyond them.
     """
 
-    def __init__(self, model: MiniLM, prefix: FrozenPrefix | None, chunk_size: int = 16) -> None:
+    def __init__(self, model: MiniLM, prefix: FrozenPrefix | None, chunk_size: int = 16, truncate: int = 0) -> None:
         if prefix is not None:
             prefix.check(model)
-        self.model, self.prefix, self.chunk_size = model, prefix, chunk_size
+        self.model, self.prefix, self.chunk_size, self.truncate = model, prefix, chunk_size, truncate
         self.tokens = prefix.tokens if prefix is not None else Tokens(model)
 
     def __call__(self, posts: Sequence[Post]) -> torch.Tensor:
+        cut = self.truncate or None
         if self.prefix is None:
-            return encode_sorted(self.model.encoder, [self.tokens(p) for p in posts], self.tokens.pad,
+            return encode_sorted(self.model.encoder, [self.tokens(p)[:cut] for p in posts], self.tokens.pad,
                                  self.chunk_size)
-        return self._top(self.prefix.states(posts))
+        return self._top([s[:cut] for s in self.prefix.states(posts)])
 
     def _top(self, states: Sequence[torch.Tensor]) -> torch.Tensor:
         bert = self.model.encoder.bert

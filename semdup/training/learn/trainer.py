@@ -201,7 +201,7 @@ def learn_encoder(
     model = build_model(settings).to(device)
     if prefix is None and settings.freeze_layers > 0:
         prefix = FrozenPrefix(model, device)
-    vectors = PostVectors(model, prefix, settings.chunk_size)
+    vectors = PostVectors(model, prefix, settings.chunk_size, settings.train_len)
     loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
     planned = settings.planned_steps(len(data.groups))
     loop = Loop(model, lambda batch: step_loss(vectors, batch, data.known, loss_fn, settings.mask_known),
@@ -289,7 +289,7 @@ def step_seconds(settings: LearnSettings, data: LearnData, prefix: FrozenPrefix 
     rng = torch.get_rng_state()
     try:
         model = build_model(settings).to(device)
-        vectors = PostVectors(model, prefix, settings.chunk_size)
+        vectors = PostVectors(model, prefix, settings.chunk_size, settings.train_len)
         loss_fn = InBatchSoftmaxLoss(scale=settings.scale, symmetric=settings.symmetric)
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
         model.train()

@@ -60,3 +60,29 @@ def test_a_model_with_other_frozen_weights_is_refused(model: torch.nn.Module) ->
         PostVectors(other, prefix)
     with pytest.raises(ValueError, match="differ"):
         PostVectors(build_model(LearnSettings(max_len=32, freeze_layers=3)), prefix)
+
+
+def test_a_training_length_cuts_the_states_above_the_bottom_and_only_there(model: torch.nn.Module) -> None:
+    prefix = FrozenPrefix(model)
+    lengths = [len(prefix.tokens(p)) for p in POSTS]
+    assert max(lengths) > 8 > min(lengths)  # some posts are cut, one is not
+    with torch.no_grad():
+        whole = PostVectors(model, prefix, chunk_size=3)(POSTS)
+        cut = PostVectors(model, prefix, chunk_size=3, truncate=8)(POSTS)
+        wide = PostVectors(model, prefix, chunk_size=3, truncate=max(lengths))(POSTS)
+        by_hand = PostVectors(model, prefix, chunk_size=3)._top([s[:8] for s in prefix.states(POSTS)])
+    assert torch.equal(wide, whole)
+    assert torch.allclose(cut, by_hand, atol=1e-6)
+    for i, n in enumerate(lengths):
+        same = torch.allclose(cut[i], whole[i], atol=1e-5)
+        assert same == (n <= 8), (i, n)
+    prefix.states(POSTS)
+    assert all(s.shape[0] == n for s, n in zip(prefix.states(POSTS), lengths, strict=True))  # the cache stays whole
+
+
+def test_a_training_length_must_keep_two_positions() -> None:
+    from semdup.core.errors import ConfigError
+
+    assert LearnSettings(train_len=128).train_len == 128
+    with pytest.raises(ConfigError, match="train_len"):
+        LearnSettings(train_len=1)

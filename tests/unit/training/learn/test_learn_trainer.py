@@ -133,3 +133,15 @@ def test_each_pass_is_scored_and_saved_as_a_checkpoint_of_that_pass(tmp_path: Pa
     final = LearnedEncoder(run.checkpoint_dir).encode_dense(posts)
     np.testing.assert_allclose(last, final, atol=1e-6)  # the last pass is the run's own model
     assert not np.allclose(first, last, atol=1e-4)  # the first pass is an earlier model
+
+
+def test_a_training_length_shapes_the_steps_and_one_no_post_reaches_changes_nothing(tmp_path: Path) -> None:
+    """train_len cuts what the trainable layers see in a step: at a length past every post the weights are the
+    whole-post run's to the bit; at 4 wordpieces (each post's first words) they are not."""
+    base = LearnSettings(**{**SETTINGS.to_json(), "ema_decay": 0.0})
+    runs = {n: learn_encoder(LearnSettings(**{**base.to_json(), "train_len": n}), _data(), tmp_path / str(n),
+                             threads=1, show_progress=False) for n in (0, 32, 4)}
+    assert all(r.summary.stopped == "done" for r in runs.values())
+    whole, wide, cut = (_weights(tmp_path / str(n)) for n in (0, 32, 4))
+    assert all(torch.equal(whole[k], wide[k]) for k in whole)
+    assert not all(torch.equal(whole[k], cut[k]) for k in whole)
