@@ -297,10 +297,11 @@ def judge_learning(
     base_by_key = {g.query_id: g for g in base_groups}
     pools = {f.index: PassPool.from_groups([base_by_key[k] for k in f.held_keys if k in base_by_key], labelled)
              for f in cut.folds}
-    if deadline is not None:
+    planned = planned_passes(settings, work, say)  # a run going on keeps the passes it planned, whatever budget
+    if planned is not None:
+        settings = planned
+    elif deadline is not None:
         settings = plan_passes(settings, cut, pools, work, deadline, phases, prefix, device, threads, say)
-    else:
-        settings = planned_passes(settings, work, say) or settings
     oof = out_of_fold(cut, settings, pipeline, idf, work, posts, device=device, threads=threads, deadline=deadline,
                       title=title, show_progress=show_progress, prefix=prefix, report=report, pools=pools)
     phases.end("folds")

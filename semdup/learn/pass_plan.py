@@ -47,12 +47,9 @@ AFTER_TRAINING_S = 60.0  # the gate, the export and the bundle's writing, beside
 def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, PassPool], work: Path,
                 deadline: float, phases: Any, prefix: FrozenPrefix | None, device: str, threads: int,
                 say: Callable[[str], None]) -> LearnSettings:
-    """``settings`` with ``epochs`` = the passes the minutes to ``deadline`` fit (see the module doc)."""
+    """``settings`` with ``epochs`` = the passes the minutes to ``deadline`` fit (see the module doc), written to
+    ``work`` for :func:`planned_passes` to find when the same run goes on."""
     path = work / PLAN_FILE
-    recipe = {k: v for k, v in settings.to_json().items() if k != "epochs"}
-    kept = planned_passes(settings, work, say)
-    if kept is not None:
-        return kept
     datas = [side_data(cut.kind, f.train, settings) for f in cut.folds]
     final = side_data(cut.kind, cut.labelled, settings)
     step = step_seconds(settings, datas[0], prefix, device, threads)
@@ -67,7 +64,7 @@ def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, Pa
     epochs = passes_within(usable, step, steps, point, most=settings.max_epochs)
     path.parent.mkdir(parents=True, exist_ok=True)
     base = round(float(np.mean(list(untrained.values()))), 4) if untrained else None
-    plan = {"recipe": recipe, "epochs": epochs, "step_s": round(step, 3), "point_s": round(point, 1),
+    plan = {"recipe": _recipe(settings), "epochs": epochs, "step_s": round(step, 3), "point_s": round(point, 1),
             "steps_per_pass": steps, "minutes_left": round(left / 60, 1), "untrained_fold_1": base}
     path.write_text(json.dumps(plan, indent=2), encoding="utf-8")
     say(f"passes: {epochs:g} (at most {settings.max_epochs:g}): a step takes {step:.2f} s, a pass {steps} steps over "
@@ -91,7 +88,12 @@ def planned_passes(settings: LearnSettings, work: Path, say: Callable[[str], Non
     if not path.exists():
         return None
     plan = json.loads(path.read_text(encoding="utf-8"))
-    if plan.get("recipe") != {k: v for k, v in settings.to_json().items() if k != "epochs"}:
+    if plan.get("recipe") != _recipe(settings):
         return None
     say(f"passes: {plan['epochs']:g}, as planned when this run started ({path})")
     return replace(settings, epochs=float(plan["epochs"]))
+
+
+def _recipe(settings: LearnSettings) -> dict[str, Any]:
+    """What a plan is for: the recipe without the passes it plans."""
+    return {k: v for k, v in settings.to_json().items() if k != "epochs"}

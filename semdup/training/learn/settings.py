@@ -80,7 +80,7 @@ class LearnSettings:
         if self.lr <= 0 or self.batch_size < 2 or self.epochs <= 0 or self.chunk_size < 1 or self.max_epochs <= 0:
             problems.append(f"need lr > 0, batch_size >= 2, epochs > 0, chunk_size >= 1, max_epochs > 0; got "
                             f"{self.lr}, {self.batch_size}, {self.epochs}, {self.chunk_size}, {self.max_epochs}")
-        if self.train_len < 0 or (self.train_len and self.train_len < 2):
+        if self.train_len < 0 or self.train_len == 1:
             problems.append(f"train_len must be 0 (the whole post) or at least 2; got {self.train_len}")
         if not 0.0 <= self.warmup_share < 1.0 or self.decay not in ("constant", "linear"):
             problems.append(f"warmup_share must lie in [0, 1) and decay be constant or linear; got "
