@@ -5,7 +5,9 @@ For each fold of :mod:`semdup.data.learn_folds`, the base encoder is fine-tuned 
 goes on), then scores its own fold's queries the way the reranker does
 (:func:`~semdup.learn.default_bundle.dev_groups`). Given the folds' pools, each fold model also scores its fold
 after every pass (the passes curve, :mod:`semdup.learn.pass_curve`), and each fold is scored by its model after the
-passes best on the other folds. The groups of all folds together are the only figures
+passes best on the other folds. That scoring takes the vectors of the curve's point at those passes as they are
+(:class:`~semdup.training.learn.encoder.KnownVectors`): on a big site the pool is most of the corpus, and encoding
+it twice was a third of the folds' time. The groups of all folds together are the only figures
 ``semdup learn`` chooses and gates on, so the choice and the gate see hundreds of queries, none of them judged by
 a model that learned from it. That is checked twice before anything trains: the folds' sides share no post
 (:func:`~semdup.data.learn_folds.check_out_of_fold`), and no fold's training groups name a post of its held side.
@@ -36,7 +38,7 @@ from semdup.learn.default_bundle import FitData, dev_groups
 from semdup.learn.fusion_fit import Group
 from semdup.learn.pass_curve import PassChoice, PassPool, choose_passes
 from semdup.training.learn.data import LearnData, learn_data
-from semdup.training.learn.encoder import LearnedEncoder
+from semdup.training.learn.encoder import KnownVectors, LearnedEncoder
 from semdup.training.learn.frozen import FrozenPrefix, PostVectors
 from semdup.training.learn.settings import LearnSettings, LearnSummary
 from semdup.training.learn.trainer import Report, learn_encoder, pass_dir
@@ -182,6 +184,11 @@ def out_of_fold(
 
 
 CURVE_FILE = "curve.json"
+CURVE_VECTORS = "curve-vectors"  # <passes>.npz: the pool's vectors at each point, which the scoring reuses
+
+
+def _curve_vectors(fold_dir: Path, passes: float) -> Path:
+    return fold_dir / CURVE_VECTORS / f"{passes:g}.npz"
 
 
 def _read_curve(fold_dir: Path) -> dict[float, dict[str, float]]:
@@ -198,7 +205,13 @@ def _curve_point(pool: PassPool, prefix: FrozenPrefix | None, fold_dir: Path,
 
     def point(model: Any, passes: float) -> dict[str, float]:
         vectors = PostVectors(model, prefix, chunk_size=64)
-        curve[passes] = pool.score(lambda ps: vectors(ps).cpu().numpy())
+
+        def encode(posts: Sequence[Post]) -> np.ndarray:
+            x = vectors(posts).cpu().numpy().astype(np.float32)
+            KnownVectors.of(posts, x).save(_curve_vectors(fold_dir, passes))
+            return x
+
+        curve[passes] = pool.score(encode)
         fold_dir.mkdir(parents=True, exist_ok=True)
         (fold_dir / CURVE_FILE).write_text(json.dumps({f"{p:g}": v for p, v in curve.items()}), encoding="utf-8")
         return {"figure": round(float(np.mean(list(curve[passes].values()))), 4) if curve[passes] else None}
@@ -209,14 +222,16 @@ def _curve_point(pool: PassPool, prefix: FrozenPrefix | None, fold_dir: Path,
 def _score(folds: LearnFolds, which: Sequence[Any], at: dict[int, float | None], work: Path, posts: Sequence[Post],
            pipeline: Any, idf: np.ndarray, device: str, prefix: FrozenPrefix | None, title: bool
            ) -> tuple[dict[str, Group], dict[str, int]]:
-    """Each fold of ``which`` scored by its model after ``at[fold]`` passes (None: its last step)."""
+    """Each fold of ``which`` scored by its model after ``at[fold]`` passes (None: its last step), taking the
+    vectors of its curve's point there as they are."""
     by_key: dict[str, Group] = {}
     fold_of: dict[str, int] = {}
     for f in which:
         fold_dir = work / f"fold-{f.index}"
         passes = at.get(f.index)
+        known = None if passes is None else KnownVectors.load(_curve_vectors(fold_dir, passes))
         encoder = LearnedEncoder(fold_dir if passes is None else pass_dir(fold_dir, passes), device=device,
-                                 prefix=prefix)
+                                 prefix=prefix, known=known)
         groups, _, _ = dev_groups(encoder, pipeline, idf, fit_data(folds, f.held, f"fold {f.index}", posts),
                                   title=title, cache_dir=work / "vectors")
         for g in _rekey(folds.kind, groups, f.held_keys):

@@ -88,12 +88,27 @@ class PassPool:
         """How many posts a point encodes."""
         return len(self.queries) + len(self.candidates)
 
+    def scored_posts(self) -> int:
+        """How many posts the fold's full scoring encodes: a dump's whole corpus (its k-NN searches all of it),
+        else the fold's own posts, the pool's."""
+        if self.data.kind == "retrieval":
+            return len(self.data.dev[0].corpus())
+        return self.posts()
+
+    def all_posts(self) -> list[Post]:
+        """The posts a point encodes: the queries, then the candidates."""
+        return [*self.queries, *self.candidates.values()]
+
+    def base_figures(self) -> dict[str, float]:
+        """The point of the encoder the pool's candidates were ranked by (the base, untrained: the curve's 0)."""
+        return per_query_figures(list(self.groups), DENSE_ONLY, self.data) if self.groups else {}
+
     def score(self, encode: Any) -> dict[str, float]:
         """query key -> figure (percent) of the encoder alone, ``encode(posts) -> [N, D]`` giving the vectors."""
         if not self.groups:
             return {}
         cand_ids = list(self.candidates)
-        vectors = np.asarray(encode([*self.queries, *(self.candidates[c] for c in cand_ids)]), dtype=np.float64)
+        vectors = np.asarray(encode(self.all_posts()), dtype=np.float64)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         q, c = vectors[: len(self.queries)], vectors[len(self.queries) :]
         col = {cid: j for j, cid in enumerate(cand_ids)}

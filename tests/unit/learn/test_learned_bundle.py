@@ -156,6 +156,8 @@ def test_a_budget_plans_the_passes_its_minutes_fit_and_scores_each_fold_model_af
     assert [r.summary.epochs for r in out.fold_runs] == [2.0, 2.0]
     assert [p for p, _ in out.passes.curve] == [1.0, 2.0] and set(out.passes.per_fold.values()) <= {1.0, 2.0}
     assert [c["epoch"] for c in out.fold_runs[0].summary.curve] == [1.0, 2.0]
+    kept = sorted(p.name for p in (tmp_path / "work" / "fold-0" / "curve-vectors").iterdir())
+    assert kept == ["1.npz", "2.npz"]  # each point's vectors, which the fold's scoring takes as they are
     assert any(line.startswith("passes: 2 (at most 2)") for line in lines)
     assert any(line.startswith("passes -> out-of-fold figure") for line in lines)
     assert out.to_json()["passes"]["final"] == out.passes.final

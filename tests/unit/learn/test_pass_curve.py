@@ -69,28 +69,31 @@ def test_a_pool_scores_the_encoder_alone_on_its_fixed_candidates() -> None:
     assert all(v < 100.0 for v in pool.score(worst).values())
 
 
-def test_the_untrained_point_keeps_no_autograd_graph() -> None:
-    """The budget's timing point runs the trainable layers without gradients (on a 2,546-link site their graph over
-    the whole pool held 24 GB and the run was killed)."""
+def test_a_point_is_priced_on_a_sample_without_an_autograd_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget prices a post by the untrained encoder on a sample of the pools' posts, without gradients (on a
+    2,546-link site the trainable layers' graph over the whole pool held 24 GB and the run was killed); the
+    untrained point's figures come from the pool's own base cosines."""
     import torch
 
-    from semdup.learn.pass_plan import untrained_point
+    from semdup.learn import pass_plan
     from semdup.training.learn.settings import LearnSettings
 
     sem = _semeval()
-    groups = [Group(q.post.id, tuple(r.post.id for r in q.related), np.zeros(3), np.zeros(3), np.zeros(3))
-              for q in sem.questions]  # fmt: skip
+    groups = [Group(q.post.id, tuple(r.post.id for r in q.related), np.zeros(3), np.array([0.9, 0.1, 0.2]),
+                    np.zeros(3)) for q in sem.questions]  # fmt: skip
     pool = PassPool.from_groups(groups, FitData("tiny", "semeval", sem, []))
-    seen: list[bool] = []
+    assert pool.base_figures() == {"q0": 100.0, "q1": 100.0}  # the relevant candidate has the highest base cosine
+    seen: list[tuple[int, bool]] = []
+    real = pass_plan.PostVectors
 
-    class Spy(PassPool):
-        def score(self, encode):  # noqa: ANN001, ANN202
-            def spying(posts):  # noqa: ANN001, ANN202
-                seen.append(torch.is_grad_enabled())
-                return encode(posts)
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __call__(self, posts):  # noqa: ANN001, ANN204
+            seen.append((len(posts), torch.is_grad_enabled()))
+            return super().__call__(posts)
 
-            return super().score(spying)
-
-    spy = Spy(**{f: getattr(pool, f) for f in pool.__dataclass_fields__})
-    figures = untrained_point(LearnSettings(max_len=32, freeze_layers=4), spy, None, "cpu")
-    assert seen == [False] and set(figures) == {"q0", "q1"}
+    monkeypatch.setattr(pass_plan, "PostVectors", Spy)
+    seconds = pass_plan.post_seconds(LearnSettings(max_len=32, freeze_layers=4), {0: pool, 1: pool}, None, "cpu",
+                                     sample=4)
+    assert seen == [(4, False)] and seconds > 0  # 4 of the 16 posts of the two pools, no graph
+    assert pass_plan.post_seconds(LearnSettings(max_len=32), {}, None, "cpu") == 0.0
+    assert pool.scored_posts() == pool.posts() == 8  # a SemEval fold scores its own posts: the pool
