@@ -301,7 +301,7 @@ def judge_learning(
     if planned is not None:
         settings = planned
     elif deadline is not None:
-        settings = plan_passes(settings, cut, pools, work, deadline, phases, prefix, device, threads, say)
+        settings = plan_passes(settings, cut, pools, work, deadline, prefix, device, threads, say)
     oof = out_of_fold(cut, settings, pipeline, idf, work, posts, device=device, threads=threads, deadline=deadline,
                       title=title, show_progress=show_progress, prefix=prefix, report=report, pools=pools)
     phases.end("folds")

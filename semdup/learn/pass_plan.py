@@ -3,17 +3,17 @@
 Without a budget a run tries the recipe's ``epochs``. With one (``semdup learn --budget 15m``), the passes are
 what the minutes left fit, up to ``max_epochs``: one training step of the recipe is timed on a throwaway model, the
 untrained encoder's vectors are timed on a sample of the pools' posts to price a point of the passes curve
-(:mod:`semdup.learn.pass_curve`), and every model still to train (the K fold models and the final one, whose side holds every labelled
-query) is given the same passes over its own side. What is kept free: a tenth of the minutes, the fold models'
-scoring after training (the posts their curve's points did not encode, at the sampled cost a post), and a minute
-for the gate, the export and the writing.
+(:mod:`semdup.learn.pass_curve`), and every model still to train (the K fold models and the final one, whose side
+holds every labelled query) is given the same passes over its own side. What is kept free: a tenth of the minutes,
+the fold models' scoring after training (the posts their curve's points did not encode, at the sampled cost a
+post), and a minute for the gate, the export and the writing.
 
 The plan is written to the work folder and reused by the same call later (a budget-stopped run resumes the same
 recipe: its fold models' states name it).
 
 Example::
 
-    settings = plan_passes(settings, cut, pools, work, deadline, phases, prefix, "cpu", 2, print)
+    settings = plan_passes(settings, cut, pools, work, deadline, prefix, "cpu", 2, print)
     settings.epochs   # e.g. 2.75 on a 2,546-link site with 15 minutes
 """
 
@@ -48,7 +48,7 @@ SAMPLE = 256  # posts a curve point's cost is timed on
 
 
 def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, PassPool], work: Path,
-                deadline: float, phases: Any, prefix: FrozenPrefix | None, device: str, threads: int,
+                deadline: float, prefix: FrozenPrefix | None, device: str, threads: int,
                 say: Callable[[str], None]) -> LearnSettings:
     """``settings`` with ``epochs`` = the passes the minutes to ``deadline`` fit (see the module doc), written to
     ``work`` for :func:`planned_passes` to find when the same run goes on."""
@@ -67,10 +67,12 @@ def plan_passes(settings: LearnSettings, cut: LearnFolds, pools: Mapping[int, Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     base = round(float(np.mean(list(untrained.values()))), 4) if untrained else None
     plan = {"recipe": _recipe(settings), "epochs": epochs, "step_s": round(step, 3), "point_s": round(point, 1),
-            "scoring_s": round(scoring, 1), "steps_per_pass": steps, "minutes_left": round(left / 60, 1), "untrained_fold_1": base}
+            "scoring_s": round(scoring, 1), "steps_per_pass": steps, "minutes_left": round(left / 60, 1),
+            "untrained_fold_1": base}
     path.write_text(json.dumps(plan, indent=2), encoding="utf-8")
     say(f"passes: {epochs:g} (at most {settings.max_epochs:g}): a step takes {step:.2f} s, a pass {steps} steps over "
-        f"the {cut.k} fold models and the final one, a curve point {point:.0f} s, the scoring after training {scoring:.0f} s; {left / 60:.1f} min left")
+        f"the {cut.k} fold models and the final one, a curve point {point:.0f} s, the scoring after training "
+        f"{scoring:.0f} s; {left / 60:.1f} min left")
     return replace(settings, epochs=epochs)
 
 

@@ -54,14 +54,18 @@ class KnownVectors:
     """Vectors one checkpoint already gave, by :func:`post_key`; saved beside its checkpoint as one ``.npz``."""
 
     def __init__(self, keys: Sequence[str], vectors: np.ndarray) -> None:
-        if len(keys) != len(vectors):
-            raise ValueError(f"{len(keys)} keys for {len(vectors)} vectors")
         self.row = {k: i for i, k in enumerate(keys)}
+        if len(self.row) != len(keys) or len(keys) != len(vectors):
+            raise ValueError(f"{len(self.row)} distinct keys of {len(keys)} for {len(vectors)} vectors")
         self.vectors = np.asarray(vectors, dtype=np.float32)
 
     @classmethod
     def of(cls, posts: Sequence[Post], vectors: np.ndarray) -> KnownVectors:
-        return cls([post_key(p) for p in posts], vectors)
+        """The vectors of ``posts``, each post once (a pool's query is often another query's candidate too)."""
+        first: dict[str, int] = {}
+        for i, p in enumerate(posts):
+            first.setdefault(post_key(p), i)
+        return cls(list(first), np.asarray(vectors)[list(first.values())])
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

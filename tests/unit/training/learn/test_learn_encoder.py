@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from semdup.core.posts import Post
-from semdup.training.learn.encoder import KnownVectors, LearnedEncoder
+from semdup.training.learn.encoder import KnownVectors, LearnedEncoder, post_key
 from semdup.training.learn.frozen import FrozenPrefix, build_model
 from semdup.training.learn.settings import LearnSettings
 
@@ -32,3 +32,11 @@ def test_known_vectors_are_taken_as_they_are_and_the_rest_encoded(tmp_path: Path
     edited = [POSTS[0], Post("b", "python list sorting", "edited since"), POSTS[2]]
     np.testing.assert_allclose(enc.encode_dense(edited)[1], fresh.encode_dense(edited[1:2])[0], atol=1e-6)
     assert KnownVectors.load(tmp_path / "none.npz") is None  # an older run's folder: everything is encoded
+
+
+def test_a_post_given_twice_is_kept_once() -> None:
+    """A pool's query is often another query's candidate: the curve encodes it twice, the vectors keep it once."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    known = KnownVectors.of([POSTS[0], POSTS[1], POSTS[0]], x)
+    assert len(known) == 2 and known.vectors.shape == (2, 4)
+    np.testing.assert_array_equal(known.vectors[known.row[post_key(POSTS[0])]], x[0])
