@@ -110,7 +110,9 @@ def create(index, service_url, timeout, on_failure, as_default, replace_key, nam
 @_name
 @_url
 def check(index, title, body, k, service_url, name, url) -> None:
-    """Run one _search through the pipeline and compare it with /v1/rerank (exit 1 when they differ).
+    """Run one _search through the pipeline and compare it with semdup's own answer (exit 1 when they differ).
+
+    Also shows /v1/rerank's top k for the same post, and how many of them the pipeline shares.
 
     \b
     Example:
@@ -132,11 +134,13 @@ def check(index, title, body, k, service_url, name, url) -> None:
     result = check_pipeline(client, index, name, title, body, service_url or service_url_of(client, name),
                             _key(), k)  # fmt: skip
     click.echo(f"_search through {name} ({result.took_ms} ms): {', '.join(result.pipeline) or '(no hits)'}")
-    click.echo(f"/v1/rerank:                  {', '.join(result.rerank) or '(no candidates)'}")
+    click.echo(f"semdup's answer, run directly: {', '.join(result.semdup) or '(no hits)'}")
+    click.echo(f"/v1/rerank:                    {', '.join(result.rerank) or '(no candidates)'}")
     if not result.equal:
-        raise SemdupError(f"the pipeline's top {k} differ from /v1/rerank's for {title!r}: is the pipeline applied "
-                          "(semdup pipeline status), and the service up?")  # fmt: skip
-    click.echo(f"equal: the pipeline ranks {index} as semdup does")
+        raise SemdupError(f"the pipeline's top {k} differ from semdup's answer for {title!r}: is the pipeline "
+                          "applied (semdup pipeline status), and the service up?")  # fmt: skip
+    click.echo(f"equal: the pipeline ranks {index} as semdup does ({result.shared} of its {len(result.pipeline)} "
+               f"also in /v1/rerank's top {k})")
 
 
 @pipeline.command()

@@ -47,6 +47,7 @@ __all__ = [
     "candidate_room",
     "check_encodable",
     "excluded_id",
+    "framed",
     "post_of_search",
     "ranked_query",
 ]
@@ -212,8 +213,6 @@ def ranked_query(
     """
     site = search.get("query")
     skeleton = restriction(site, text_fields)
-    demoted = demotions(site)
-    on_index = [{"terms": {"_index": [index]}}] if index is not None else []
     ranked = list(ranked)[: candidate_room(search, text_fields, index, max_clauses)]
     if ranked:
         should = [
@@ -224,9 +223,19 @@ def ranked_query(
                                           **({"filter": [skeleton]} if skeleton is not None else {})}}  # fmt: skip
     else:
         query = {"bool": {"must_not": [{"match_all": {}}]}}
-    for negative, boost in demoted:
+    return framed(search, query, index)
+
+
+def framed(search: Mapping[str, Any], ranking: dict[str, Any], index: str | None) -> dict[str, Any]:
+    """``ranking`` (semdup's query, the site's restriction skeleton already inside it) demoted by the site's
+    ``boosting`` negatives as its search demoted, and applied to ``index`` only: any other index searched through
+    the pipeline gets the site's own query (module doc)."""
+    site = search.get("query")
+    query = ranking
+    for negative, boost in demotions(site):
         query = {"boosting": {"positive": query, "negative": negative, "negative_boost": boost}}
-    if not on_index:
+    if index is None:
         return query
+    on_index = [{"terms": {"_index": [index]}}]
     other = {"bool": {"must": [site if site is not None else {"match_all": {}}], "must_not": on_index}}
     return {"bool": {"should": [{"bool": {"must": [query], "filter": on_index}}, other], "minimum_should_match": "1"}}

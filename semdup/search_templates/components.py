@@ -27,15 +27,30 @@ so a cluster shared by two semdup versions holds both and neither overwrites the
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["COMPONENTS_SCRIPT", "COMPONENTS_SCRIPT_ID", "COMPONENTS_FIELD", "components_params", "script_fields"]
+from semdup.core.scoring import TITLE_WEIGHT, check_fusion
+
+__all__ = [
+    "COMPONENTS_FIELD",
+    "COMPONENTS_SCRIPT",
+    "COMPONENTS_SCRIPT_ID",
+    "FUSED_SCRIPT",
+    "FUSED_SCRIPT_ID",
+    "STORED_SCRIPTS",
+    "components_params",
+    "fused_params",
+    "script_fields",
+]
 
 COMPONENTS_FIELD = "semdup"  # the script field each candidate hit carries
 
-COMPONENTS_SCRIPT = """
+# the script's parts: its functions, the read of a candidate's cosines (``return null`` where it has no packed
+# value of format 2 or later), and what it returns; the fused script shares the first two
+_FUNCTIONS = """
 int u32(byte[] a, int p) {
   return (((int) a[p]) & 255) | ((((int) a[p + 1]) & 255) << 8) | ((((int) a[p + 2]) & 255) << 16)
       | ((((int) a[p + 3]) & 255) << 24);
@@ -51,7 +66,8 @@ double cosine(byte[] a, int p, int d, List q, double qn) {
   }
   return dot / (Math.max(Math.sqrt(nn), 1e-8) * qn);
 }
-if (!doc.containsKey('semdup.packed')) { return null; }
+"""
+_COSINES = """if (!doc.containsKey('semdup.packed')) { return null; }
 def dv = doc['semdup.packed'];
 if (dv.size() == 0) { return null; }
 BytesRef b = dv.value;
@@ -90,13 +106,29 @@ if (version >= 3 && params.qt != null) {
   int t = u32(a, tp);
   if (t > 0) { ct = cosine(a, tp + 4, t, params.qt, params.qtn); }
 }
-def m = doc.containsKey('semdup.model') ? doc['semdup.model'] : [];
+"""
+_RETURN_COMPONENTS = """def m = doc.containsKey('semdup.model') ? doc['semdup.model'] : [];
 if (m.size() == 0) { return [cb, cd, ct, -1.0]; }
 if (m.value == params.model) { return [cb, cd, ct, 1.0]; }
 return [cb, cd, ct, 0.0, m.value];
 """
+COMPONENTS_SCRIPT = _FUNCTIONS + _COSINES + _RETURN_COMPONENTS
 
 COMPONENTS_SCRIPT_ID = "semdup-components-" + hashlib.sha256(COMPONENTS_SCRIPT.encode()).hexdigest()[:12]
+
+# The one-hop query's score (semdup.reranker.onehop): the fusion itself, for a ``script_score`` whose inner query's
+# score is the first lexical template's (``_score``, 0 where it does not match). lexnorm is that score divided by
+# the best one the query reaches (``params.best``). Lucene scores must be positive: a complete candidate scores
+# ``params.shift`` + the fused score (``shift`` exceeds the sum of the weights' magnitudes, so it stays above 1);
+# one without semdup's fields, or written by another model, scores half its lexnorm, below every complete one.
+_LEXNORM = """double ln = params.best > 0.0 ? Math.min(_score / params.best, 1.0) : 0.0;
+"""
+_RETURN_FUSED = """def m = doc.containsKey('semdup.model') ? doc['semdup.model'] : [];
+if (m.size() == 0 || m.value != params.model) { return 0.5 * ln; }
+return params.shift + params.bb * cb + params.bd * cd + params.bt * ct + params.alpha * ln;
+"""
+FUSED_SCRIPT = _FUNCTIONS + _LEXNORM + _COSINES.replace("return null;", "return 0.5 * ln;") + _RETURN_FUSED
+FUSED_SCRIPT_ID = "semdup-fused-" + hashlib.sha256(FUSED_SCRIPT.encode()).hexdigest()[:12]
 
 
 def _unit_norm(v: np.ndarray) -> float:
@@ -133,3 +165,19 @@ def script_fields(params: dict[str, Any]) -> dict[str, Any]:
     """The ``script_fields`` of a candidate search: each hit carries ``fields.semdup = [cos_bow, cos_dense,
     cos_title, same_model]``."""
     return {COMPONENTS_FIELD: {"script": {"id": COMPONENTS_SCRIPT_ID, "params": params}}}
+
+
+def fused_params(components: dict[str, Any], fusion: Mapping[str, float], best: float) -> dict[str, Any]:
+    """The fused script's parameters: the components script's (:func:`components_params`), the fusion's weights
+    (a path the query lacks weighs 0, as :func:`semdup.reranker.fusion.compute_fused` leaves it out), the best
+    lexical score the query reaches, and the shift that keeps every complete candidate's score above 1."""
+    f = check_fusion(fusion)
+    bb = f["beta_bow"] if components.get("qi") is not None else 0.0
+    bd = f["beta_dense"] if components.get("qv") is not None else 0.0
+    bt = f.get(TITLE_WEIGHT, 0.0) if components.get("qt") is not None else 0.0
+    alpha = f["alpha"]
+    shift = 1.0 + abs(bb) + abs(bd) + abs(bt) + abs(alpha)
+    return {**components, "bb": bb, "bd": bd, "bt": bt, "alpha": alpha, "best": float(best), "shift": shift}
+
+
+STORED_SCRIPTS = {COMPONENTS_SCRIPT_ID: COMPONENTS_SCRIPT, FUSED_SCRIPT_ID: FUSED_SCRIPT}  # id -> painless source

@@ -12,7 +12,7 @@ import regex
 from semdup.core.errors import OpenSearchRefused, SearchIndexError, SemdupError
 from semdup.index_format.schema import LEXICAL_MODELS
 from semdup.opensearch_io.boundary import OpenSearch, error_reason
-from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
+from semdup.search_templates.components import STORED_SCRIPTS
 from semdup.search_templates.templates import VARIANTS, all_templates, template_id, template_source
 
 __all__ = [
@@ -65,15 +65,16 @@ def query_text(
 
 
 def register_templates(client: OpenSearch) -> list[str]:
-    """Store every template and the fusion's components script (idempotent: the same id is overwritten with the
-    same source)."""
+    """Store every template and the fusion's two scripts, components and fused (idempotent: the same id is
+    overwritten with the same source)."""
     ids = []
     for tid, source in all_templates().items():
         client.put_script(id=tid, body={"script": {"lang": "mustache", "source": source}})
         ids.append(tid)
-    client.put_script(id=COMPONENTS_SCRIPT_ID, body={"script": {"lang": "painless", "source": COMPONENTS_SCRIPT}})
-    logger.info("registered %d search templates and %s", len(ids), COMPONENTS_SCRIPT_ID)
-    return [*ids, COMPONENTS_SCRIPT_ID]
+    for sid, source in STORED_SCRIPTS.items():
+        client.put_script(id=sid, body={"script": {"lang": "painless", "source": source}})
+    logger.info("registered %d search templates and %s", len(ids), ", ".join(STORED_SCRIPTS))
+    return [*ids, *STORED_SCRIPTS]
 
 
 def _ensure_stored(client: OpenSearch, sid: str, lang: str, source: str, timeout: float) -> bool:
@@ -107,7 +108,7 @@ def ensure_templates(
     variants: Sequence[str] | None = None,
     timeout: float = 10.0,
 ) -> bool:
-    """Store the templates (default: every model and variant) and the components script
+    """Store the templates (default: every model and variant) and the components and fused scripts
     (:mod:`semdup.search_templates.components`) that the cluster lacks or holds in another version; True when all
     are stored.
 
@@ -120,7 +121,9 @@ def ensure_templates(
         OpenSearchUnavailable: the cluster does not answer.
     """
     wanted = [(m, v) for m in (models or LEXICAL_MODELS) for v in (variants or VARIANTS)]
-    ok = _ensure_stored(client, COMPONENTS_SCRIPT_ID, "painless", COMPONENTS_SCRIPT, timeout)
+    ok = True
+    for sid, source in STORED_SCRIPTS.items():
+        ok &= _ensure_stored(client, sid, "painless", source, timeout)
     for model, variant in dict.fromkeys(wanted):
         ok &= _ensure_stored(client, template_id(model, variant), "mustache", template_source(model, variant), timeout)
     return ok

@@ -40,6 +40,7 @@ from semdup.bundle import Bundle
 from semdup.core.posts import Post
 from semdup.core.settings import OpenSearchSettings
 from semdup.opensearch_io.clients import connect
+from semdup.search_pipeline.check import rewritten_ids
 from semdup.search_pipeline.cluster_settings import PRIVATE_IP, TRUSTED
 
 pytestmark = [pytest.mark.opensearch, pytest.mark.slow]
@@ -142,10 +143,9 @@ def _rerank(service: str, index: str, post: Post, k: int = 10) -> httpx.Response
     )
 
 
-def _ranked(service: str, index: str, post: Post) -> list[str]:
-    r = _rerank(service, index, post)
-    assert r.status_code == 200, r.text
-    return [c["id"] for c in r.json()["candidates"]]
+def _ranked(client: Any, service: str, index: str, post: Post) -> list[str]:
+    """The site's search for ``post`` ranked by semdup's answer to the pipeline's call, run without a pipeline."""
+    return rewritten_ids(client, index, _site_search(post), service, KEY)
 
 
 def _ids(client: Any, index: str, body: dict[str, Any], **params: str) -> list[str]:
@@ -199,7 +199,7 @@ def _stale_key_blocks_only_itself(ml_client: Any, index: str, posts: list[Post],
         _ids(ml_client, index, _site_search(post), search_pipeline="_none")
         plain.append(1000 * (time.perf_counter() - t0))
     ranked = _ids(ml_client, index, _site_search(other), search_pipeline=good)
-    assert ranked == _ranked(url, index, other)  # the good pipeline of the same node still ranks
+    assert ranked == _ranked(ml_client, url, index, other)  # the good pipeline of the same node still ranks
     assert ranked != _ids(ml_client, index, _site_search(other), search_pipeline="_none")
     assert _rerank(url, index, other).status_code == 200  # another client on the node's address (127.0.0.1) too
     blocked = httpx.post(f"{url}/v1/search/rewrite", headers={"Authorization": f"Bearer {STALE}"},
@@ -249,10 +249,11 @@ def test_remove_keeps_what_another_pipeline_needs_and_leaves_no_model_group(
     assert _ml_settings(ml_client) != initial  # A changed them (the service is on loopback)
     _create(ml_client, index, url, b)
     post = _queries(posts, 41, 1)[0]
-    assert _ids(ml_client, index, _site_search(post), search_pipeline=b) == _ranked(url, index, post)
+    assert _ids(ml_client, index, _site_search(post), search_pipeline=b) == _ranked(ml_client, url, index, post)
     removed = _remove(ml_client, index, a)
     assert _ml_settings(ml_client) != initial
-    assert _ids(ml_client, index, _site_search(post), search_pipeline=b) == _ranked(url, index, post)  # B ranks
+    ranks = _ids(ml_client, index, _site_search(post), search_pipeline=b)
+    assert ranks == _ranked(ml_client, url, index, post)  # B ranks
     assert any("kept for another semdup pipeline" in x for x in removed["actions"]), removed["actions"]
     assert _find(ml_client, "model_groups", a) == []
     assert "Warning: this cluster has no security plugin" in made.stderr, made.stderr  # ml-commons' master key

@@ -38,6 +38,7 @@ from semdup.core.errors import OpenSearchError, PostError
 from semdup.core.post_rules import text_problem
 from semdup.core.posts import Post
 from semdup.core.scoring import check_fusion
+from semdup.reranker import onehop
 from semdup.reranker.rewrite import (
     DEFAULT_MAX_CLAUSES,
     candidate_room,
@@ -120,11 +121,15 @@ def rewrite(
     for field, text in (("title", post.title), ("body", post.body)):  # the limits /v1/rerank's schema applies
         if (problem := text_problem(f"the search's {field}", text, st.settings.max_text_chars)) is not None:
             raise PostError(problem)
+    if onehop.serves(resolved, st.reranker.bundle.dimension is not None):
+        answer = onehop.rewrite(st.reranker, req.search, post, resolved, name)
+        return {"query": answer.query, "model": st.reranker.version, "index": name, "ranked": answer.lexical,
+                "mode": "one-hop"}  # fmt: skip
     room = candidate_room(req.search, resolved.text_fields, name, max_clauses(st))
     ranked = st.reranker.rank(post, k=ALL_CANDIDATES, exclude_id=excluded_id(req.search), index=name)[:room]
     query = ranked_query(req.search, [(c.id, c.score) for c in ranked], resolved.text_fields, index=name,
                          max_clauses=max_clauses(st))  # fmt: skip
-    return {"query": query, "model": st.reranker.version, "index": name, "ranked": len(ranked)}
+    return {"query": query, "model": st.reranker.version, "index": name, "ranked": len(ranked), "mode": "candidates"}
 
 
 def documents(

@@ -354,7 +354,10 @@ class RewriteResponse(BaseModel):
     query: dict[str, Any] = Field(description="The search's new query: semdup's candidates with their fused scores.")
     model: str
     index: str
-    ranked: int = Field(description="How many candidates the query holds (the site's size and from page through them).")
+    ranked: int = Field(description="one-hop: how many of the lexical template's top k the query holds; "
+                        "candidates: how many scored ids it holds (the site's size and from page through them).")
+    mode: str = Field("candidates", description="one-hop: the node ranks, semdup's fusion inside the query "
+                      "(semdup's own index); candidates: semdup ranked, the query holds its scored ids.")
 
 
 def _unencodable(field: str, text: str) -> str | None:

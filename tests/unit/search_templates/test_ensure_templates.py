@@ -9,7 +9,7 @@ from opensearchpy import exceptions as os_exc
 
 from semdup.opensearch_io.boundary import client_error
 from semdup.search_templates import ensure_templates, template_id, template_source
-from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID
+from semdup.search_templates.components import COMPONENTS_SCRIPT, COMPONENTS_SCRIPT_ID, FUSED_SCRIPT, FUSED_SCRIPT_ID
 
 
 class FakeScripts:
@@ -37,7 +37,7 @@ class FakeScripts:
 def test_missing_and_stale_templates_are_stored_and_current_ones_left_alone() -> None:
     bm25, lmj, dfr = (template_id(m, "text") for m in ("bm25", "lmj", "dfr"))
     client = FakeScripts({bm25: template_source("bm25", "text"), lmj: "an older version",
-                          COMPONENTS_SCRIPT_ID: COMPONENTS_SCRIPT})  # fmt: skip
+                          COMPONENTS_SCRIPT_ID: COMPONENTS_SCRIPT, FUSED_SCRIPT_ID: FUSED_SCRIPT})  # fmt: skip
     assert ensure_templates(client, ["bm25", "lmj", "dfr"], ["text"]) is True
     assert sorted(client.puts) == sorted([lmj, dfr])
     assert client.held[lmj] == template_source("lmj", "text")
@@ -49,8 +49,9 @@ def test_missing_and_stale_templates_are_stored_and_current_ones_left_alone() ->
 def test_by_default_every_model_and_variant_is_ensured() -> None:
     client = FakeScripts()
     assert ensure_templates(client) is True
-    assert len(client.held) == 13 and template_id("tfidf", "title") in client.held
-    assert client.held[COMPONENTS_SCRIPT_ID] == COMPONENTS_SCRIPT  # the fusion's components script beside them
+    assert len(client.held) == 14 and template_id("tfidf", "title") in client.held
+    assert client.held[COMPONENTS_SCRIPT_ID] == COMPONENTS_SCRIPT  # the fusion's two scripts beside them
+    assert client.held[FUSED_SCRIPT_ID] == FUSED_SCRIPT
 
 
 def test_a_user_who_may_not_store_scripts_gets_a_warning_not_an_error(caplog: Any) -> None:
