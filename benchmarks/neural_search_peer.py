@@ -24,8 +24,9 @@ Measured, the two systems' calls alternating (batch by batch, query by query, th
   service's default) and its fast preset (k-NN off); with ``--with-one-thread``, the default call with a 1-thread
   query encoder too (the thread policy's baseline, same run);
 * the site's own ``_search`` through semdup's search pipeline (``semdup pipeline create``: the ml_inference
-  request processor calls a real ``semdup serve`` of the index, which ranks and answers the query): the body a
-  site sends for a new question (``match`` on its title and on its body), top 10;
+  request processor calls a real ``semdup serve`` of the index, which answers the one-hop query the node then
+  runs, :mod:`semdup.reranker.onehop`; the report's setup names the mode): the body a site sends for a new
+  question (``match`` on its title and on its body), top 10;
 * query encoding alone: the peer's ``_predict/text_embedding`` of one text vs semdup's query encoding
   (``Bundle.encode_query`` and, for a bundle with a title term, the title's vector, as ``rank`` does);
 * quality on every Travel test query (the official Travel measures over the top 100, the query post left out):
@@ -402,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = PipelineSpec(index=_SEMDUP_INDEX, service_url=base, timeout=10, name=_SEMDUP_PIPELINE)
         create_pipeline(s_client, spec, key)
         http = stack.enter_context(httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=_TIMEOUT))
+        mode = http.post("/v1/search/rewrite", json={"index": _SEMDUP_INDEX, "search": site_search(queries[0], 10)}
+                         ).json().get("mode", "candidates")  # how the service answers the pipeline: one-hop here
 
         def semdup_pipeline(post: Post, size: int = 10) -> Any:
             return s_client.search(index=_SEMDUP_INDEX, body=site_search(post, size),
@@ -463,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.bulk}; semdup {args.workers} worker process(es) x {args.threads} encoder streams, queries "
                   f"{args.query_threads} onnx thread(s); peer model "
                   f"{model_id} (ONNX, DJL default threads); indexed peer {indexed['peer']} / semdup "
-                  f"{indexed['semdup']}; {len(queries)} test queries x {args.rounds} rounds, calls alternating"),
+                  f"{indexed['semdup']}; {len(queries)} test queries x {args.rounds} rounds, calls alternating; "
+                  f"the pipeline's rewrite: {mode}"),
         "load_average": loads,
     }
     report = build_report(meta, ingest, query_ms, encode_ms, cosines, quality)

@@ -20,8 +20,9 @@ whenever a candidate matches no query term (its minimum is then 0) and elsewhere
 the site's own pages do.
 
 What it needs: the searched index is semdup's own (its posts carry ``semdup.packed`` and ``semdup.vector``) and
-the bundle has a dense encoder. A site's index connected with ``semdup enable`` keeps its vectors in a companion
-the site's search never reaches, so it keeps the candidate rewrite (:func:`serves`).
+the bundle has a dense encoder, and the cluster holds the fused script. A site's index connected with ``semdup
+enable`` keeps its vectors in a companion the site's search never reaches, so it keeps the candidate rewrite
+(:func:`serves`, :func:`script_ready`).
 
 On an index of several primary shards the node scores the lexical template with each shard's term statistics
 (the site's ``search_type`` decides; the processor cannot change it), and so does the top-k search here, so
@@ -37,14 +38,15 @@ from typing import Any
 
 import orjson
 
+from semdup.core.errors import SemdupError
 from semdup.core.posts import Post
 from semdup.index_format.schema import lexical_field
 from semdup.reranker.index import ResolvedIndex
 from semdup.reranker.restriction import restriction
 from semdup.reranker.rewrite import excluded_id, framed
-from semdup.search_templates.components import FUSED_SCRIPT_ID, components_params, fused_params
+from semdup.search_templates.components import FUSED_SCRIPT, FUSED_SCRIPT_ID, components_params, fused_params
 
-__all__ = ["MAX_DEPTH", "OneHop", "depth_of", "onehop_query", "rewrite", "serves"]
+__all__ = ["MAX_DEPTH", "OneHop", "depth_of", "onehop_query", "rewrite", "script_ready", "serves"]
 
 MAX_DEPTH = 10_000  # index.max_result_window's default: OpenSearch refuses deeper pages itself
 # the lexical top-k searches, each beside its query's encoding
@@ -71,6 +73,17 @@ class OneHop:
 def serves(resolved: ResolvedIndex, dense: bool) -> bool:
     """Whether the one-hop query can rank ``resolved``: semdup's own index with k-NN, a bundle with a dense encoder."""
     return dense and not resolved.companion and resolved.fields.knn
+
+
+def script_ready(client: Any, timeout: float) -> bool:
+    """Whether the cluster holds the fused script as this version wrote it (the index's creation and the
+    reranker's first search store it where the user may): without it the node would fail the site's search
+    itself, after the pipeline's fallback could act, so the service answers the candidate query instead."""
+    try:
+        found = client.get_script(id=FUSED_SCRIPT_ID, params={"request_timeout": timeout})
+    except SemdupError:  # absent (404), or not allowed to read scripts
+        return False
+    return (found.get("script") or {}).get("source") == FUSED_SCRIPT
 
 
 def depth_of(search: Mapping[str, Any], k_candidates: int) -> int:

@@ -84,6 +84,20 @@ def _served(st: Any, name: str) -> Any:
         return st.reranker.indices.resolve(name, st.reranker.settings)
 
 
+def _fused_script(st: Any) -> bool:
+    """Whether the cluster holds the one-hop query's fused script, read once every :data:`CLAUSES_TTL_S`; said
+    once in the log when it does not (the service then answers the candidate query)."""
+    cached = getattr(st, "fused_script", None)
+    if cached is not None and cached[1] > time.monotonic():
+        return bool(cached[0])
+    ready = onehop.script_ready(st.reranker.client, st.reranker.settings.search_timeout)
+    if not ready and (cached is None or cached[0]):  # first read, or stored before and gone since
+        logger.warning("the cluster lacks semdup's fused script; the pipeline gets the candidate query until it is "
+                       "stored (`semdup enable`, or a user with cluster:admin/script/put starting the service)")
+    st.fused_script = (ready, time.monotonic() + CLAUSES_TTL_S)
+    return ready
+
+
 def max_clauses(st: Any) -> int:
     """The cluster's ``indices.query.bool.max_clause_count`` (the smallest of its transient, persistent and default
     values), read once every :data:`CLAUSES_TTL_S`; the OpenSearch default when the service may not read the
@@ -121,7 +135,7 @@ def rewrite(
     for field, text in (("title", post.title), ("body", post.body)):  # the limits /v1/rerank's schema applies
         if (problem := text_problem(f"the search's {field}", text, st.settings.max_text_chars)) is not None:
             raise PostError(problem)
-    if onehop.serves(resolved, st.reranker.bundle.dimension is not None):
+    if onehop.serves(resolved, st.reranker.bundle.dimension is not None) and _fused_script(st):
         answer = onehop.rewrite(st.reranker, req.search, post, resolved, name)
         return {"query": answer.query, "model": st.reranker.version, "index": name, "ranked": answer.lexical,
                 "mode": "one-hop"}  # fmt: skip

@@ -133,3 +133,21 @@ def test_the_shift_keeps_every_complete_score_above_one() -> None:
     # the script: a candidate without semdup's fields, or another model's, scores half its lexnorm (below 1)
     assert FUSED_SCRIPT.count("return 0.5 * ln;") == 4 and FUSED_SCRIPT.count("return ") == 7
     assert "return null" not in FUSED_SCRIPT
+
+
+class Scripts:
+    def __init__(self, held: str | None) -> None:
+        self.held = held
+
+    def get_script(self, id: str, params: Any = None) -> dict[str, Any]:  # noqa: A002
+        from semdup.core.errors import OpenSearchMissing
+
+        if self.held is None:
+            raise OpenSearchMissing(f"GET /_scripts/{id}: 404", status=404)
+        return {"_id": id, "found": True, "script": {"lang": "painless", "source": self.held}}
+
+
+def test_the_one_hop_query_waits_for_its_script_in_the_cluster() -> None:
+    assert onehop.script_ready(Scripts(FUSED_SCRIPT), 1.0)
+    assert not onehop.script_ready(Scripts("an older version"), 1.0)
+    assert not onehop.script_ready(Scripts(None), 1.0)  # absent, or not allowed to read: the candidate query
