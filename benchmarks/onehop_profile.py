@@ -26,7 +26,7 @@ def _ms(t0: float) -> float:
 
 def profile(rr: Any, index: str, queries: list[Any]) -> dict[str, Any]:
     """The median of each step over ``queries`` (the second of two rounds), and the index's segment count."""
-    from experiments.onehop_quality import site_search
+    from benchmarks.neural_search_peer import site_search
     from semdup.reranker import onehop
     from semdup.reranker.rewrite import post_of_search
 
