@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,8 +179,12 @@ def _semeval(client: Any, bundle_path: str) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def run_dev_sets(argv: list[str] | None, doc: str, name: str, travel: Callable[[Any, str], dict[str, Any]],
+                 semeval: Callable[[Any, str], dict[str, Any]], keys: tuple[str, str]) -> int:
+    """The command line of issue #42's dev experiments: the Travel and SemEval default bundles, measured by
+    ``travel`` and ``semeval`` (each given a client and its bundle) on a node with k-NN (``--opensearch``, else a
+    throwaway one named ``name``), their figures printed as JSON under ``keys``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
     ap.add_argument("--travel", required=True, help="the Travel default bundle")
     ap.add_argument("--semeval", required=True, help="the SemEval default bundle")
     ap.add_argument("--opensearch", default=None, help="an OpenSearch URL with k-NN (default: a throwaway node)")
@@ -189,12 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     from semdup.devstack.local_opensearch import own_opensearch
     from semdup.opensearch_io.clients import connect
 
-    with own_opensearch(args.opensearch, name="onehop-lexnorm") as url:
+    with own_opensearch(args.opensearch, name=name) as url:
         client = connect(OpenSearchSettings(url=url, timeout=60), check=False)
-        result = {"travel (choices on train, figures on dev)": _travel(client, args.travel),
-                  "semeval dev": _semeval(client, args.semeval)}  # fmt: skip
+        result = {keys[0]: travel(client, args.travel), keys[1]: semeval(client, args.semeval)}
     print(json.dumps(result, indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_dev_sets(argv, __doc__, "onehop-lexnorm", _travel, _semeval,
+                        ("travel (choices on train, figures on dev)", "semeval dev"))
 
 
 if __name__ == "__main__":

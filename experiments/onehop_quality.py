@@ -19,8 +19,6 @@ Pass the bundles ``semdup demo`` builds::
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -114,20 +112,9 @@ def _semeval(client: Any, bundle_path: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--travel", required=True, help="the Travel default bundle")
-    ap.add_argument("--semeval", required=True, help="the SemEval default bundle")
-    ap.add_argument("--opensearch", default=None, help="an OpenSearch URL with k-NN (default: a throwaway node)")
-    args = ap.parse_args(argv)
-    from semdup.core.settings import OpenSearchSettings
-    from semdup.devstack.local_opensearch import own_opensearch
-    from semdup.opensearch_io.clients import connect
+    from experiments.onehop_lexnorm import run_dev_sets
 
-    with own_opensearch(args.opensearch, name="onehop-quality") as url:
-        client = connect(OpenSearchSettings(url=url, timeout=60), check=False)
-        result = {"travel dev": _travel(client, args.travel), "semeval dev": _semeval(client, args.semeval)}
-    print(json.dumps(result, indent=1))
-    return 0
+    return run_dev_sets(argv, __doc__, "onehop-quality", _travel, _semeval, ("travel dev", "semeval dev"))
 
 
 if __name__ == "__main__":

@@ -117,20 +117,18 @@ def _lexical_top(client: Any, index: str, match: dict[str, Any], within: dict[st
 def onehop_query(
     search: Mapping[str, Any],
     *,
+    within: dict[str, Any],
     match: dict[str, Any],
     lexical_ids: list[str],
-    best: float,
     vector: Any,
     script_params: dict[str, Any],
-    text_fields: tuple[str, str],
     index: str | None,
     k: int,
 ) -> dict[str, Any]:
-    """The one-hop query (module doc) from its parts: ``match`` the lexical template's scoring clause, its top
-    ``lexical_ids`` and ``best`` score within the site's filter, the query's dense ``vector``, and the fused
-    script's parameters (:func:`~semdup.search_templates.components.fused_params` without ``best``)."""
-    skeleton = restriction(search.get("query"), text_fields)
-    within = _filters(skeleton, excluded_id(search))
+    """The one-hop query (module doc) from its parts: ``within`` the ``bool`` clauses of the site's restriction and
+    exclusion (:func:`_filters`), ``match`` the lexical template's scoring clause and ``lexical_ids`` its top k
+    within them, the query's dense ``vector``, and the fused script's parameters
+    (:func:`~semdup.search_templates.components.fused_params`, with the best lexical score)."""
     # no ``method_parameters``: ml-commons hands the node every number of semdup's answer as a double, and k-NN
     # refuses an ``ef_search`` of 200.0 (``k`` and the script's parameters read doubles as they should)
     knn: dict[str, Any] = {"vector": vector, "k": k}
@@ -144,8 +142,7 @@ def onehop_query(
         "filter": [{"bool": {"should": found, "minimum_should_match": "1"}}, *within.get("filter", [])],
         **({"must_not": within["must_not"]} if "must_not" in within else {}),
     }}  # fmt: skip
-    ranking = {"script_score": {"query": inner,
-                                "script": {"id": FUSED_SCRIPT_ID, "params": {**script_params, "best": float(best)}}}}
+    ranking = {"script_score": {"query": inner, "script": {"id": FUSED_SCRIPT_ID, "params": script_params}}}
     return framed(search, ranking, index)
 
 
@@ -174,9 +171,8 @@ def rewrite(reranker: Any, search: Mapping[str, Any], post: Post, resolved: Reso
     ids, best = pending.result()
     params = fused_params(components_params(reranker.version, encoding.vector, encoding.terms, encoding.title),
                           reranker.fusion, best)  # fmt: skip
-    params.pop("best")
-    query = onehop_query(search, match=match, lexical_ids=ids, best=best, vector=params["qv"], script_params=params,
-                         text_fields=resolved.text_fields, index=index, k=k)  # fmt: skip
+    query = onehop_query(search, within=within, match=match, lexical_ids=ids, vector=params["qv"],
+                         script_params=params, index=index, k=k)  # fmt: skip
     return OneHop(_plain(query), len(ids), best, k)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -84,43 +85,54 @@ def _served(st: Any, name: str) -> Any:
         return st.reranker.indices.resolve(name, st.reranker.settings)
 
 
-def _fused_script(st: Any) -> bool:
-    """Whether the cluster holds the one-hop query's fused script, read once every :data:`CLAUSES_TTL_S`; said
-    once in the log when it does not (the service then answers the candidate query)."""
-    cached = getattr(st, "fused_script", None)
+def _every_ttl(st: Any, attr: str, read: Callable[[Any], Any]) -> Any:
+    """A cluster fact kept on the app state as ``attr``, read again (``read(the value before, or None)``) once
+    every :data:`CLAUSES_TTL_S`: both facts the rewrite reads can change while the service runs."""
+    cached = getattr(st, attr, None)
     if cached is not None and cached[1] > time.monotonic():
-        return bool(cached[0])
-    ready = onehop.script_ready(st.reranker.client, st.reranker.settings.search_timeout)
-    if not ready and (cached is None or cached[0]):  # first read, or stored before and gone since
-        logger.warning("the cluster lacks semdup's fused script; the pipeline gets the candidate query until it is "
-                       "stored (`semdup enable`, or a user with cluster:admin/script/put starting the service)")
-    st.fused_script = (ready, time.monotonic() + CLAUSES_TTL_S)
-    return ready
+        return cached[0]
+    value = read(None if cached is None else cached[0])
+    setattr(st, attr, (value, time.monotonic() + CLAUSES_TTL_S))
+    return value
+
+
+def _fused_script(st: Any) -> bool:
+    """Whether the cluster holds the one-hop query's fused script (:func:`_every_ttl`); said once in the log when it
+    does not (the service then answers the candidate query)."""
+
+    def read(before: bool | None) -> bool:
+        ready = onehop.script_ready(st.reranker.client, st.reranker.settings.search_timeout)
+        if not ready and before is not False:  # first read, or stored before and gone since
+            logger.warning("the cluster lacks semdup's fused script; the pipeline gets the candidate query until it "
+                           "is stored (`semdup enable`, or a user with cluster:admin/script/put starting the service)")
+        return ready
+
+    return bool(_every_ttl(st, "fused_script", read))
 
 
 def max_clauses(st: Any) -> int:
     """The cluster's ``indices.query.bool.max_clause_count`` (the smallest of its transient, persistent and default
-    values), read once every :data:`CLAUSES_TTL_S`; the OpenSearch default when the service may not read the
-    cluster's settings."""
-    cached = getattr(st, "max_clauses", None)
-    if cached is not None and cached[1] > time.monotonic():
-        return int(cached[0])
-    try:
-        got = st.reranker.client.cluster.get_settings(params={
-            "include_defaults": "true", "filter_path": f"*.{MAX_CLAUSES_SETTING}",  # nested: flat keys hold dots
-            "request_timeout": st.reranker.settings.search_timeout})  # fmt: skip
-        values = []
-        for part in got.values():  # persistent, transient, defaults
-            for key in MAX_CLAUSES_SETTING.split("."):
-                part = part.get(key) if isinstance(part, dict) else None
-            if part is not None:
-                values.append(int(part))
-        found = min(values) if values else DEFAULT_MAX_CLAUSES
-    except (OpenSearchError, ValueError) as exc:
-        logger.warning("could not read %s (%s); the rewrite assumes %d", MAX_CLAUSES_SETTING, exc, DEFAULT_MAX_CLAUSES)
-        found = DEFAULT_MAX_CLAUSES
-    st.max_clauses = (found, time.monotonic() + CLAUSES_TTL_S)
-    return found
+    values), read once every :data:`CLAUSES_TTL_S` (:func:`_every_ttl`); the OpenSearch default when the service
+    may not read the cluster's settings."""
+
+    def read(_: int | None) -> int:
+        try:
+            got = st.reranker.client.cluster.get_settings(params={
+                "include_defaults": "true", "filter_path": f"*.{MAX_CLAUSES_SETTING}",  # nested: flat keys hold dots
+                "request_timeout": st.reranker.settings.search_timeout})  # fmt: skip
+            values = []
+            for part in got.values():  # persistent, transient, defaults
+                for key in MAX_CLAUSES_SETTING.split("."):
+                    part = part.get(key) if isinstance(part, dict) else None
+                if part is not None:
+                    values.append(int(part))
+            return min(values) if values else DEFAULT_MAX_CLAUSES
+        except (OpenSearchError, ValueError) as exc:
+            logger.warning("could not read %s (%s); the rewrite assumes %d", MAX_CLAUSES_SETTING, exc,
+                           DEFAULT_MAX_CLAUSES)  # fmt: skip
+            return DEFAULT_MAX_CLAUSES
+
+    return int(_every_ttl(st, "max_clauses", read))
 
 
 def rewrite(

@@ -101,9 +101,9 @@ def test_a_text_cut_by_the_encodings_term_weights_is_searched_after_the_encoding
 
 
 def test_nothing_lexical_leaves_the_knn_list_alone() -> None:
-    query = onehop.onehop_query({"query": {"match": {"title": "x"}}}, match={"match": {"text": {"query": "x"}}},
-                                lexical_ids=[], best=0.0, vector=[1.0], script_params={},
-                                text_fields=("title", "body"), index=None, k=5)  # fmt: skip
+    query = onehop.onehop_query({"query": {"match": {"title": "x"}}}, within={},
+                                match={"match": {"text": {"query": "x"}}}, lexical_ids=[], vector=[1.0],
+                                script_params={"best": 0.0}, index=None, k=5)  # fmt: skip
     either = query["script_score"]["query"]["bool"]["filter"]
     assert either == [{"bool": {"should": [{"knn": {"semdup.vector": {"vector": [1.0], "k": 5}}}],
                                 "minimum_should_match": "1"}}]
