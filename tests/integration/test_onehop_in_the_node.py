@@ -1,8 +1,8 @@
 """The one-hop query on a real OpenSearch (k-NN, the stored fused script), run as the node runs it for the site.
 
-* its candidates hold ``/v1/rerank``'s (the lexical top 100 ∪ k-NN's 100), and its ``_score`` of each is the
-  fusion of the cosines the reranker computed, with lexnorm = the lexical score / the best one, plus the shift
-  (:mod:`semdup.reranker.onehop`);
+* its candidates hold ``/v1/rerank``'s lexical top 100 and nearly all of its k-NN 100, and its ``_score`` of
+  each is the fusion of the cosines the reranker computed, with lexnorm = the lexical score / the best one, plus
+  the shift (:mod:`semdup.reranker.onehop`);
 * a filter that matches 5 % of the posts gets back ``size`` hits, all within it, where the candidate path's
   ~200 unfiltered candidates hold fewer;
 * pages past ``k_candidates`` go on: ``from`` + ``size`` widens both candidate lists.
@@ -71,9 +71,14 @@ def test_the_one_hop_query_scores_the_reranks_candidates_with_the_fusion(
         hits, answer = _run(rr, _site_search(post), every=True)
         found = rr.fusion_inputs(Post("_search", post.title, post.body), exclude_id=post.id)
         assert found is not None and answer.k == 100 and answer.lexical == 100
-        # every candidate of the rerank is one here; k-NN's k is per segment in the node (the plugin's lucene
-        # engine), so the node's k-NN may add a few more, as the peer's hybrid k-NN does
-        assert set(found.ids) <= {h["_id"] for h in hits}, post.id
+        # every lexical candidate of the rerank is one here (BM25's top 100 is exact). Its k-NN ones nearly all:
+        # the rerank's k-NN searches the graph with a beam of 2k, the one-hop query with k (ml-commons would hand
+        # the node an ef_search of 200.0, which k-NN refuses), so an approximate neighbour can differ (at most 1
+        # of 100 in 40 queries here); k-NN's k is per segment in the node, so it may also add a few more
+        got_ids = {h["_id"] for h in hits}
+        sources = found.candidates.sources
+        assert {i for i in found.ids if "bm25" in sources.get(i, ())} <= got_ids, post.id
+        assert len({i for i in found.ids if "knn" in sources.get(i, ())} - got_ids) <= 3, post.id
         lexical = found.components["lexical"]
         assert answer.best == pytest.approx(float(lexical.max()), rel=1e-6)
         comps = {n: np.nan_to_num(found.components[n]) for n in ("cos_bow", "cos_dense", "cos_title")}
